@@ -1,0 +1,100 @@
+// Package bus is the contract for moving messages between edges and routers.
+//
+// natsbus implements it on NATS, against an external server or one embedded
+// in the process; bustest is the conformance suite both run. Subjects are
+// built by the functions in this package and documented in
+// docs/architecture.md.
+package bus
+
+import (
+	"context"
+	"errors"
+	"strings"
+)
+
+// ErrNoResponders: nobody listens on the subject (for a device subject: the
+// device is offline).
+var ErrNoResponders = errors.New("bus: no responders")
+
+// ErrUnavailable: the bus cannot be reached; retry later.
+var ErrUnavailable = errors.New("bus: unavailable")
+
+// Msg is a received message. Respond answers a request; it is a no-op for a
+// message that was published without a reply subject.
+type Msg struct {
+	Subject string
+	Data    []byte
+	Header  map[string]string
+	Respond func(data []byte) error
+}
+
+// Handler handles one message. Handlers of one subscription run one at a
+// time per subject, in arrival order; a handler must not block for long.
+type Handler func(m *Msg)
+
+// Subscription is an active interest; Unsubscribe ends it.
+type Subscription interface{ Unsubscribe() error }
+
+// Bus carries messages between nodes.
+type Bus interface {
+	// Publish sends data to subject without waiting.
+	Publish(ctx context.Context, subject string, data []byte, header map[string]string) error
+	// Request sends data to subject and waits for the first reply, or for
+	// ctx. It returns ErrNoResponders at once when nobody listens.
+	Request(ctx context.Context, subject string, data []byte, header map[string]string) ([]byte, error)
+	// Subscribe delivers every message on subject to h.
+	Subscribe(subject string, h Handler) (Subscription, error)
+	// QueueSubscribe delivers each message on subject to one member of queue.
+	QueueSubscribe(subject, queue string, h Handler) (Subscription, error)
+	// Close releases the bus and any embedded server.
+	Close() error
+}
+
+// Subjects.
+const (
+	// InboundSubject carries device events to the agent side (queue group
+	// QueueRouters): requests, acknowledged by the router that took them.
+	InboundSubject = "hermes.in"
+	// QueueRouters is the queue group of routers on InboundSubject.
+	QueueRouters = "routers"
+	devicePrefix = "hermes.dev."
+)
+
+// DeviceSubject is where frames for a device go: the edge that owns the
+// device subscribes to it. The device id is escaped so any id is one token.
+func DeviceSubject(device string) string {
+	return devicePrefix + EscapeToken(device)
+}
+
+// EscapeToken makes s a single NATS subject token: bytes other than ASCII
+// letters, digits, '-' and '_' become %XX. The mapping is one-to-one.
+func EscapeToken(s string) string {
+	clean := len(s) > 0
+	for i := 0; i < len(s) && clean; i++ {
+		clean = tokenByte(s[i])
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s) * 3)
+	const hex = "0123456789ABCDEF"
+	if s == "" {
+		return "%"
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if tokenByte(c) {
+			b.WriteByte(c)
+		} else {
+			b.WriteByte('%')
+			b.WriteByte(hex[c>>4])
+			b.WriteByte(hex[c&15])
+		}
+	}
+	return b.String()
+}
+
+func tokenByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_'
+}

@@ -1,0 +1,161 @@
+// Package store is the contract for the state that must outlive one
+// connection: deduplication keys, multi-part upload buffers, prompt cards,
+// device ownership, the offline outbox and media blobs.
+//
+// Two implementations satisfy it: memstore (one process, the default) and
+// redisstore (a cluster). storetest is the one conformance suite both run.
+// Every method is safe for concurrent use. Every method that talks to a
+// backend returns an error wrapping ErrUnavailable when the backend cannot be
+// reached, so callers can tell a retryable failure from a verdict.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Verdicts, tested with errors.Is.
+var (
+	// ErrNotFound: no such prompt, blob or upload.
+	ErrNotFound = errors.New("store: not found")
+	// ErrForbidden: the prompt belongs to another device.
+	ErrForbidden = errors.New("store: belongs to another device")
+	// ErrTooManyUploads: the device already has MaxOpen unfinished uploads.
+	ErrTooManyUploads = errors.New("store: too many unfinished uploads")
+	// ErrUploadTooBig: the file or the device's open buffers would exceed their byte limit.
+	ErrUploadTooBig = errors.New("store: upload buffer limit exceeded")
+	// ErrUploadMismatch: a part disagrees with the upload it continues (parts count).
+	ErrUploadMismatch = errors.New("store: part does not match its upload")
+	// ErrFull: the store refuses more data (blob capacity).
+	ErrFull = errors.New("store: full")
+	// ErrUnavailable: the backend cannot be reached; retry later.
+	ErrUnavailable = errors.New("store: unavailable")
+)
+
+// Store is everything the edge and the router keep outside their memory.
+type Store interface {
+	Dedup
+	Uploads
+	Prompts
+	Owners
+	Outbox
+	Blobs
+	Close() error
+}
+
+// Dedup remembers message ids for a window.
+type Dedup interface {
+	// Claim records key for ttl and reports whether the caller holds its first
+	// delivery. attempt is a token unique to this delivery attempt: a retried
+	// call with the same attempt (after a lost reply) reports true again, so a
+	// retry cannot turn a first delivery into a duplicate.
+	Claim(ctx context.Context, key, attempt string, ttl time.Duration) (bool, error)
+	// Release forgets key if it is still held by attempt, for a delivery that
+	// failed after Claim and must be retried by the client.
+	Release(ctx context.Context, key, attempt string) error
+	// Seen reports whether key is recorded.
+	Seen(ctx context.Context, key string) (bool, error)
+}
+
+// UploadLimits bound the open multi-part uploads of one device.
+type UploadLimits struct {
+	MaxOpen      int // unfinished uploads at once
+	MaxFileBytes int // one file
+	MaxBytes     int // the sum of the device's open buffers
+}
+
+// Part is one chunk of a multi-part upload.
+type Part struct {
+	Device string
+	// Conn names the connection that owns the upload; DropUploads frees the
+	// uploads of one connection only, so a takeover does not free the new
+	// connection's uploads.
+	Conn  string
+	ID    string // the file id
+	Index int
+	Count int    // parts of the file
+	Meta  []byte // opaque, kept from the first part stored
+	Data  []byte
+}
+
+// Upload is a completed file.
+type Upload struct {
+	Meta []byte
+	Data []byte
+}
+
+// Uploads buffers multi-part uploads under per-device limits, enforced
+// atomically across every node sharing the store.
+type Uploads interface {
+	// PutPart stores p. When p completes its file it returns the assembled
+	// file and frees the buffer; otherwise it returns nil. A part that breaks
+	// a limit returns ErrTooManyUploads, ErrUploadTooBig or ErrUploadMismatch
+	// and the upload it belongs to is discarded. A repeated index replaces the
+	// earlier bytes.
+	PutPart(ctx context.Context, p Part, lim UploadLimits) (*Upload, error)
+	// DropUploads frees every unfinished upload that conn holds for device.
+	DropUploads(ctx context.Context, device, conn string) error
+	// UploadBytes reports the bytes buffered for device.
+	UploadBytes(ctx context.Context, device string) (int, error)
+}
+
+// PromptRecord is an open card.
+type PromptRecord struct {
+	ID      string    `json:"id"`
+	Device  string    `json:"device"` // the only device that may answer
+	Kind    string    `json:"kind"`
+	Choices int       `json:"choices"` // proposed answers of a clarify card
+	Expires time.Time `json:"expires"`
+	Data    []byte    `json:"data,omitempty"` // opaque to the store
+}
+
+// Prompts keeps open cards until they are answered or expire.
+type Prompts interface {
+	// PutPrompt stores p until p.Expires.
+	PutPrompt(ctx context.Context, p PromptRecord) error
+	// TakePrompt removes and returns the card id if device owns it. It
+	// returns ErrNotFound for an unknown or expired card and ErrForbidden,
+	// leaving the card in place, when another device owns it.
+	TakePrompt(ctx context.Context, id, device string) (PromptRecord, error)
+	// TakeExpired removes and returns up to max cards whose Expires is not
+	// after now. Each expired card is returned to exactly one caller.
+	TakeExpired(ctx context.Context, now time.Time, max int) ([]PromptRecord, error)
+}
+
+// Owner is the edge holding a device's socket, fenced by an epoch.
+type Owner struct {
+	Edge  string
+	Epoch int64
+}
+
+// Owners records which edge holds each device.
+type Owners interface {
+	// ClaimDevice makes edge the owner of device for ttl and returns a new
+	// epoch, greater than every epoch handed out for device before.
+	ClaimDevice(ctx context.Context, device, edge string, ttl time.Duration) (int64, error)
+	// DeviceOwner returns the owner of device; ErrNotFound when none.
+	DeviceOwner(ctx context.Context, device string) (Owner, error)
+	// RefreshDevices extends the ownership of each device still held at the
+	// given epoch and returns the devices whose ownership was lost.
+	RefreshDevices(ctx context.Context, owned map[string]int64, ttl time.Duration) ([]string, error)
+	// ReleaseDevice removes the owner record if it still holds epoch.
+	ReleaseDevice(ctx context.Context, device string, epoch int64) error
+}
+
+// Outbox keeps frames for a device that is offline.
+type Outbox interface {
+	// PushOutbox appends item to device's outbox. The outbox keeps at most
+	// max items (the oldest are dropped) and forgets items older than ttl.
+	PushOutbox(ctx context.Context, device string, item []byte, max int, ttl time.Duration) error
+	// TakeOutbox removes and returns device's items, oldest first.
+	TakeOutbox(ctx context.Context, device string) ([][]byte, error)
+}
+
+// Blobs keeps media bytes so that only references travel on the bus.
+type Blobs interface {
+	// PutBlob stores data for ttl and returns its key.
+	PutBlob(ctx context.Context, data []byte, ttl time.Duration) (string, error)
+	// GetBlob returns the bytes of key; ErrNotFound when gone.
+	GetBlob(ctx context.Context, key string) ([]byte, error)
+}

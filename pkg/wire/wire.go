@@ -1,0 +1,96 @@
+// Package wire holds the messages that travel on the bus between edges and
+// routers: Event (a device said something, for the agent) and Output (the
+// agent or cron says something to a device). They are JSON-encoded; large
+// bytes never travel inline, only blob keys of the store.
+package wire
+
+import "github.com/hermes-mobile/gateway/pkg/protocol"
+
+// Event kinds.
+const (
+	EventText   = "text"
+	EventAudio  = "audio"
+	EventMedia  = "media"
+	EventPrompt = "prompt" // a card was answered or expired
+)
+
+// Event is what a device sent, as the agent sees it.
+type Event struct {
+	Kind    string `json:"kind"`
+	Session string `json:"session"` // mobile:<device>
+	Device  string `json:"device"`
+	UserID  string `json:"user_id,omitempty"`
+	User    string `json:"user,omitempty"`
+	ID      string `json:"id,omitempty"` // the client's message id
+	Text    string `json:"text,omitempty"`
+	// Audio and media: the bytes are in the store under Media.Blob.
+	Format string     `json:"format,omitempty"` // audio: wav or ogg
+	Media  *MediaRef  `json:"media,omitempty"`
+	Prompt *PromptRef `json:"prompt,omitempty"`
+	// TraceParent carries the W3C trace context of the frame that caused it.
+	TraceParent string `json:"traceparent,omitempty"`
+}
+
+// MediaRef points at a file kept in the store.
+type MediaRef struct {
+	Kind     string `json:"kind"`
+	Mime     string `json:"mime"`
+	Filename string `json:"filename,omitempty"`
+	Caption  string `json:"caption,omitempty"`
+	Size     int    `json:"size"`
+	Blob     string `json:"blob,omitempty"` // store blob key
+	URL      string `json:"url,omitempty"`  // or a link the app fetches itself
+	ReplyTo  string `json:"reply_to,omitempty"`
+}
+
+// PromptRef is the outcome of a card.
+type PromptRef struct {
+	ID      string `json:"id"`
+	Kind    string `json:"kind"`
+	Option  string `json:"option"`         // the applied option
+	Text    string `json:"text,omitempty"` // custom answer (clarify other)
+	Expired bool   `json:"expired,omitempty"`
+}
+
+// Output ops.
+const (
+	OpMessage    = "message"     // Text, chunked by the edge; Edit, Final
+	OpMedia      = "media"       // Media, chunked by the edge
+	OpPrompt     = "prompt"      // Prompt card
+	OpPromptDone = "prompt_done" // PromptDone
+	OpTyping     = "typing"      // Stop
+	OpAvatar     = "avatar"      // State
+	OpTakeover   = "takeover"    // Epoch: the new owner; older sockets close
+)
+
+// Output is one thing to show on a device. Epoch is the device owner's epoch
+// when it was sent: an edge whose socket has another epoch does not answer.
+type Output struct {
+	Op         string           `json:"op"`
+	Device     string           `json:"device"`
+	Epoch      int64            `json:"epoch,omitempty"`
+	ID         string           `json:"id,omitempty"`
+	Text       string           `json:"text,omitempty"`
+	Edit       bool             `json:"edit,omitempty"`
+	Final      bool             `json:"final,omitempty"`
+	Media      *MediaRef        `json:"media,omitempty"`
+	Prompt     *protocol.Prompt `json:"prompt,omitempty"`
+	PromptDone *PromptDone      `json:"prompt_done,omitempty"`
+	Stop       bool             `json:"stop,omitempty"`
+	State      string           `json:"state,omitempty"`
+	// Offline is set by the outbox when the output waited for the device.
+	Offline bool `json:"offline,omitempty"`
+}
+
+// PromptDone closes a card on the device.
+type PromptDone struct {
+	ID       string `json:"id"`
+	OptionID string `json:"option_id,omitempty"`
+	Expired  bool   `json:"expired,omitempty"`
+}
+
+// Reply answers an Output or an Event request.
+type Reply struct {
+	OK    bool   `json:"ok"`
+	Error string `json:"error,omitempty"`
+}
