@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"bytes"
 	"errors"
 	"mime"
 	"path"
@@ -76,7 +77,7 @@ func Decode(msg []byte) (ClientFrame, *Error) {
 	case TypeTyping:
 		return &Typing{}, nil
 	case TypePing:
-		return &Ping{TS: w.TS}, nil
+		return &Ping{TS: bytes.Clone(w.TS)}, nil
 	case TypeAck:
 		return &Ack{ID: Truncate(w.ID, MaxIDChars)}, nil
 	case TypeDeliver:

@@ -1,0 +1,54 @@
+// Package config registers command-line flags that fall back to environment
+// variables, so every setting is both a flag and an env var, and -help lists
+// them with the variable's name.
+package config
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+)
+
+// String registers a string flag whose default comes from env.
+func String(fs *flag.FlagSet, p *string, name, env, def, usage string) {
+	if v, ok := os.LookupEnv(env); ok {
+		def = v
+	}
+	fs.StringVar(p, name, def, usage+" ($"+env+")")
+}
+
+// Seconds registers a duration flag given in whole seconds (as the env var
+// is), or as a Go duration ("90s", "5m").
+func Seconds(fs *flag.FlagSet, p *time.Duration, name, env string, def time.Duration, usage string) {
+	*p = def
+	if v, ok := os.LookupEnv(env); ok {
+		if d, err := parseSeconds(v); err == nil {
+			*p = d
+		} else {
+			fmt.Fprintf(os.Stderr, "ignoring $%s: %v\n", env, err)
+		}
+	}
+	fs.Func(name, usage+" in seconds ($"+env+", default "+strconv.Itoa(int(def/time.Second))+")", func(s string) error {
+		d, err := parseSeconds(s)
+		if err == nil {
+			*p = d
+		}
+		return err
+	})
+}
+
+func parseSeconds(s string) (time.Duration, error) {
+	if n, err := strconv.Atoi(s); err == nil {
+		if n <= 0 {
+			return 0, fmt.Errorf("%q: must be positive", s)
+		}
+		return time.Duration(n) * time.Second, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%q: want a positive number of seconds", s)
+	}
+	return d, nil
+}

@@ -1,0 +1,73 @@
+// Package dispatch sends an Output to the edge that owns its device: it
+// reads the owner's epoch from the store, stamps the output with it and makes
+// a request on the device's subject. The owning edge answers once the frames
+// are written to the socket; an edge holding an older socket stays silent.
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hermes-mobile/gateway/pkg/bus"
+	"github.com/hermes-mobile/gateway/pkg/store"
+	"github.com/hermes-mobile/gateway/pkg/wire"
+)
+
+// ErrOffline: no edge holds the device, or the one that did could not write.
+var ErrOffline = errors.New("device offline")
+
+// DefaultTimeout bounds one delivery: the owning edge answers once the
+// frames are written, so this is the edge's write timeout plus slack.
+const DefaultTimeout = 15 * time.Second
+
+// Dispatcher delivers outputs to devices.
+type Dispatcher struct {
+	Owners  store.Owners
+	Bus     bus.Bus
+	Timeout time.Duration // per delivery; DefaultTimeout when zero
+}
+
+// Send delivers out to out.Device. It returns nil once the owning edge has
+// written the frames, ErrOffline when no edge has the device, or another
+// error when the store or the bus failed.
+func (d *Dispatcher) Send(ctx context.Context, out wire.Output) error {
+	owner, err := d.Owners.DeviceOwner(ctx, out.Device)
+	if errors.Is(err, store.ErrNotFound) {
+		return ErrOffline
+	}
+	if err != nil {
+		return fmt.Errorf("owner of %q: %w", out.Device, err)
+	}
+	out.Epoch = owner.Epoch
+	data, err := json.Marshal(out)
+	if err != nil {
+		return err
+	}
+	timeout := d.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	reply, err := d.Bus.Request(rctx, bus.DeviceSubject(out.Device), data, nil)
+	switch {
+	case errors.Is(err, bus.ErrNoResponders):
+		return ErrOffline
+	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+		// The recorded owner did not answer: it died or lost the socket.
+		return fmt.Errorf("%w: no edge answered for %q", ErrOffline, out.Device)
+	case err != nil:
+		return err
+	}
+	var r wire.Reply
+	if err := json.Unmarshal(reply, &r); err != nil {
+		return fmt.Errorf("bad reply from edge: %w", err)
+	}
+	if !r.OK {
+		return fmt.Errorf("%w: %s", ErrOffline, r.Error)
+	}
+	return nil
+}

@@ -1,0 +1,159 @@
+package edge
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"strings"
+)
+
+// Secret is a token. It prints redacted, in logs and in %v.
+type Secret string
+
+// LogValue keeps tokens out of logs.
+func (Secret) LogValue() slog.Value { return slog.StringValue("[redacted]") }
+
+// String keeps tokens out of formatted output.
+func (Secret) String() string { return "[redacted]" }
+
+// AuthConfig says who may connect.
+type AuthConfig struct {
+	// Token is the app token (MOBILE_TOKEN).
+	Token Secret
+	// ExtraTokens binds tokens to device ids (MOBILE_EXTRA_TOKENS,
+	// device_id=token): such a token connects only as its device, and a bound
+	// device connects only with its token.
+	ExtraTokens map[string]Secret
+	// AllowedDevices, when not empty, is the only device ids accepted
+	// (MOBILE_ALLOWED_DEVICES).
+	AllowedDevices []string
+	// DeliverTokens authenticate service connections allowed to send deliver
+	// frames from anywhere (MOBILE_DELIVER_TOKENS).
+	DeliverTokens []Secret
+	// TrustedProxies are the peers whose X-Forwarded-For / Forwarded headers
+	// name the client (MOBILE_TRUSTED_PROXIES).
+	TrustedProxies []netip.Prefix
+}
+
+// ParseExtraTokens parses "device_id=token,device_id=token".
+func ParseExtraTokens(s string) (map[string]Secret, error) {
+	m := make(map[string]Secret)
+	for _, item := range splitList(s) {
+		dev, tok, ok := strings.Cut(item, "=")
+		dev, tok = strings.TrimSpace(dev), strings.TrimSpace(tok)
+		if !ok || dev == "" || tok == "" {
+			return nil, fmt.Errorf("MOBILE_EXTRA_TOKENS: %q is not device_id=token", dev)
+		}
+		m[dev] = Secret(tok)
+	}
+	return m, nil
+}
+
+// ParsePrefixes parses comma-separated CIDRs or addresses.
+func ParsePrefixes(s string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, item := range splitList(s) {
+		if !strings.Contains(item, "/") {
+			a, err := netip.ParseAddr(item)
+			if err != nil {
+				return nil, fmt.Errorf("MOBILE_TRUSTED_PROXIES: %w", err)
+			}
+			out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+			continue
+		}
+		p, err := netip.ParsePrefix(item)
+		if err != nil {
+			return nil, fmt.Errorf("MOBILE_TRUSTED_PROXIES: %w", err)
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+type digest = [sha256.Size]byte
+
+// authenticator checks tokens in constant time: it compares fixed-length
+// digests and always looks at every configured token.
+type authenticator struct {
+	main    digest
+	hasMain bool
+	bound   map[string]digest // device → its token
+	deliver []digest
+	allowed map[string]bool
+}
+
+func newAuthenticator(c AuthConfig) *authenticator {
+	a := &authenticator{bound: make(map[string]digest)}
+	if c.Token != "" {
+		a.main, a.hasMain = sha256.Sum256([]byte(c.Token)), true
+	}
+	for dev, tok := range c.ExtraTokens {
+		a.bound[dev] = sha256.Sum256([]byte(tok))
+	}
+	for _, tok := range c.DeliverTokens {
+		a.deliver = append(a.deliver, sha256.Sum256([]byte(tok)))
+	}
+	if len(c.AllowedDevices) > 0 {
+		a.allowed = make(map[string]bool)
+		for _, d := range c.AllowedDevices {
+			a.allowed[d] = true
+		}
+	}
+	return a
+}
+
+// grant is what a token allows.
+type grant struct {
+	valid   bool
+	deliver bool // may send deliver frames from anywhere
+	general bool // the app token or a deliver token: not bound to one device
+	d       digest
+}
+
+func eq(a, b digest) bool { return subtle.ConstantTimeCompare(a[:], b[:]) == 1 }
+
+func (a *authenticator) check(token string) grant {
+	g := grant{d: sha256.Sum256([]byte(token))}
+	if token == "" {
+		return g
+	}
+	main := a.hasMain && eq(g.d, a.main)
+	var del, extra bool
+	for _, d := range a.deliver {
+		del = eq(g.d, d) || del
+	}
+	for _, d := range a.bound {
+		extra = eq(g.d, d) || extra
+	}
+	g.valid = main || del || extra
+	g.deliver = del
+	g.general = main || del
+	return g
+}
+
+// deviceVerdict says whether g may connect as device: "" when it may, else
+// the error code's reason.
+func (a *authenticator) allowedDevice(device string) bool {
+	return a.allowed == nil || a.allowed[device]
+}
+
+// bindingOK reports whether the token of g may take device: a bound device
+// needs its own token, and a bound token needs its own device.
+func (a *authenticator) bindingOK(g grant, device string) bool {
+	if want, ok := a.bound[device]; ok {
+		return eq(g.d, want)
+	}
+	return g.general
+}

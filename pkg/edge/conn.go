@@ -1,0 +1,549 @@
+package edge
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/gobwas/ws"
+
+	"github.com/hermes-mobile/gateway/pkg/protocol"
+)
+
+// WebSocket close codes the edge sends.
+const (
+	closeNormal        = 1000 // replaced by a newer connection of the device
+	closeGoingAway     = 1001 // the edge is shutting down: reconnect elsewhere
+	closeProtocolError = 1002 // broken WebSocket framing
+	closeSlowReader    = 1013 // the outbound queue overflowed: reconnect
+)
+
+const (
+	handshakeTimeout = 10 * time.Second
+	lingerTimeout    = 2 * time.Second // after our close frame, for the peer's
+	smallBufSize     = 16 << 10        // pooled read buffer, enough for most frames
+	readChunk        = 1 << 20         // large payloads grow by this much at a time
+)
+
+var (
+	readers  = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4096) }}
+	smallBuf = sync.Pool{New: func() any { b := make([]byte, 0, smallBufSize); return &b }}
+)
+
+var (
+	errClientClosed = errors.New("client closed the connection")
+	errProtocol     = errors.New("websocket protocol error")
+	errSlowReader   = errors.New("slow reader: outbound queue full")
+)
+
+// outItem is one queued frame; done, when set, runs once the frame (and all
+// before it) is written, or with the error that stopped it.
+type outItem struct {
+	frame []byte
+	done  func(error)
+}
+
+// conn is one WebSocket connection.
+type conn struct {
+	srv    *Server
+	nc     net.Conn
+	log    *slog.Logger
+	client netip.Addr // the client's address, after trusted proxies
+	pe     *pollEntry
+
+	helloTimer *time.Timer
+
+	// Set by hello on the reading goroutine, before the conn is registered
+	// where deliveries can find it; read-only afterwards.
+	id        string // names the connection's uploads
+	device    string
+	session   string
+	epoch     int64
+	deliverOK bool
+	user      struct{ id, name string }
+	devName   string
+
+	mu       sync.Mutex
+	helloed  bool
+	out      []outItem
+	outBytes int
+	writing  bool
+	closing  bool // a close frame is queued; nothing else is accepted
+	closed   bool
+	avatar   string
+	idle     *time.Timer
+	ready    bool       // the outbox was flushed: deliveries go straight out
+	held     []heldItem // deliveries that came before ready
+	teardown func(error)
+}
+
+// handshake upgrades nc and starts watching it.
+func (s *Server) handshake(nc net.Conn) {
+	peer := addrOf(nc.RemoteAddr())
+	trusted := s.trustedProxy(peer)
+	var xff, fwd []byte
+	u := ws.Upgrader{
+		OnRequest: func(uri []byte) error {
+			path, _, _ := bytes.Cut(uri, []byte("?"))
+			if string(path) != "/ws" {
+				return ws.RejectConnectionError(ws.RejectionStatus(404), ws.RejectionReason("not found: the WebSocket is at /ws"))
+			}
+			return nil
+		},
+		OnHeader: func(key, value []byte) error {
+			if !trusted {
+				return nil
+			}
+			switch {
+			case bytes.EqualFold(key, []byte("X-Forwarded-For")):
+				xff = appendList(xff, value)
+			case bytes.EqualFold(key, []byte("Forwarded")):
+				fwd = appendList(fwd, value)
+			}
+			return nil
+		},
+	}
+	nc.SetDeadline(time.Now().Add(handshakeTimeout))
+	if _, err := u.Upgrade(nc); err != nil {
+		s.log.Debug("upgrade failed", "peer", peer, "err", err)
+		nc.Close()
+		return
+	}
+	nc.SetDeadline(time.Time{})
+	client := peer
+	if trusted {
+		client = s.clientFromHeaders(string(xff), string(fwd))
+	}
+	c := &conn{srv: s, nc: nc, client: client, avatar: protocol.AvatarIdle}
+	c.log = s.log.With("client", client.String())
+	c.teardown = onceErr(c.doTeardown)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		nc.Close()
+		return
+	}
+	s.conns[c] = struct{}{}
+	s.mu.Unlock()
+	s.nConns.Add(1)
+	c.helloTimer = time.AfterFunc(s.cfg.HelloTimeout, c.helloTimeout)
+	if s.poller != nil {
+		if pe, err := s.poller.add(nc, c.onReadable); err == nil {
+			c.pe = pe
+			return
+		}
+	}
+	// No epoll for this socket: one reading goroutine.
+	s.goFunc(func() {
+		for {
+			if err := c.readAvailable(); err != nil {
+				c.teardown(err)
+				return
+			}
+		}
+	})
+}
+
+func appendList(dst, v []byte) []byte {
+	if len(dst) > 0 {
+		dst = append(dst, ',')
+	}
+	return append(dst, v...)
+}
+
+func onceErr(f func(error)) func(error) {
+	var once sync.Once
+	return func(err error) { once.Do(func() { f(err) }) }
+}
+
+// onReadable runs when epoll says the socket has data.
+func (c *conn) onReadable() {
+	if err := c.readAvailable(); err != nil {
+		c.teardown(err)
+		return
+	}
+	if err := c.srv.poller.resume(c.pe); err != nil {
+		c.teardown(err)
+	}
+}
+
+// readAvailable reads and handles messages while bytes are buffered. It
+// blocks only inside a message (bounded by ReadTimeout) or, when woken
+// without data, until data arrives.
+func (c *conn) readAvailable() error {
+	br := readers.Get().(*bufio.Reader)
+	br.Reset(c.nc)
+	defer func() { br.Reset(nil); readers.Put(br) }()
+	for {
+		if c.isClosing() {
+			return c.discard(br)
+		}
+		if _, err := br.Peek(1); err != nil {
+			return err
+		}
+		c.nc.SetReadDeadline(time.Now().Add(c.srv.cfg.ReadTimeout))
+		if err := c.readMessage(br); err != nil {
+			return err
+		}
+		if br.Buffered() == 0 {
+			c.mu.Lock()
+			if !c.closing {
+				c.nc.SetReadDeadline(time.Time{})
+			}
+			c.mu.Unlock()
+			return nil
+		}
+	}
+}
+
+// discard swallows what the peer still sends after our close frame, so the
+// close frame is not lost to a reset, until the peer closes or the linger
+// deadline passes.
+func (c *conn) discard(br *bufio.Reader) error {
+	_, err := io.Copy(io.Discard, br)
+	if err == nil {
+		err = io.EOF
+	}
+	return err
+}
+
+func (c *conn) isClosing() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closing
+}
+
+// readMessage reads one WebSocket message (answering control frames on the
+// way) and hands it to handle.
+func (c *conn) readMessage(br *bufio.Reader) error {
+	bp := smallBuf.Get().(*[]byte)
+	defer smallBuf.Put(bp)
+	msg := (*bp)[:0]
+	started := false
+	for {
+		h, err := ws.ReadHeader(br)
+		if err != nil {
+			return err
+		}
+		if h.Rsv != 0 || !h.Masked {
+			return c.protocolError("reserved bits set or unmasked frame")
+		}
+		if h.OpCode.IsControl() {
+			if h.Length > 125 || !h.Fin {
+				return c.protocolError("bad control frame")
+			}
+			var ctl [125]byte
+			p := ctl[:h.Length]
+			if _, err := io.ReadFull(br, p); err != nil {
+				return err
+			}
+			ws.Cipher(p, h.Mask, 0)
+			switch h.OpCode {
+			case ws.OpPing:
+				c.enqueue(controlFrame(ws.OpPong, p), nil)
+			case ws.OpClose:
+				c.onPeerClose(p)
+				return errClientClosed
+			}
+			continue
+		}
+		switch h.OpCode {
+		case ws.OpText, ws.OpBinary:
+			if started {
+				return c.protocolError("new message inside a fragmented one")
+			}
+			started = true
+		case ws.OpContinuation:
+			if !started {
+				return c.protocolError("continuation without a message")
+			}
+		default:
+			return c.protocolError("reserved opcode")
+		}
+		if int64(len(msg))+h.Length > protocol.MaxFrameBytes {
+			c.fatal(protocol.NewFatal(protocol.CodeTooBig, "frame is larger than 16 MiB"))
+			return nil // readAvailable sees closing and discards the rest
+		}
+		if msg, err = readPayload(br, msg, h); err != nil {
+			return err
+		}
+		if h.Fin {
+			break
+		}
+	}
+	if cap(msg) == smallBufSize {
+		*bp = msg // keep the pooled buffer (it did not grow)
+	}
+	c.handle(msg)
+	return nil
+}
+
+// readPayload appends h's payload to msg, unmasked. Large payloads grow the
+// buffer as bytes arrive, so memory follows what the peer really sent.
+func readPayload(r io.Reader, msg []byte, h ws.Header) ([]byte, error) {
+	remaining := int(h.Length)
+	offset := 0
+	for remaining > 0 {
+		n := min(remaining, readChunk)
+		msg = slices.Grow(msg, n)
+		p := msg[len(msg) : len(msg)+n]
+		if _, err := io.ReadFull(r, p); err != nil {
+			return msg, err
+		}
+		ws.Cipher(p, h.Mask, offset)
+		msg = msg[:len(msg)+n]
+		offset += n
+		remaining -= n
+	}
+	return msg, nil
+}
+
+func (c *conn) protocolError(why string) error {
+	c.log.Debug("websocket protocol error", "why", why)
+	c.closeWith(closeProtocolError, why, nil)
+	return errProtocol
+}
+
+// onPeerClose answers the peer's close frame with the same code.
+func (c *conn) onPeerClose(p []byte) {
+	code := closeNormal
+	if len(p) >= 2 {
+		code = int(binary.BigEndian.Uint16(p))
+	}
+	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
+		return
+	}
+	c.closing = true
+	c.mu.Unlock()
+	c.enqueueAlways(closeFrame(code, ""), func(error) { c.teardown(errClientClosed) })
+}
+
+// fatal sends e and closes the connection with 1008 and the code as reason.
+func (c *conn) fatal(e *protocol.Error) {
+	e.Fatal = true
+	c.log.Info("closing connection", "code", e.Code, "why", e.Message)
+	c.closeWith(protocol.CloseCode, string(e.Code), e)
+}
+
+// closeWith queues errFrame (if any) and a close frame, then closes the
+// socket once the peer answers or lingerTimeout passes.
+func (c *conn) closeWith(code int, reason string, errFrame *protocol.Error) {
+	c.mu.Lock()
+	if c.closing || c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closing = true
+	c.mu.Unlock()
+	if errFrame != nil {
+		c.enqueueAlways(textFrame(protocol.AppendError(newFrame(128), errFrame)), nil)
+	}
+	c.enqueueAlways(closeFrame(code, reason), func(err error) {
+		if err != nil {
+			c.teardown(err)
+			return
+		}
+		if tc, ok := c.nc.(*net.TCPConn); ok {
+			tc.CloseWrite()
+		}
+		c.nc.SetReadDeadline(time.Now().Add(lingerTimeout))
+		time.AfterFunc(lingerTimeout, func() { c.teardown(errClientClosed) })
+	})
+}
+
+// send queues one text frame built from payload; it is dropped when the
+// connection is closing.
+func (c *conn) send(payload []byte) { c.enqueue(textFrame(payload), nil) }
+
+// enqueue queues frame unless the connection is closing; done runs when it
+// is written (or, if it is dropped, with the reason).
+func (c *conn) enqueue(frame []byte, done func(error)) {
+	c.mu.Lock()
+	if c.closing || c.closed {
+		c.mu.Unlock()
+		if done != nil {
+			done(net.ErrClosed)
+		}
+		return
+	}
+	c.pushLocked(frame, done)
+}
+
+// enqueueAlways queues frame even while closing (the close sequence itself).
+func (c *conn) enqueueAlways(frame []byte, done func(error)) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		if done != nil {
+			done(net.ErrClosed)
+		}
+		return
+	}
+	c.pushLocked(frame, done)
+}
+
+// pushLocked is called with c.mu held and releases it.
+func (c *conn) pushLocked(frame []byte, done func(error)) {
+	if c.outBytes+len(frame) > c.srv.cfg.MaxOutboundBytes && len(c.out) > 0 {
+		c.mu.Unlock()
+		if done != nil {
+			done(errSlowReader)
+		}
+		c.log.Warn("closing slow reader", "queued_bytes", c.outBytes)
+		c.teardown(errSlowReader)
+		return
+	}
+	c.out = append(c.out, outItem{frame, done})
+	c.outBytes += len(frame)
+	start := !c.writing
+	c.writing = true
+	c.mu.Unlock()
+	if start {
+		c.srv.goFunc(c.flush)
+	}
+}
+
+// flush writes queued frames until the queue is empty, in one writev per
+// batch.
+func (c *conn) flush() {
+	var bufs net.Buffers
+	for {
+		c.mu.Lock()
+		batch := c.out
+		c.out = nil
+		if len(batch) == 0 || c.closed {
+			c.writing = false
+			c.mu.Unlock()
+			for _, it := range batch {
+				if it.done != nil {
+					it.done(net.ErrClosed)
+				}
+			}
+			return
+		}
+		c.mu.Unlock()
+		bufs = bufs[:0]
+		size := 0
+		for _, it := range batch {
+			bufs = append(bufs, it.frame)
+			size += len(it.frame)
+		}
+		c.nc.SetWriteDeadline(time.Now().Add(c.srv.cfg.WriteTimeout))
+		_, err := bufs.WriteTo(c.nc)
+		c.mu.Lock()
+		c.outBytes -= size
+		c.mu.Unlock()
+		for _, it := range batch {
+			if it.done != nil {
+				it.done(err)
+			}
+		}
+		if err != nil {
+			c.teardown(err)
+			return
+		}
+	}
+}
+
+// doTeardown releases everything the connection holds. It runs once.
+func (c *conn) doTeardown(reason error) {
+	c.mu.Lock()
+	c.closed = true
+	c.closing = true
+	pending := c.out
+	c.out = nil
+	held := c.held
+	c.held = nil
+	if c.idle != nil {
+		c.idle.Stop()
+	}
+	helloed := c.helloed
+	c.mu.Unlock()
+	if c.helloTimer != nil {
+		c.helloTimer.Stop()
+	}
+	if c.pe != nil {
+		c.srv.poller.remove(c.pe)
+	}
+	c.nc.Close()
+	for _, it := range pending {
+		if it.done != nil {
+			it.done(net.ErrClosed)
+		}
+	}
+	for _, h := range held {
+		h.done(net.ErrClosed)
+	}
+	c.srv.unregister(c)
+	c.srv.nConns.Add(-1)
+	if helloed {
+		c.log.Debug("connection closed", "reason", reason)
+		c.srv.goFunc(c.releaseState)
+	}
+}
+
+// frame building. A frame buffer starts with room for the largest server
+// header, so the header is written in place in front of the payload.
+const headroom = 10
+
+func newFrame(sizeHint int) []byte { return make([]byte, headroom, headroom+sizeHint) }
+
+// textFrame turns a buffer from newFrame into a text frame.
+func textFrame(b []byte) []byte { return finishFrame(b, ws.OpText) }
+
+func finishFrame(b []byte, op ws.OpCode) []byte {
+	n := len(b) - headroom
+	var start int
+	switch {
+	case n <= 125:
+		start = headroom - 2
+		b[start+1] = byte(n)
+	case n <= 0xffff:
+		start = headroom - 4
+		b[start+1] = 126
+		binary.BigEndian.PutUint16(b[start+2:], uint16(n))
+	default:
+		start = 0
+		b[1] = 127
+		binary.BigEndian.PutUint64(b[2:], uint64(n))
+	}
+	b[start] = 0x80 | byte(op)
+	return b[start:]
+}
+
+func controlFrame(op ws.OpCode, payload []byte) []byte {
+	b := append(newFrame(len(payload)), payload...)
+	return finishFrame(b, op)
+}
+
+func closeFrame(code int, reason string) []byte {
+	if len(reason) > 123 {
+		reason = reason[:123]
+	}
+	b := newFrame(2 + len(reason))
+	b = binary.BigEndian.AppendUint16(b, uint16(code))
+	b = append(b, reason...)
+	return finishFrame(b, ws.OpClose)
+}
+
+func addrOf(a net.Addr) netip.Addr {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		if ip, ok := netip.AddrFromSlice(ta.IP); ok {
+			return ip.Unmap()
+		}
+	}
+	if ap, err := netip.ParseAddrPort(a.String()); err == nil {
+		return ap.Addr().Unmap()
+	}
+	return netip.Addr{}
+}

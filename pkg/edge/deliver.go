@@ -1,0 +1,240 @@
+package edge
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/hermes-mobile/gateway/pkg/bus"
+	"github.com/hermes-mobile/gateway/pkg/protocol"
+	"github.com/hermes-mobile/gateway/pkg/wire"
+)
+
+// heldItem is a delivery that arrived before the outbox was flushed.
+type heldItem struct {
+	out  wire.Output
+	done func(error)
+}
+
+// onDelivery handles a message on a device subject. It answers only when
+// this edge holds the device at the output's epoch, once the frames are
+// written; otherwise it stays silent so the current owner's answer counts.
+func (s *Server) onDelivery(m *bus.Msg) {
+	var out wire.Output
+	if err := json.Unmarshal(m.Data, &out); err != nil {
+		s.log.Warn("unreadable delivery", "subject", m.Subject, "err", err)
+		return
+	}
+	c := s.deviceConn(out.Device)
+	if out.Op == wire.OpTakeover {
+		if c != nil && c.epoch < out.Epoch {
+			c.closeWith(closeNormal, "replaced by a newer connection", nil)
+		}
+		return
+	}
+	if c == nil || out.Epoch != 0 && c.epoch != out.Epoch {
+		return
+	}
+	done := func(err error) {
+		r := wire.Reply{OK: err == nil}
+		if err != nil {
+			r.Error = err.Error()
+		}
+		data, _ := json.Marshal(r)
+		if m.Respond != nil {
+			m.Respond(data)
+		}
+	}
+	c.mu.Lock()
+	if !c.ready {
+		c.held = append(c.held, heldItem{out, done})
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	if out.Op == wire.OpMedia {
+		// Fetching the bytes is I/O: do not hold up other devices' deliveries.
+		s.goFunc(func() {
+			ctx, cancel := context.WithTimeout(s.ctx, s.cfg.OpTimeout)
+			defer cancel()
+			c.render(ctx, out, done)
+		})
+		return
+	}
+	c.render(s.ctx, out, done)
+}
+
+// render writes out as Protocol v1 frames; done runs once they are written.
+func (c *conn) render(ctx context.Context, out wire.Output, done func(error)) {
+	var frames [][]byte
+	avatar := ""
+	switch out.Op {
+	case wire.OpMessage:
+		parts := protocol.SplitText(out.Text, protocol.DefaultChunkLimit)
+		for i, p := range parts {
+			frames = append(frames, textFrame(protocol.AppendMessage(newFrame(len(p)+96+len(out.ID)), protocol.Message{
+				ID: out.ID, Text: p, Index: i, Total: len(parts), Final: out.Final && i == len(parts)-1, Edit: out.Edit,
+			})))
+		}
+		avatar = protocol.AvatarSpeaking
+	case wire.OpMedia:
+		var err error
+		if frames, err = c.mediaFrames(ctx, out); err != nil {
+			c.log.Warn("media delivery failed", "err", err)
+			if done != nil {
+				done(err)
+			}
+			return
+		}
+		avatar = protocol.AvatarSpeaking
+	case wire.OpPrompt:
+		if out.Prompt == nil {
+			break
+		}
+		frames = append(frames, textFrame(protocol.AppendPrompt(newFrame(512), *out.Prompt)))
+		avatar = protocol.AvatarSpeaking // a card is the agent's answer for now
+	case wire.OpPromptDone:
+		if d := out.PromptDone; d != nil {
+			frames = append(frames, textFrame(protocol.AppendPromptDone(newFrame(64), protocol.PromptDone{
+				ID: d.ID, OptionID: d.OptionID, Expired: d.Expired,
+			})))
+		}
+	case wire.OpTyping:
+		if out.Stop {
+			frames = append(frames, textFrame(protocol.AppendTyping(newFrame(32), true)))
+			avatar = protocol.AvatarIdle
+		} else {
+			c.setAvatar(protocol.AvatarThinking, nil)
+			frames = append(frames, textFrame(protocol.AppendTyping(newFrame(32), false)))
+		}
+	case wire.OpAvatar:
+		avatar = protocol.AvatarState(out.State)
+	default:
+		c.log.Debug("ignoring unknown output", "op", out.Op)
+	}
+	c.enqueueBatch(frames, avatar, done)
+}
+
+// mediaFrames fetches the file and cuts it into 3 MiB chunks.
+func (c *conn) mediaFrames(ctx context.Context, out wire.Output) ([][]byte, error) {
+	m := out.Media
+	if m == nil {
+		return nil, nil
+	}
+	var data []byte
+	if m.Blob != "" {
+		var err error
+		if data, err = c.srv.store.GetBlob(ctx, m.Blob); err != nil {
+			return nil, err
+		}
+	}
+	chunk := protocol.MediaChunk{
+		ID: out.ID, Kind: m.Kind, Mime: protocol.MimeOf(m.Mime, m.Filename), Filename: m.Filename,
+		Caption: m.Caption, Size: len(data), URL: m.URL, ReplyTo: m.ReplyTo,
+	}
+	if chunk.Filename == "" {
+		chunk.Filename = out.ID
+	}
+	chunk.Parts = max(1, (len(data)+protocol.MediaChunkBytes-1)/protocol.MediaChunkBytes)
+	frames := make([][]byte, 0, chunk.Parts)
+	for i := range chunk.Parts {
+		chunk.Part = i
+		chunk.Data = data[i*protocol.MediaChunkBytes : min(len(data), (i+1)*protocol.MediaChunkBytes)]
+		chunk.Final = i == chunk.Parts-1
+		frames = append(frames, textFrame(protocol.AppendMedia(newFrame(protocol.MediaFrameSize(chunk)), chunk)))
+	}
+	return frames, nil
+}
+
+// enqueueBatch queues frames, then moves the avatar to state (when not
+// empty); done runs when all of it is written.
+func (c *conn) enqueueBatch(frames [][]byte, state string, done func(error)) {
+	for i, f := range frames {
+		if i == len(frames)-1 && state == "" {
+			c.enqueue(f, done)
+			return
+		}
+		c.enqueue(f, nil)
+	}
+	c.setAvatar(state, done)
+}
+
+// setAvatar moves the avatar state machine: a frame is sent only on a change;
+// speaking returns to idle after TypingIdle without messages, thinking after
+// ThinkingIdle. done runs once the frames before it are written. The state
+// and its frame are queued under one lock, so avatar frames keep their order.
+func (c *conn) setAvatar(state string, done func(error)) {
+	c.mu.Lock()
+	if c.closing || c.closed {
+		c.mu.Unlock()
+		if done != nil {
+			done(errClientClosed)
+		}
+		return
+	}
+	if state == "" {
+		state = c.avatar
+	}
+	changed := state != c.avatar
+	c.avatar = state
+	c.armIdleLocked()
+	switch {
+	case changed:
+		c.pushLocked(textFrame(protocol.AppendAvatar(newFrame(40), state)), done)
+	case done != nil:
+		c.markerLocked(done)
+	default:
+		c.mu.Unlock()
+	}
+}
+
+// armIdleLocked (re)starts the timer that returns the avatar to idle.
+func (c *conn) armIdleLocked() {
+	var d time.Duration
+	switch c.avatar {
+	case protocol.AvatarSpeaking:
+		d = c.srv.cfg.TypingIdle
+	case protocol.AvatarThinking:
+		d = c.srv.cfg.ThinkingIdle
+	default:
+		if c.idle != nil {
+			c.idle.Stop()
+		}
+		return
+	}
+	if c.idle == nil {
+		c.idle = time.AfterFunc(d, c.idleTimeout)
+		return
+	}
+	c.idle.Reset(d)
+}
+
+func (c *conn) idleTimeout() {
+	c.mu.Lock()
+	if c.avatar == protocol.AvatarIdle || c.closing {
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	c.setAvatar(protocol.AvatarIdle, nil)
+}
+
+// onUserTyping: the user is engaged, so a speaking avatar stays awake.
+func (c *conn) onUserTyping() {
+	c.mu.Lock()
+	if c.avatar == protocol.AvatarSpeaking {
+		c.armIdleLocked()
+	}
+	c.mu.Unlock()
+}
+
+// markerLocked runs done after everything queued so far is written. It is
+// called with c.mu held and releases it.
+func (c *conn) markerLocked(done func(error)) {
+	if len(c.out) == 0 && !c.writing {
+		c.mu.Unlock()
+		done(nil)
+		return
+	}
+	c.pushLocked(nil, done)
+}

@@ -1,0 +1,329 @@
+// Package edge is the WebSocket side of the gateway: it upgrades connections
+// with zero-copy gobwas/ws, runs Protocol v1 for each phone, and writes the
+// frames that the agent side sends to the devices it owns.
+//
+// An idle connection costs no goroutine: the socket is registered with epoll
+// (see poller_linux.go) and a goroutine exists only while a frame is being
+// read or written. Read buffers come from a pool and are held only while a
+// frame is in flight.
+package edge
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hermes-mobile/gateway/pkg/bus"
+	"github.com/hermes-mobile/gateway/pkg/dispatch"
+	"github.com/hermes-mobile/gateway/pkg/protocol"
+	"github.com/hermes-mobile/gateway/pkg/store"
+)
+
+// Config of an edge node. Zero durations and sizes take the defaults below.
+type Config struct {
+	// ID names this edge in owner records; random when empty.
+	ID   string
+	Auth AuthConfig
+	// HomeDevice is the target of a deliver without one (MOBILE_HOME_DEVICE).
+	HomeDevice string
+	// AvatarURL is sent in ready (MOBILE_AVATAR_URL).
+	AvatarURL string
+
+	HelloTimeout time.Duration // first frame must be hello within (15 s)
+	TypingIdle   time.Duration // speaking → idle without messages (3 s)
+	ThinkingIdle time.Duration // thinking → idle without any agent frame (30 s)
+	// ReadTimeout bounds the arrival of one whole message once its first
+	// byte came (60 s): a peer cannot hold a read buffer open forever.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds one write to the socket (10 s); a peer that does
+	// not read is disconnected.
+	WriteTimeout time.Duration
+	// MaxOutboundBytes bounds the frames queued for one connection (32 MiB);
+	// past it the connection is closed as a slow reader.
+	MaxOutboundBytes int
+	// OwnerTTL is how long a device's owner record lives without the edge's
+	// heartbeat (30 s); the heartbeat runs every OwnerTTL/3.
+	OwnerTTL time.Duration
+	// BlobTTL is how long uploaded media stays in the store for the agent (15 min).
+	BlobTTL time.Duration
+	// OpTimeout bounds one store or bus call made for a frame (5 s).
+	OpTimeout time.Duration
+}
+
+func (c *Config) setDefaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&c.HelloTimeout, protocol.HelloTimeout)
+	def(&c.TypingIdle, protocol.TypingIdle)
+	def(&c.ThinkingIdle, 30*time.Second)
+	def(&c.ReadTimeout, 60*time.Second)
+	def(&c.WriteTimeout, 10*time.Second)
+	def(&c.OwnerTTL, 30*time.Second)
+	def(&c.BlobTTL, 15*time.Minute)
+	def(&c.OpTimeout, 5*time.Second)
+	if c.MaxOutboundBytes <= 0 {
+		c.MaxOutboundBytes = 32 << 20
+	}
+	if c.ID == "" {
+		c.ID = "edge-" + randomHex(4)
+	}
+}
+
+// Server is one edge node.
+type Server struct {
+	cfg    Config
+	log    *slog.Logger
+	store  store.Store
+	bus    bus.Bus
+	auth   *authenticator
+	poller *poller // nil: every connection gets a reading goroutine
+	sender *dispatch.Dispatcher
+
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // every goroutine the server starts
+
+	mu      sync.Mutex
+	devices map[string]*deviceSlot // device id → the socket that owns it here
+	conns   map[*conn]struct{}
+	lns     []net.Listener
+	closed  bool
+
+	nConns atomic.Int64
+}
+
+// deviceSlot is a device's subscription on this edge and its current socket.
+type deviceSlot struct {
+	conn *conn
+	sub  bus.Subscription
+}
+
+// New returns an edge that keeps state in st and talks over b.
+func New(cfg Config, st store.Store, b bus.Bus, log *slog.Logger) *Server {
+	cfg.setDefaults()
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{
+		cfg:     cfg,
+		log:     log.With("edge", cfg.ID),
+		store:   st,
+		bus:     b,
+		auth:    newAuthenticator(cfg.Auth),
+		sender:  &dispatch.Dispatcher{Owners: st, Bus: b},
+		devices: make(map[string]*deviceSlot),
+		conns:   make(map[*conn]struct{}),
+	}
+	if p, err := sharedPoller(); err == nil {
+		s.poller = p
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.goFunc(s.heartbeat)
+	return s
+}
+
+// ID is the edge's name in owner records.
+func (s *Server) ID() string { return s.cfg.ID }
+
+// Conns is the number of open WebSocket connections.
+func (s *Server) Conns() int { return int(s.nConns.Load()) }
+
+func (s *Server) goFunc(f func()) { s.wg.Go(f) }
+
+// Serve accepts connections on ln until Close. It returns nil after Close.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return net.ErrClosed
+	}
+	s.lns = append(s.lns, ln)
+	s.mu.Unlock()
+	var backoff time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if s.ctx.Err() != nil {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || isTemporary(err) {
+				// Out of file descriptors and the like: wait, do not spin.
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				s.log.Warn("accept failed; retrying", "err", err, "backoff", backoff)
+				time.Sleep(backoff)
+				continue
+			}
+			return err
+		}
+		backoff = 0
+		s.goFunc(func() { s.handshake(nc) })
+	}
+}
+
+func isTemporary(err error) bool {
+	var t interface{ Temporary() bool }
+	return errors.As(err, &t) && t.Temporary()
+}
+
+// Close stops accepting, closes every connection with 1001 (going away) and
+// waits for the server's goroutines.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	lns := s.lns
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, ln := range lns {
+		ln.Close()
+	}
+	for _, c := range conns {
+		c.closeWith(closeGoingAway, "server shutting down", nil)
+	}
+	// Give the close frames a moment, then drop whatever is left.
+	deadline := time.Now().Add(2 * time.Second)
+	for s.Conns() > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, c := range conns {
+		c.teardown(errServerClosed)
+	}
+	s.cancel()
+	s.wg.Wait()
+	return nil
+}
+
+var errServerClosed = errors.New("server closed")
+
+// register makes c the socket of its device on this edge, closing an older
+// one, and subscribes to the device's subject when this edge had no socket
+// for it. It reports false when c lost to a newer socket already here.
+func (s *Server) register(c *conn) (bool, error) {
+	s.mu.Lock()
+	slot := s.devices[c.device]
+	var old *conn
+	if slot != nil && slot.conn != nil {
+		if slot.conn.epoch > c.epoch {
+			s.mu.Unlock()
+			return false, nil
+		}
+		old = slot.conn
+	}
+	if slot == nil {
+		slot = &deviceSlot{}
+		s.devices[c.device] = slot
+	}
+	slot.conn = c
+	needSub := slot.sub == nil
+	s.mu.Unlock()
+	if old != nil {
+		old.closeWith(closeNormal, "replaced by a newer connection", nil)
+	}
+	if needSub {
+		sub, err := s.bus.Subscribe(deviceSubject(c.device), s.onDelivery)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if err != nil {
+			if slot.conn == c {
+				delete(s.devices, c.device)
+			}
+			return false, err
+		}
+		if s.devices[c.device] != slot || slot.sub != nil {
+			sub.Unsubscribe() // the slot went away or another call subscribed
+		} else {
+			slot.sub = sub
+		}
+	}
+	return true, nil
+}
+
+// unregister removes c; the last socket of a device unsubscribes.
+func (s *Server) unregister(c *conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	slot := s.devices[c.device]
+	var sub bus.Subscription
+	if slot != nil && slot.conn == c {
+		delete(s.devices, c.device)
+		sub = slot.sub
+	}
+	s.mu.Unlock()
+	if sub != nil {
+		sub.Unsubscribe()
+	}
+}
+
+// deviceConn returns the socket of device on this edge.
+func (s *Server) deviceConn(device string) *conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if slot := s.devices[device]; slot != nil {
+		return slot.conn
+	}
+	return nil
+}
+
+// heartbeat keeps this edge's owner records alive and closes the sockets of
+// devices whose ownership moved elsewhere without us hearing of it.
+func (s *Server) heartbeat() {
+	t := time.NewTicker(s.cfg.OwnerTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		owned := make(map[string]int64)
+		s.mu.Lock()
+		for dev, slot := range s.devices {
+			if slot.conn != nil {
+				owned[dev] = slot.conn.epoch
+			}
+		}
+		s.mu.Unlock()
+		if len(owned) == 0 {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.OwnerTTL/3)
+		lost, err := s.store.RefreshDevices(ctx, owned, s.cfg.OwnerTTL)
+		cancel()
+		if err != nil {
+			s.log.Warn("owner heartbeat failed", "err", err)
+			continue
+		}
+		for _, dev := range lost {
+			if c := s.deviceConn(dev); c != nil && c.epoch == owned[dev] {
+				c.closeWith(closeNormal, "replaced by a newer connection", nil)
+			}
+		}
+	}
+}
+
+func deviceSubject(device string) string { return bus.DeviceSubject(device) }
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(fmt.Sprintf("crypto/rand: %v", err))
+	}
+	return hex.EncodeToString(b)
+}

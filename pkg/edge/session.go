@@ -1,0 +1,400 @@
+package edge
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strings"
+
+	"github.com/hermes-mobile/gateway/pkg/bus"
+	"github.com/hermes-mobile/gateway/pkg/dispatch"
+	"github.com/hermes-mobile/gateway/pkg/protocol"
+	"github.com/hermes-mobile/gateway/pkg/store"
+	"github.com/hermes-mobile/gateway/pkg/wire"
+)
+
+// handle runs one message from the app. A panic is caught, logged with the
+// device and answered with internal_error: no input may kill the node.
+func (c *conn) handle(msg []byte) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.log.Error("panic while handling a frame", "device", c.device, "panic", r, "stack", string(debug.Stack()))
+			c.sendError(protocol.NewError(protocol.CodeInternalError, "internal error"))
+		}
+	}()
+	f, perr := protocol.Decode(msg)
+	c.mu.Lock()
+	helloed := c.helloed
+	c.mu.Unlock()
+	if !helloed {
+		switch {
+		case perr != nil:
+			c.fatal(perr)
+		case f == nil || f.Type() != protocol.TypeHello:
+			c.fatal(protocol.NewError(protocol.CodeBadFrame, "the first frame must be hello"))
+		default:
+			c.hello(f.(*protocol.Hello))
+		}
+		return
+	}
+	if perr != nil {
+		c.sendError(perr)
+		return
+	}
+	switch f := f.(type) {
+	case nil:
+		c.log.Debug("ignoring a frame of unknown type")
+	case *protocol.Hello:
+		c.sendError(protocol.NewError(protocol.CodeBadFrame, "repeated hello"))
+	case *protocol.Text:
+		c.onText(f)
+	case *protocol.Audio:
+		c.onAudio(f)
+	case *protocol.MediaUp:
+		c.onMedia(f)
+	case *protocol.PromptAnswer:
+		c.onPromptAnswer(f)
+	case *protocol.Typing:
+		c.onUserTyping()
+	case *protocol.Ping:
+		c.send(protocol.AppendPong(newFrame(32+len(f.TS)), f.TS))
+	case *protocol.Ack:
+		// The app displayed a message; nothing to do.
+	case *protocol.Deliver:
+		c.onDeliver(f)
+	}
+}
+
+func (c *conn) sendError(e *protocol.Error) {
+	c.send(protocol.AppendError(newFrame(128), e))
+}
+
+func (c *conn) opContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(c.srv.ctx, c.srv.cfg.OpTimeout)
+}
+
+func (c *conn) helloTimeout() {
+	c.mu.Lock()
+	helloed := c.helloed
+	c.mu.Unlock()
+	if !helloed {
+		c.fatal(protocol.NewError(protocol.CodeBadFrame, "no hello within 15 seconds"))
+	}
+}
+
+func (c *conn) hello(h *protocol.Hello) {
+	s := c.srv
+	g := s.auth.check(h.Token)
+	if !g.valid {
+		c.fatal(protocol.NewError(protocol.CodeAuthFailed, "invalid token"))
+		return
+	}
+	dev := h.Device
+	if dev.ID == "" {
+		dev.ID = "dev-" + randomHex(6)
+	}
+	if !s.auth.allowedDevice(dev.ID) {
+		c.fatal(protocol.NewError(protocol.CodeAuthFailed, "device is not allowed"))
+		return
+	}
+	if !s.auth.bindingOK(g, dev.ID) {
+		c.fatal(protocol.NewError(protocol.CodeForbidden, "this token and this device id are bound to others"))
+		return
+	}
+	c.helloTimer.Stop()
+	ctx, cancel := c.opContext()
+	defer cancel()
+	epoch, err := s.store.ClaimDevice(ctx, dev.ID, s.cfg.ID, s.cfg.OwnerTTL)
+	if err != nil {
+		c.log.Warn("claiming device failed", "device", dev.ID, "err", err)
+		c.fatal(protocol.NewError(protocol.CodeInternalError, "gateway storage unavailable; reconnect later"))
+		return
+	}
+	c.id = s.cfg.ID + "/" + fmt.Sprint(epoch)
+	c.device, c.session, c.epoch = dev.ID, protocol.Session(dev.ID), epoch
+	c.devName = dev.Name
+	c.user.id, c.user.name = h.User.ID, h.User.Name
+	c.deliverOK = g.deliver || c.client.IsLoopback()
+	c.log = c.log.With("device", dev.ID)
+	c.mu.Lock()
+	c.helloed = true
+	closing := c.closing
+	c.mu.Unlock()
+	if closing {
+		return
+	}
+	ok, err := s.register(c)
+	if err != nil {
+		c.log.Warn("subscribing device failed", "err", err)
+		c.fatal(protocol.NewError(protocol.CodeInternalError, "gateway bus unavailable; reconnect later"))
+		return
+	}
+	if !ok {
+		c.closeWith(closeNormal, "replaced by a newer connection", nil)
+		return
+	}
+	// Tell other edges: an older socket of this device closes.
+	takeover, _ := json.Marshal(wire.Output{Op: wire.OpTakeover, Device: dev.ID, Epoch: epoch})
+	if err := s.bus.Publish(ctx, deviceSubject(dev.ID), takeover, nil); err != nil {
+		c.log.Warn("announcing takeover failed", "err", err)
+	}
+	c.send(protocol.AppendReady(newFrame(512), protocol.Ready{
+		Session: c.session, DeviceID: dev.ID, DeviceName: dev.Name, AvatarURL: s.cfg.AvatarURL,
+	}))
+	c.log.Debug("session ready", "epoch", epoch)
+	c.flushOutbox(ctx)
+}
+
+// flushOutbox writes what the agent sent while the device was away, then
+// lets live deliveries through in order behind it.
+func (c *conn) flushOutbox(ctx context.Context) {
+	items, err := c.srv.store.TakeOutbox(ctx, c.device)
+	if err != nil {
+		c.log.Warn("reading outbox failed", "err", err)
+	}
+	for _, it := range items {
+		var out wire.Output
+		if err := json.Unmarshal(it, &out); err != nil {
+			c.log.Warn("dropping unreadable outbox item", "err", err)
+			continue
+		}
+		c.render(ctx, out, nil)
+	}
+	for {
+		c.mu.Lock()
+		held := c.held
+		c.held = nil
+		if len(held) == 0 {
+			c.ready = true
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+		for _, h := range held {
+			c.render(ctx, h.out, h.done)
+		}
+	}
+}
+
+// submit hands an event to the agent side once per <chat_id>:<id>.
+func (c *conn) submit(ev wire.Event, blob []byte) {
+	ctx, cancel := c.opContext()
+	defer cancel()
+	st := c.srv.store
+	key := c.device + ":" + ev.ID
+	attempt := randomHex(8)
+	first, err := st.Claim(ctx, key, attempt, protocol.DedupWindow)
+	if err != nil {
+		c.log.Warn("dedup failed", "err", err)
+		c.sendError(protocol.NewError(protocol.CodeInternalError, "gateway storage unavailable; send again"))
+		return
+	}
+	if !first {
+		c.log.Debug("dropping duplicate", "id", ev.ID)
+		return
+	}
+	if blob != nil {
+		blobKey, err := st.PutBlob(ctx, blob, c.srv.cfg.BlobTTL)
+		if err != nil {
+			st.Release(ctx, key, attempt)
+			c.log.Warn("storing media failed", "err", err)
+			c.sendError(protocol.NewError(protocol.CodeInternalError, "gateway storage unavailable; send again"))
+			return
+		}
+		ev.Media.Blob = blobKey
+	}
+	// Thinking goes out before the agent can answer.
+	c.setAvatar(protocol.AvatarThinking, nil)
+	if err := c.srv.publishEvent(ctx, c, ev); err != nil {
+		st.Release(ctx, key, attempt)
+		c.log.Warn("handing event to the agent failed", "err", err)
+		c.sendError(protocol.NewError(protocol.CodeInternalError, "the agent is not reachable; send again"))
+		c.setAvatar(protocol.AvatarIdle, nil)
+	}
+}
+
+// publishEvent sends ev to a router and waits for it to take it.
+func (s *Server) publishEvent(ctx context.Context, c *conn, ev wire.Event) error {
+	ev.Session, ev.Device, ev.UserID, ev.User = c.session, c.device, c.user.id, c.user.name
+	data, err := json.Marshal(ev)
+	if err != nil {
+		return err
+	}
+	reply, err := s.bus.Request(ctx, bus.InboundSubject, data, nil)
+	if err != nil {
+		return err
+	}
+	var r wire.Reply
+	if err := json.Unmarshal(reply, &r); err != nil {
+		return err
+	}
+	if !r.OK {
+		return errors.New(r.Error)
+	}
+	return nil
+}
+
+func (c *conn) newEvent(kind, id string) wire.Event { return wire.Event{Kind: kind, ID: id} }
+
+func (c *conn) onText(f *protocol.Text) {
+	ev := c.newEvent(wire.EventText, f.ID)
+	ev.Text = f.Text
+	c.submit(ev, nil)
+}
+
+func (c *conn) onAudio(f *protocol.Audio) {
+	ev := c.newEvent(wire.EventAudio, f.ID)
+	ev.Text, ev.Format = f.Text, f.Format
+	ev.Media = &wire.MediaRef{Kind: "audio", Mime: "audio/" + f.Format, Filename: f.ID + "." + f.Format, Size: len(f.Data)}
+	c.submit(ev, f.Data)
+}
+
+// uploadMeta is what the store keeps of a multi-part upload besides bytes.
+type uploadMeta struct {
+	Kind     string `json:"kind"`
+	Mime     string `json:"mime"`
+	Filename string `json:"filename"`
+	Caption  string `json:"caption"`
+}
+
+func (c *conn) onMedia(f *protocol.MediaUp) {
+	meta := uploadMeta{f.Kind, f.Mime, f.Filename, f.Caption}
+	data := f.Data
+	if f.Parts > 1 {
+		ctx, cancel := c.opContext()
+		key := c.device + ":" + f.ID
+		seen, err := c.srv.store.Seen(ctx, key)
+		if err == nil && seen {
+			cancel()
+			return // a file already delivered: judged by the whole file
+		}
+		mb, _ := json.Marshal(meta)
+		up, err := c.srv.store.PutPart(ctx, store.Part{
+			Device: c.device, Conn: c.id, ID: f.ID, Index: f.Part, Count: f.Parts, Meta: mb, Data: f.Data,
+		}, store.UploadLimits{
+			MaxOpen: protocol.MaxOpenUploads, MaxFileBytes: protocol.MaxMediaBytes, MaxBytes: protocol.MaxUploadBufferBytes,
+		})
+		cancel()
+		switch {
+		case errors.Is(err, store.ErrTooManyUploads):
+			c.sendError(protocol.NewError(protocol.CodeTooBig, "too many unfinished uploads (at most 8 per device)"))
+			return
+		case errors.Is(err, store.ErrUploadTooBig):
+			c.sendError(protocol.NewError(protocol.CodeTooBig, "upload buffers would exceed 8 MiB for this device"))
+			return
+		case errors.Is(err, store.ErrUploadMismatch):
+			c.sendError(protocol.NewError(protocol.CodeBadFrame, "parts differs from the earlier chunks of this file"))
+			return
+		case err != nil:
+			c.log.Warn("buffering upload failed", "err", err)
+			c.sendError(protocol.NewError(protocol.CodeInternalError, "gateway storage unavailable; send the file again"))
+			return
+		case up == nil:
+			return // more parts to come
+		}
+		data = up.Data
+		json.Unmarshal(up.Meta, &meta)
+	}
+	ev := c.newEvent(wire.EventMedia, f.ID)
+	ev.Text = meta.Caption
+	ev.Media = &wire.MediaRef{Kind: meta.Kind, Mime: meta.Mime, Filename: meta.Filename, Caption: meta.Caption, Size: len(data)}
+	c.submit(ev, data)
+}
+
+func (c *conn) onPromptAnswer(f *protocol.PromptAnswer) {
+	st := c.srv.store
+	ctx, cancel := c.opContext()
+	defer cancel()
+	rec, err := st.TakePrompt(ctx, f.PromptID, c.device)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		c.send(protocol.AppendPromptDone(newFrame(64), protocol.PromptDone{ID: f.PromptID, Expired: true}))
+		return
+	case errors.Is(err, store.ErrForbidden):
+		c.sendError(protocol.NewError(protocol.CodeForbidden, "this card belongs to another device"))
+		return
+	case err != nil:
+		c.log.Warn("reading prompt failed", "err", err)
+		c.sendError(protocol.NewError(protocol.CodeInternalError, "gateway storage unavailable; answer again"))
+		return
+	}
+	applied := protocol.ResolveOption(rec.Kind, f.OptionID, f.Text, rec.Choices)
+	ev := c.newEvent(wire.EventPrompt, "")
+	ev.Prompt = &wire.PromptRef{ID: rec.ID, Kind: rec.Kind, Option: applied}
+	if rec.Kind == protocol.PromptClarify && applied == protocol.OptionOther {
+		ev.Prompt.Text = f.Text
+	}
+	if err := c.srv.publishEvent(ctx, c, ev); err != nil {
+		if perr := st.PutPrompt(ctx, rec); perr != nil {
+			c.log.Warn("restoring prompt failed", "err", perr)
+		}
+		c.log.Warn("handing answer to the agent failed", "err", err)
+		c.sendError(protocol.NewError(protocol.CodeInternalError, "the agent is not reachable; answer again"))
+		return
+	}
+	c.send(protocol.AppendPromptDone(newFrame(64), protocol.PromptDone{ID: rec.ID, OptionID: applied}))
+}
+
+func (c *conn) onDeliver(f *protocol.Deliver) {
+	if !c.deliverOK {
+		c.sendError(protocol.NewError(protocol.CodeForbidden, "deliver is accepted only from cron: a loopback peer or a deliver token"))
+		return
+	}
+	target := strings.TrimPrefix(f.Target, protocol.SessionPrefix)
+	if target == "" {
+		target = c.srv.cfg.HomeDevice
+	}
+	if target == "" {
+		c.sendError(protocol.NewError(protocol.CodeBadFrame, "deliver needs a target: none given and no MOBILE_HOME_DEVICE"))
+		return
+	}
+	ctx, cancel := context.WithTimeout(c.srv.ctx, dispatch.DefaultTimeout)
+	defer cancel()
+	id := f.ID
+	if id == "" {
+		id = "d-" + randomHex(8)
+	}
+	var outs []wire.Output
+	if f.Text != "" {
+		outs = append(outs, wire.Output{Op: wire.OpMessage, Device: target, ID: id, Text: f.Text, Final: true})
+	}
+	if m := f.Media; m != nil {
+		key, err := c.srv.store.PutBlob(ctx, m.Data, c.srv.cfg.BlobTTL)
+		if err != nil {
+			c.log.Warn("storing deliver media failed", "err", err)
+			c.sendError(protocol.NewError(protocol.CodeInternalError, "gateway storage unavailable; deliver again"))
+			return
+		}
+		outs = append(outs, wire.Output{Op: wire.OpMedia, Device: target, ID: id + "-media", Media: &wire.MediaRef{
+			Kind: m.Kind, Mime: m.Mime, Filename: m.Filename, Size: len(m.Data), Blob: key,
+		}})
+	}
+	for _, out := range outs {
+		err := c.srv.sender.Send(ctx, out)
+		if errors.Is(err, dispatch.ErrOffline) {
+			c.sendError(protocol.NewError(protocol.CodeDeviceOffline, "device "+target+" is not online"))
+			return
+		}
+		if err != nil {
+			c.log.Warn("deliver failed", "target", target, "err", err)
+			c.sendError(protocol.NewError(protocol.CodeInternalError, "delivery failed; deliver again"))
+			return
+		}
+	}
+}
+
+// releaseState frees what a closed connection held in the store.
+func (c *conn) releaseState() {
+	ctx, cancel := c.opContext()
+	defer cancel()
+	if err := c.srv.store.DropUploads(ctx, c.device, c.id); err != nil {
+		c.log.Warn("freeing uploads failed", "err", err)
+	}
+	if c.srv.deviceConn(c.device) == nil {
+		if err := c.srv.store.ReleaseDevice(ctx, c.device, c.epoch); err != nil {
+			c.log.Warn("releasing device failed", "err", err)
+		}
+	}
+}

@@ -1,0 +1,124 @@
+// Package gateway assembles a node from its parts: the store (memory or
+// Redis), the bus (embedded or external NATS), the edge and, when asked, a
+// router with an agent. With no URLs it is a complete single-node gateway.
+// services/edge and the black-box tests both start nodes through it.
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+
+	"github.com/hermes-mobile/gateway/pkg/agent"
+	"github.com/hermes-mobile/gateway/pkg/bus"
+	"github.com/hermes-mobile/gateway/pkg/bus/natsbus"
+	"github.com/hermes-mobile/gateway/pkg/edge"
+	"github.com/hermes-mobile/gateway/pkg/router"
+	"github.com/hermes-mobile/gateway/pkg/store"
+	"github.com/hermes-mobile/gateway/pkg/store/memstore"
+)
+
+// Config of a node.
+type Config struct {
+	// Listen is the WebSocket address (MOBILE_LISTEN, 127.0.0.1:8787).
+	Listen string
+	// NATSURL is an external NATS (NATS_URL); empty embeds a server.
+	NATSURL string
+	// RedisURL is an external Redis (REDIS_URL); empty keeps state in memory.
+	RedisURL string
+	// Router runs a router with Agent in this process.
+	Router bool
+	Agent  agent.Agent // Demo when nil
+
+	Edge      edge.Config
+	RouterCfg router.Config
+}
+
+// Gateway is a running node.
+type Gateway struct {
+	Store  store.Store
+	Bus    bus.Bus
+	Edge   *edge.Server
+	Router *router.Router // nil unless Config.Router
+	ln     net.Listener
+	served chan error
+}
+
+// Start builds and starts a node. The caller must Close it.
+func Start(ctx context.Context, cfg Config, log *slog.Logger) (g *Gateway, err error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	g = &Gateway{served: make(chan error, 1)}
+	defer func() {
+		if err != nil {
+			g.Close()
+		}
+	}()
+	if cfg.RedisURL != "" {
+		return nil, errors.New("REDIS_URL: the Redis store is not available in this build")
+	}
+	g.Store = memstore.New(memstore.Options{})
+	if cfg.NATSURL != "" {
+		g.Bus, err = natsbus.Connect(cfg.NATSURL, natsbus.Options{Logger: log})
+	} else {
+		g.Bus, err = natsbus.Embedded(natsbus.Options{Logger: log})
+	}
+	if err != nil {
+		return g, fmt.Errorf("bus: %w", err)
+	}
+	if cfg.Router {
+		a := cfg.Agent
+		if a == nil {
+			a = agent.Demo{}
+		}
+		g.Router = router.New(cfg.RouterCfg, g.Store, g.Bus, a, log.With("component", "router"))
+		if err := g.Router.Start(); err != nil {
+			return g, fmt.Errorf("router: %w", err)
+		}
+	}
+	listen := cfg.Listen
+	if listen == "" {
+		listen = "127.0.0.1:8787"
+	}
+	var lc net.ListenConfig
+	g.ln, err = lc.Listen(ctx, "tcp", listen)
+	if err != nil {
+		return g, err
+	}
+	g.Edge = edge.New(cfg.Edge, g.Store, g.Bus, log.With("component", "edge"))
+	go func() { g.served <- g.Edge.Serve(g.ln) }()
+	return g, nil
+}
+
+// Addr is the address the edge listens on.
+func (g *Gateway) Addr() net.Addr { return g.ln.Addr() }
+
+// URL is the WebSocket URL of the edge.
+func (g *Gateway) URL() string { return "ws://" + g.ln.Addr().String() + "/ws" }
+
+// Close stops the node: the edge first (sockets get 1001), then the router,
+// the bus and the store.
+func (g *Gateway) Close() error {
+	var errs []error
+	if g.Edge != nil {
+		errs = append(errs, g.Edge.Close())
+		if err := <-g.served; err != nil && !errors.Is(err, net.ErrClosed) {
+			errs = append(errs, err)
+		}
+	} else if g.ln != nil {
+		g.ln.Close()
+	}
+	if g.Router != nil {
+		errs = append(errs, g.Router.Close())
+	}
+	if g.Bus != nil {
+		errs = append(errs, g.Bus.Close())
+	}
+	if g.Store != nil {
+		errs = append(errs, g.Store.Close())
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,104 @@
+package router
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/hermes-mobile/gateway/pkg/agent"
+	"github.com/hermes-mobile/gateway/pkg/dispatch"
+	"github.com/hermes-mobile/gateway/pkg/protocol"
+	"github.com/hermes-mobile/gateway/pkg/store"
+	"github.com/hermes-mobile/gateway/pkg/wire"
+)
+
+// output is agent.Output for one device.
+type output struct {
+	r      *Router
+	device string
+}
+
+var _ agent.Output = (*output)(nil)
+
+// send delivers o to the device, or keeps it in the outbox while the device
+// is offline. Typing and avatar states are moments, not messages: they are
+// not kept.
+func (o *output) send(ctx context.Context, out wire.Output) error {
+	out.Device = o.device
+	err := o.r.sender.Send(ctx, out)
+	if !errors.Is(err, dispatch.ErrOffline) {
+		return err
+	}
+	if out.Op == wire.OpTyping || out.Op == wire.OpAvatar {
+		return nil
+	}
+	out.Offline = true
+	data, err := json.Marshal(out)
+	if err != nil {
+		return err
+	}
+	return o.r.store.PushOutbox(ctx, o.device, data, o.r.cfg.OutboxMax, o.r.cfg.OutboxTTL)
+}
+
+func (o *output) Message(ctx context.Context, id, text string, edit, final bool) error {
+	return o.send(ctx, wire.Output{Op: wire.OpMessage, ID: id, Text: text, Edit: edit, Final: final})
+}
+
+func (o *output) Media(ctx context.Context, m agent.Media) error {
+	blob := m.Blob
+	if blob == "" && len(m.Data) > 0 {
+		if len(m.Data) > protocol.MaxMediaBytes {
+			return errors.New("media is larger than 8 MiB")
+		}
+		var err error
+		if blob, err = o.r.store.PutBlob(ctx, m.Data, o.r.cfg.BlobTTL); err != nil {
+			return err
+		}
+	}
+	id := m.ID
+	if id == "" {
+		id = newID("m")
+	}
+	return o.send(ctx, wire.Output{Op: wire.OpMedia, ID: id, Media: &wire.MediaRef{
+		Kind: m.Kind, Mime: protocol.MimeOf(m.Mime, m.Filename), Filename: m.Filename, Caption: m.Caption,
+		Size: len(m.Data), Blob: blob, URL: m.URL, ReplyTo: m.ReplyTo,
+	}})
+}
+
+func (o *output) Prompt(ctx context.Context, p agent.Prompt) (string, error) {
+	if !protocol.IsPromptKind(p.Kind) {
+		return "", errors.New("unknown prompt kind " + p.Kind)
+	}
+	ttl := o.r.cfg.PromptTTL
+	card := protocol.Prompt{
+		ID: newID("p"), Kind: p.Kind, Text: p.Text, Options: protocol.PromptOptions(p.Kind, p.Choices),
+		Command: p.Command, Description: p.Description, Session: protocol.Session(o.device),
+		TimeoutSeconds: int(ttl / time.Second),
+	}
+	rec := store.PromptRecord{ID: card.ID, Device: o.device, Kind: p.Kind, Choices: len(p.Choices), Expires: time.Now().Add(ttl)}
+	if err := o.r.store.PutPrompt(ctx, rec); err != nil {
+		return "", err
+	}
+	return card.ID, o.send(ctx, wire.Output{Op: wire.OpPrompt, Prompt: &card})
+}
+
+func (o *output) Typing(ctx context.Context, stop bool) error {
+	return o.send(ctx, wire.Output{Op: wire.OpTyping, Stop: stop})
+}
+
+func (o *output) Avatar(ctx context.Context, state string) error {
+	return o.send(ctx, wire.Output{Op: wire.OpAvatar, State: state})
+}
+
+func (o *output) Blob(ctx context.Context, key string) ([]byte, error) {
+	return o.r.store.GetBlob(ctx, key)
+}
+
+func newID(prefix string) string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return prefix + "-" + hex.EncodeToString(b)
+}

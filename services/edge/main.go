@@ -1,0 +1,148 @@
+// Command edge runs a gateway node. With no configuration it is a complete
+// single-node gateway on ws://127.0.0.1:8787/ws: embedded NATS, in-memory
+// store, a router and the demo agent.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hermes-mobile/gateway/pkg/config"
+	"github.com/hermes-mobile/gateway/pkg/edge"
+	"github.com/hermes-mobile/gateway/pkg/gateway"
+	"github.com/hermes-mobile/gateway/pkg/protocol"
+)
+
+// flags is the command line; every flag falls back to its env var.
+type flags struct {
+	listen, token, extraTokens, allowedDevices, deliverTokens string
+	homeDevice, avatarURL, trustedProxies, natsURL, redisURL  string
+	router, logLevel                                          string
+	promptTTL                                                 time.Duration
+}
+
+func (f *flags) register(fs *flag.FlagSet) {
+	config.String(fs, &f.listen, "listen", "MOBILE_LISTEN", "127.0.0.1:8787", "WebSocket listen address")
+	config.String(fs, &f.token, "token", "MOBILE_TOKEN", "", "app token; a random one is generated and printed when empty")
+	config.String(fs, &f.extraTokens, "extra-tokens", "MOBILE_EXTRA_TOKENS", "", "device-bound tokens, device_id=token,…")
+	config.String(fs, &f.allowedDevices, "allowed-devices", "MOBILE_ALLOWED_DEVICES", "", "only these device ids may connect, comma-separated")
+	config.String(fs, &f.deliverTokens, "deliver-tokens", "MOBILE_DELIVER_TOKENS", "", "tokens allowed to send deliver frames from anywhere, comma-separated")
+	config.String(fs, &f.homeDevice, "home-device", "MOBILE_HOME_DEVICE", "", "target of a deliver without one")
+	config.Seconds(fs, &f.promptTTL, "prompt-ttl", "MOBILE_PROMPT_TTL", protocol.DefaultPromptTTL, "prompt card lifetime")
+	config.String(fs, &f.avatarURL, "avatar-url", "MOBILE_AVATAR_URL", "", "avatar page URL sent in ready")
+	config.String(fs, &f.trustedProxies, "trusted-proxies", "MOBILE_TRUSTED_PROXIES", "", "reverse proxies (CIDRs) whose X-Forwarded-For/Forwarded name the client")
+	config.String(fs, &f.natsURL, "nats-url", "NATS_URL", "", "external NATS; empty embeds one in the process")
+	config.String(fs, &f.redisURL, "redis-url", "REDIS_URL", "", "external Redis; empty keeps state in memory")
+	config.String(fs, &f.router, "router", "MOBILE_ROUTER", "auto", "run a router with the demo agent here: on, off, or auto (on without NATS_URL)")
+	config.String(fs, &f.logLevel, "log-level", "MOBILE_LOG_LEVEL", "info", "debug, info, warn or error")
+}
+
+func main() {
+	var f flags
+	fs := flag.NewFlagSet("edge", flag.ExitOnError)
+	f.register(fs)
+	fs.Parse(os.Args[1:])
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, f, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "edge:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, f flags, stdout, stderr io.Writer) (err error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return fmt.Errorf("MOBILE_LOG_LEVEL: %w", err)
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+
+	cfg, err := f.gatewayConfig()
+	if err != nil {
+		return err
+	}
+	if cfg.Edge.Auth.Token == "" {
+		cfg.Edge.Auth.Token = edge.Secret(randomToken())
+		printToken(stdout, string(cfg.Edge.Auth.Token), cfg.Listen)
+	}
+	g, err := gateway.Start(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, g.Close()) }()
+	log.Info("gateway listening", "url", g.URL(), "router", cfg.Router, "nats", cfg.NATSURL != "", "redis", cfg.RedisURL != "")
+	<-ctx.Done()
+	log.Info("shutting down")
+	return nil
+}
+
+func (f flags) gatewayConfig() (gateway.Config, error) {
+	cfg := gateway.Config{Listen: f.listen, NATSURL: f.natsURL, RedisURL: f.redisURL}
+	switch strings.ToLower(f.router) {
+	case "on", "true", "1":
+		cfg.Router = true
+	case "off", "false", "0":
+	case "auto", "":
+		cfg.Router = f.natsURL == ""
+	default:
+		return cfg, fmt.Errorf("MOBILE_ROUTER: %q is not on, off or auto", f.router)
+	}
+	extra, err := edge.ParseExtraTokens(f.extraTokens)
+	if err != nil {
+		return cfg, err
+	}
+	proxies, err := edge.ParsePrefixes(f.trustedProxies)
+	if err != nil {
+		return cfg, err
+	}
+	auth := edge.AuthConfig{Token: edge.Secret(f.token), ExtraTokens: extra, TrustedProxies: proxies}
+	for _, d := range split(f.allowedDevices) {
+		auth.AllowedDevices = append(auth.AllowedDevices, d)
+	}
+	for _, t := range split(f.deliverTokens) {
+		auth.DeliverTokens = append(auth.DeliverTokens, edge.Secret(t))
+	}
+	cfg.Edge = edge.Config{Auth: auth, HomeDevice: f.homeDevice, AvatarURL: f.avatarURL}
+	cfg.RouterCfg.PromptTTL = f.promptTTL
+	return cfg, nil
+}
+
+func split(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func randomToken() string {
+	b := make([]byte, 24)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// printToken shows a generated token once, with a hello frame to paste.
+func printToken(w io.Writer, token, listen string) {
+	fmt.Fprintf(w, `MOBILE_TOKEN was not set; this run's token is:
+
+    %s
+
+Connect to ws://%s/ws and send first:
+
+    {"t":"hello","token":"%s","device":{"id":"tel-1","name":"Phone","platform":"android","app_version":"1.0.0"},"user":{"id":"u-1","name":"You"}}
+
+`, token, listen, token)
+}
