@@ -1,0 +1,127 @@
+// Package memstore is the in-process store.Store: the state of a gateway that
+// runs as one process, without Redis.
+//
+// Each concern (dedup keys, uploads, prompts, owners, outboxes, blobs) keeps
+// its own maps under its own mutex; no method holds two of these mutexes, so
+// there is no lock order to keep.
+//
+// Expired items are removed lazily by the next call that touches their concern
+// and by a background sweeper (stopped by Close), so items nobody asks for
+// again do not accumulate. Items that expire are kept in min-heaps ordered by
+// deadline, so removing them costs O(log n) each. Expired prompt cards are the
+// one exception: they stay until TakeExpired hands them out, because that is
+// how the router learns that a card timed out.
+//
+// Memory is bounded by Options.MaxBlobBytes (blobs) and Options.MaxDedupKeys
+// (dedup keys); upload buffers are bounded per device by the caller's
+// store.UploadLimits and outboxes per device by PushOutbox's max.
+package memstore
+
+import (
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/hermes-mobile/gateway/pkg/store"
+)
+
+// Defaults for the zero Options.
+const (
+	DefaultMaxBlobBytes  = 1 << 30 // 1 GiB
+	DefaultMaxDedupKeys  = 1_000_000
+	DefaultSweepInterval = time.Second
+)
+
+// errBadTTL rejects a ttl that is zero or negative: nothing would be kept.
+var errBadTTL = errors.New("memstore: ttl must be positive")
+
+// Options bound the memory a Store may hold. The zero value is usable.
+type Options struct {
+	// MaxBlobBytes bounds the total size of the live (unexpired) blobs. A
+	// PutBlob that would take the total above it fails with store.ErrFull;
+	// exactly MaxBlobBytes is allowed. Zero or negative means
+	// DefaultMaxBlobBytes (1 GiB).
+	MaxBlobBytes int64
+	// MaxDedupKeys bounds the number of recorded dedup keys. A Claim that
+	// records one key more evicts the oldest keys first (oldest by their first
+	// Claim), so a message repeated after MaxDedupKeys newer ones may be
+	// delivered twice. Zero or negative means DefaultMaxDedupKeys (1,000,000).
+	MaxDedupKeys int
+	// SweepInterval is how often the background sweeper removes expired
+	// items. Zero or negative means DefaultSweepInterval (1 s).
+	SweepInterval time.Duration
+}
+
+// Store keeps everything in memory. Create it with New and stop its sweeper
+// with Close. All methods are safe for concurrent use.
+type Store struct {
+	dedup   dedup
+	uploads uploads
+	prompts prompts
+	owners  owners
+	outbox  outboxes
+	blobs   blobs
+
+	done      chan struct{} // closed by Close to stop the sweeper
+	swept     chan struct{} // closed when the sweeper has returned
+	closeOnce sync.Once
+}
+
+var _ store.Store = (*Store)(nil)
+
+// New returns an empty Store and starts its sweeper.
+func New(opts Options) *Store {
+	if opts.MaxBlobBytes <= 0 {
+		opts.MaxBlobBytes = DefaultMaxBlobBytes
+	}
+	if opts.MaxDedupKeys <= 0 {
+		opts.MaxDedupKeys = DefaultMaxDedupKeys
+	}
+	if opts.SweepInterval <= 0 {
+		opts.SweepInterval = DefaultSweepInterval
+	}
+	s := &Store{
+		dedup:   newDedup(opts.MaxDedupKeys),
+		uploads: newUploads(),
+		prompts: newPrompts(),
+		owners:  newOwners(),
+		outbox:  newOutboxes(),
+		blobs:   newBlobs(opts.MaxBlobBytes),
+		done:    make(chan struct{}),
+		swept:   make(chan struct{}),
+	}
+	go s.sweep(opts.SweepInterval)
+	return s
+}
+
+// Close stops the sweeper and waits for it. The Store keeps working after
+// Close, expiring items only lazily. Close is idempotent and returns nil.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() { close(s.done) })
+	<-s.swept
+	return nil
+}
+
+// sweep removes expired items every interval until Close.
+func (s *Store) sweep(interval time.Duration) {
+	defer close(s.swept)
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-tick.C:
+			s.expire(time.Now())
+		}
+	}
+}
+
+// expire removes every item whose deadline is not after now, prompt cards
+// excepted (see the package comment).
+func (s *Store) expire(now time.Time) {
+	s.dedup.expire(now)
+	s.owners.expire(now)
+	s.outbox.expire(now)
+	s.blobs.expire(now)
+}

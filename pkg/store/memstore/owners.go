@@ -1,0 +1,139 @@
+package memstore
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/hermes-mobile/gateway/pkg/store"
+)
+
+// ownerEntry is the owner record of one device.
+type ownerEntry struct {
+	expiry
+	device string
+	owner  store.Owner
+}
+
+// owners records device owners. Epochs come from one counter for all
+// devices, so an epoch is greater than every epoch handed out before for any
+// device, and nothing needs to be kept for a device once its record expires.
+type owners struct {
+	mu       sync.Mutex
+	epoch    int64 // the last epoch handed out
+	byDevice map[string]*ownerEntry
+	byExpiry expiryQueue[*ownerEntry]
+}
+
+func newOwners() owners {
+	return owners{byDevice: make(map[string]*ownerEntry)}
+}
+
+// ClaimDevice makes edge the owner of device for ttl and returns a new epoch.
+func (s *Store) ClaimDevice(ctx context.Context, device, edge string, ttl time.Duration) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if ttl <= 0 {
+		return 0, errBadTTL
+	}
+	o := &s.owners
+	now := time.Now()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.epoch++
+	owner := store.Owner{Edge: edge, Epoch: o.epoch}
+	if e, ok := o.byDevice[device]; ok {
+		e.owner, e.at = owner, now.Add(ttl)
+		o.byExpiry.fix(e)
+	} else {
+		e := &ownerEntry{expiry: expiry{at: now.Add(ttl)}, device: device, owner: owner}
+		o.byDevice[device] = e
+		o.byExpiry.add(e)
+	}
+	return o.epoch, nil
+}
+
+// DeviceOwner returns the owner of device; store.ErrNotFound when none.
+func (s *Store) DeviceOwner(ctx context.Context, device string) (store.Owner, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Owner{}, err
+	}
+	o := &s.owners
+	now := time.Now()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.expireLocked(now)
+	e, ok := o.byDevice[device]
+	if !ok {
+		return store.Owner{}, store.ErrNotFound
+	}
+	return e.owner, nil
+}
+
+// RefreshDevices extends the ownership of each device still held at the
+// given epoch for ttl and returns the others, sorted.
+func (s *Store) RefreshDevices(ctx context.Context, owned map[string]int64, ttl time.Duration) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if ttl <= 0 {
+		return nil, errBadTTL
+	}
+	o := &s.owners
+	now := time.Now()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.expireLocked(now)
+	var lost []string
+	for device, epoch := range owned {
+		e, ok := o.byDevice[device]
+		if !ok || e.owner.Epoch != epoch {
+			lost = append(lost, device)
+			continue
+		}
+		e.at = now.Add(ttl)
+		o.byExpiry.fix(e)
+	}
+	slices.Sort(lost)
+	return lost, nil
+}
+
+// ReleaseDevice removes the owner record of device if it holds epoch.
+func (s *Store) ReleaseDevice(ctx context.Context, device string, epoch int64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	o := &s.owners
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if e, ok := o.byDevice[device]; ok && e.owner.Epoch == epoch {
+		delete(o.byDevice, device)
+		o.byExpiry.remove(e)
+	}
+	return nil
+}
+
+func (o *owners) expire(now time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.expireLocked(now)
+}
+
+func (o *owners) expireLocked(now time.Time) {
+	for {
+		e, ok := o.byExpiry.popExpired(now)
+		if !ok {
+			return
+		}
+		delete(o.byDevice, e.device)
+	}
+}
+
+// len reports the owner records, expired ones included until they are swept.
+func (o *owners) len() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.byDevice)
+}

@@ -1,0 +1,205 @@
+package storetest
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hermes-mobile/gateway/pkg/store"
+)
+
+var ownerTests = []test{
+	{"ClaimAndOwner", testClaimAndOwner},
+	{"ClaimConcurrent", testClaimDeviceConcurrent},
+	{"ReleaseWithCurrentEpoch", testReleaseWithCurrentEpoch},
+	{"ReleaseUnknown", testReleaseUnknown},
+	{"RefreshKeepsHeld", testRefreshKeepsHeld},
+	{"RefreshReportsLost", testRefreshReportsLost},
+	{"OwnershipExpires", testOwnershipExpires},
+}
+
+func claimDevice(t *testing.T, s store.Store, device, edge string, ttl time.Duration) int64 {
+	t.Helper()
+	epoch, err := s.ClaimDevice(t.Context(), device, edge, ttl)
+	if err != nil {
+		t.Fatalf("ClaimDevice(%s, %s): %v", device, edge, err)
+	}
+	return epoch
+}
+
+func wantOwner(t *testing.T, s store.Store, device string, want store.Owner) {
+	t.Helper()
+	got, err := s.DeviceOwner(t.Context(), device)
+	if err != nil {
+		t.Fatalf("DeviceOwner(%s): %v", device, err)
+	}
+	if got != want {
+		t.Fatalf("DeviceOwner(%s) = %+v, want %+v", device, got, want)
+	}
+}
+
+func wantNoOwner(t *testing.T, s store.Store, device string) {
+	t.Helper()
+	if got, err := s.DeviceOwner(t.Context(), device); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("DeviceOwner(%s) = %+v, %v; want ErrNotFound", device, got, err)
+	}
+}
+
+func hasOwner(t *testing.T, s store.Store, device string) bool {
+	t.Helper()
+	_, err := s.DeviceOwner(t.Context(), device)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("DeviceOwner(%s): %v", device, err)
+	}
+	return err == nil
+}
+
+// wantLost refreshes owned and fails t unless exactly want were lost.
+func wantLost(t *testing.T, s store.Store, owned map[string]int64, ttl time.Duration, want ...string) {
+	t.Helper()
+	lost, err := s.RefreshDevices(t.Context(), owned, ttl)
+	if err != nil {
+		t.Fatalf("RefreshDevices: %v", err)
+	}
+	lost = slices.Clone(lost)
+	slices.Sort(lost)
+	want = slices.Clone(want)
+	slices.Sort(want)
+	if !slices.Equal(lost, want) {
+		t.Fatalf("RefreshDevices lost %q, want %q", lost, want)
+	}
+}
+
+func releaseDevice(t *testing.T, s store.Store, device string, epoch int64) {
+	t.Helper()
+	if err := s.ReleaseDevice(t.Context(), device, epoch); err != nil {
+		t.Fatalf("ReleaseDevice(%s, %d): %v", device, epoch, err)
+	}
+}
+
+func testClaimAndOwner(t *testing.T, s store.Store) {
+	dev, other := name(t, "dev"), name(t, "other")
+	wantNoOwner(t, s, dev)
+	e1 := claimDevice(t, s, dev, "edge-1", time.Minute)
+	wantOwner(t, s, dev, store.Owner{Edge: "edge-1", Epoch: e1})
+	wantNoOwner(t, s, other)
+	o1 := claimDevice(t, s, other, "edge-1", time.Minute)
+	e2 := claimDevice(t, s, dev, "edge-2", time.Minute)
+	if e2 <= e1 {
+		t.Fatalf("second claim epoch %d not greater than first %d", e2, e1)
+	}
+	wantOwner(t, s, dev, store.Owner{Edge: "edge-2", Epoch: e2})
+	e3 := claimDevice(t, s, dev, "edge-1", time.Minute)
+	if e3 <= e2 {
+		t.Fatalf("third claim epoch %d not greater than second %d", e3, e2)
+	}
+	wantOwner(t, s, dev, store.Owner{Edge: "edge-1", Epoch: e3})
+	wantOwner(t, s, other, store.Owner{Edge: "edge-1", Epoch: o1})
+}
+
+// testClaimDeviceConcurrent races claims of one device: every epoch is new,
+// each claimer's epochs increase, and the owner is the claim with the
+// greatest epoch.
+func testClaimDeviceConcurrent(t *testing.T, s store.Store) {
+	const workers, claims = 12, 5
+	dev := name(t, "dev")
+	epochs := make([][]int64, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for range claims {
+				e, err := s.ClaimDevice(t.Context(), dev, fmt.Sprint("edge-", w), time.Minute)
+				if err != nil {
+					t.Errorf("ClaimDevice: %v", err)
+					return
+				}
+				epochs[w] = append(epochs[w], e)
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	seenEpoch := map[int64]int{}
+	last := store.Owner{Epoch: -1 << 63}
+	for w, es := range epochs {
+		for i, e := range es {
+			if i > 0 && e <= es[i-1] {
+				t.Fatalf("edge-%d got epoch %d after %d", w, e, es[i-1])
+			}
+			if prev, dup := seenEpoch[e]; dup {
+				t.Fatalf("epoch %d handed to edge-%d and edge-%d", e, prev, w)
+			}
+			seenEpoch[e] = w
+			if e > last.Epoch {
+				last = store.Owner{Edge: fmt.Sprint("edge-", w), Epoch: e}
+			}
+		}
+	}
+	wantOwner(t, s, dev, last)
+}
+
+func testReleaseWithCurrentEpoch(t *testing.T, s store.Store) {
+	dev := name(t, "dev")
+	e1 := claimDevice(t, s, dev, "edge-1", time.Minute)
+	e2 := claimDevice(t, s, dev, "edge-2", time.Minute)
+	releaseDevice(t, s, dev, e1) // the old owner closing late
+	wantOwner(t, s, dev, store.Owner{Edge: "edge-2", Epoch: e2})
+	releaseDevice(t, s, dev, e2)
+	wantNoOwner(t, s, dev)
+	if e3 := claimDevice(t, s, dev, "edge-1", time.Minute); e3 <= e2 {
+		t.Fatalf("claim after release got epoch %d, not greater than %d", e3, e2)
+	}
+}
+
+func testReleaseUnknown(t *testing.T, s store.Store) {
+	dev := name(t, "dev")
+	releaseDevice(t, s, dev, 1)
+	wantNoOwner(t, s, dev)
+}
+
+func testRefreshKeepsHeld(t *testing.T, s store.Store) {
+	held, control := name(t, "held"), name(t, "control")
+	e := claimDevice(t, s, held, "edge-1", time.Second)
+	claimDevice(t, s, control, "edge-1", time.Second)
+	wantLost(t, s, map[string]int64{held: e}, time.Minute)
+	wantOwner(t, s, held, store.Owner{Edge: "edge-1", Epoch: e})
+	// Once the first ttl has certainly passed, only the refreshed one is held.
+	eventually(t, expiryWait, "device claimed for 1s is owned", func() bool { return !hasOwner(t, s, control) })
+	wantOwner(t, s, held, store.Owner{Edge: "edge-1", Epoch: e})
+	wantLost(t, s, map[string]int64{held: e}, time.Minute)
+}
+
+func testRefreshReportsLost(t *testing.T, s store.Store) {
+	taken, released, never, kept := name(t, "taken"), name(t, "released"), name(t, "never"), name(t, "kept")
+	eOld := claimDevice(t, s, taken, "edge-1", time.Minute)
+	eNew := claimDevice(t, s, taken, "edge-2", time.Minute)
+	eRel := claimDevice(t, s, released, "edge-1", time.Minute)
+	releaseDevice(t, s, released, eRel)
+	eKept := claimDevice(t, s, kept, "edge-1", time.Minute)
+	owned := map[string]int64{taken: eOld, released: eRel, never: 1, kept: eKept}
+	wantLost(t, s, owned, time.Minute, taken, released, never)
+	// A refresh at a stale epoch changes nothing.
+	wantOwner(t, s, taken, store.Owner{Edge: "edge-2", Epoch: eNew})
+	wantNoOwner(t, s, released)
+	wantNoOwner(t, s, never)
+	wantOwner(t, s, kept, store.Owner{Edge: "edge-1", Epoch: eKept})
+	wantLost(t, s, map[string]int64{taken: eNew}, time.Minute)
+	wantLost(t, s, map[string]int64{}, time.Minute)
+}
+
+func testOwnershipExpires(t *testing.T, s store.Store) {
+	dev := name(t, "dev")
+	e := claimDevice(t, s, dev, "edge-1", time.Second)
+	wantOwner(t, s, dev, store.Owner{Edge: "edge-1", Epoch: e})
+	eventually(t, expiryWait, "device claimed for 1s is owned", func() bool { return !hasOwner(t, s, dev) })
+	wantLost(t, s, map[string]int64{dev: e}, time.Minute, dev)
+	wantNoOwner(t, s, dev) // a refresh does not bring it back
+	if e2 := claimDevice(t, s, dev, "edge-2", time.Minute); e2 <= e {
+		t.Fatalf("claim after expiry got epoch %d, not greater than %d", e2, e)
+	}
+}
