@@ -23,7 +23,6 @@ const (
 	closeNormal        = 1000 // replaced by a newer connection of the device
 	closeGoingAway     = 1001 // the edge is shutting down: reconnect elsewhere
 	closeProtocolError = 1002 // broken WebSocket framing
-	closeSlowReader    = 1013 // the outbound queue overflowed: reconnect
 )
 
 const (
@@ -395,11 +394,12 @@ func (c *conn) enqueueAlways(frame []byte, done func(error)) {
 // pushLocked is called with c.mu held and releases it.
 func (c *conn) pushLocked(frame []byte, done func(error)) {
 	if c.outBytes+len(frame) > c.srv.cfg.MaxOutboundBytes && len(c.out) > 0 {
+		queued := c.outBytes
 		c.mu.Unlock()
 		if done != nil {
 			done(errSlowReader)
 		}
-		c.log.Warn("closing slow reader", "queued_bytes", c.outBytes)
+		c.log.Warn("closing slow reader", "queued_bytes", queued)
 		c.teardown(errSlowReader)
 		return
 	}

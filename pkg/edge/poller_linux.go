@@ -77,8 +77,14 @@ func (p *poller) add(c net.Conn, onReadable func()) (*pollEntry, error) {
 	return e, nil
 }
 
-// resume arms e for one more event.
+// resume arms e for one more event. It does nothing once e was removed: its
+// fd may already belong to another socket.
 func (p *poller) resume(e *pollEntry) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.entries[e.fd] != e {
+		return errNotPollable
+	}
 	ev := unix.EpollEvent{Events: pollEvents, Fd: e.fd, Pad: int32(e.gen)}
 	return unix.EpollCtl(p.epfd, unix.EPOLL_CTL_MOD, int(e.fd), &ev)
 }
@@ -86,14 +92,20 @@ func (p *poller) resume(e *pollEntry) error {
 // remove stops watching e; call it before closing the socket so a reused fd
 // is never mistaken for this one.
 func (p *poller) remove(e *pollEntry) {
-	if p.forget(e) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.forgetLocked(e) {
 		_ = unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, int(e.fd), nil)
 	}
 }
 
-func (p *poller) forget(e *pollEntry) bool {
+func (p *poller) forget(e *pollEntry) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.forgetLocked(e)
+}
+
+func (p *poller) forgetLocked(e *pollEntry) bool {
 	if p.entries[e.fd] == e {
 		delete(p.entries, e.fd)
 		return true
