@@ -35,7 +35,12 @@ type Handler func(m *Msg)
 // Subscription is an active interest; Unsubscribe ends it.
 type Subscription interface{ Unsubscribe() error }
 
-// Bus carries messages between nodes.
+// Bus carries messages between nodes. A Bus receives its own publishes (a
+// single node runs edge and router on one Bus). Callers may reuse data once
+// Publish or Request returns. After Close every call fails with an error
+// wrapping ErrUnavailable. A handler call already running may finish after
+// Unsubscribe returns; Close waits for running handlers, so a handler must
+// not call Close.
 type Bus interface {
 	// Publish sends data to subject without waiting.
 	Publish(ctx context.Context, subject string, data []byte, header map[string]string) error

@@ -105,6 +105,10 @@ func decodeError(msg []byte, err error) *Error {
 	if !ok {
 		return NewError(CodeBadFrame, "frame type (t) must be a string")
 	}
+	if t == "" {
+		// As in Decode: an empty t is a missing type, not an unknown one.
+		return NewError(CodeBadFrame, "frame has no type (t)")
+	}
 	if !knownClientType(strings.ToLower(t)) {
 		return nil
 	}
@@ -185,6 +189,7 @@ func decodeMedia(w *wire) (ClientFrame, *Error) {
 	if w.Kind == "" {
 		return nil, NewError(CodeBadFrame, "media frame needs a kind")
 	}
+	w.Kind = strings.ToLower(w.Kind)
 	if !IsMediaIn(w.Kind) {
 		return nil, NewError(CodeUnsupportedFrame, "media kind must be image, video, document or audio")
 	}
@@ -214,7 +219,7 @@ func decodeMedia(w *wire) (ClientFrame, *Error) {
 	return &MediaUp{
 		ID:       Truncate(w.ID, MaxIDChars),
 		Kind:     w.Kind,
-		Mime:     MimeOf(w.Mime, filename),
+		Mime:     MimeOf(w.Mime, w.Filename), // the extension survives truncation
 		Filename: filename,
 		Caption:  w.Caption,
 		Data:     w.Data,
@@ -243,6 +248,7 @@ func decodeDeliver(w *wire) (ClientFrame, *Error) {
 		if m.Kind == "" || len(m.Data) == 0 {
 			return nil, NewError(CodeBadFrame, "deliver media needs a kind and data")
 		}
+		m.Kind = strings.ToLower(m.Kind)
 		if !IsMediaOut(m.Kind) {
 			return nil, NewError(CodeUnsupportedFrame, "deliver media kind must be image, voice, video, document or animation")
 		}
@@ -250,7 +256,7 @@ func decodeDeliver(w *wire) (ClientFrame, *Error) {
 			return nil, NewError(CodeTooBig, "media file is larger than 8 MiB")
 		}
 		filename := Truncate(m.Filename, MaxFilenameChars)
-		d.Media = &DeliverMedia{Kind: m.Kind, Mime: MimeOf(m.Mime, filename), Filename: filename, Data: m.Data}
+		d.Media = &DeliverMedia{Kind: m.Kind, Mime: MimeOf(m.Mime, m.Filename), Filename: filename, Data: m.Data}
 	}
 	if d.Text == "" && d.Media == nil {
 		return nil, NewError(CodeBadFrame, "deliver needs text or media")

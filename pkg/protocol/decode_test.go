@@ -234,6 +234,8 @@ func TestDecodeBadFrame(t *testing.T) {
 		{"empty object", `{}`},
 		{"empty t", `{"t":"","id":"1","text":"x"}`},
 		{"null t", `{"t":null,"id":"1","text":"x"}`},
+		{"empty t and a member of the wrong type", `{"t":"","text":0}`},
+		{"missing t and a member of the wrong type", `{"id":"1","text":0}`},
 		{"t is a number", `{"t":1}`},
 		{"t is an array", `{"t":["text"]}`},
 		{"t is an object", `{"t":{"type":"text"}}`},
@@ -787,5 +789,32 @@ func TestTruncate(t *testing.T) {
 		if got := protocol.Truncate(tt.s, tt.n); got != tt.want {
 			t.Errorf("Truncate(%q, %d) = %q, want %q", tt.s, tt.n, got, tt.want)
 		}
+	}
+}
+
+// Media kinds are matched case-insensitively, like t and the audio format,
+// and the mime type comes from the filename as sent, before truncation.
+func TestDecodeMediaKindCaseAndLongFilename(t *testing.T) {
+	long := strings.Repeat("n", 300) + ".png"
+	f, perr := protocol.Decode([]byte(`{"t":"media","id":"m","kind":"IMAGE","filename":"` + long + `","data":"aGk="}`))
+	if perr != nil {
+		t.Fatalf("Decode: %v", perr)
+	}
+	m := f.(*protocol.MediaUp)
+	if m.Kind != "image" {
+		t.Errorf("kind = %q, want image", m.Kind)
+	}
+	if m.Mime != "image/png" {
+		t.Errorf("mime = %q, want image/png from the untruncated name", m.Mime)
+	}
+	if n := len([]rune(m.Filename)); n != protocol.MaxFilenameChars {
+		t.Errorf("filename has %d characters, want %d", n, protocol.MaxFilenameChars)
+	}
+	f, perr = protocol.Decode([]byte(`{"t":"deliver","text":"x","media":{"kind":"Voice","filename":"a.ogg","data":"aGk="}}`))
+	if perr != nil {
+		t.Fatalf("Decode deliver: %v", perr)
+	}
+	if k := f.(*protocol.Deliver).Media.Kind; k != "voice" {
+		t.Errorf("deliver media kind = %q, want voice", k)
 	}
 }

@@ -1,0 +1,344 @@
+// Package natsbus implements bus.Bus on NATS (github.com/nats-io/nats.go),
+// against an external server (Connect) or a nats-server embedded in the
+// process (Embedded, and ConnectInProcess for more connections to it).
+//
+// # Dispatch
+//
+// An edge holds one subscription per connected device, so one Bus may hold
+// 100k subscriptions. nats.go's callback Subscribe starts a goroutine per
+// subscription, so natsbus never uses it. A Bus runs a fixed set of
+// dispatchers instead (Options.Dispatchers): each is one goroutine draining
+// its own buffered channel. Every subscription is a nats.go channel
+// subscription (ChanSubscribe, ChanQueueSubscribe) that feeds the channel of
+// the dispatcher picked by a hash of the subscription's subject.
+//
+// nats.go's reader puts the messages of a connection into those channels in
+// the order they arrive, and each channel has exactly one reader, so the
+// messages of a subscription reach its Handler one at a time and in arrival
+// order, while subscriptions on different subjects run in parallel on
+// different dispatchers. A wildcard subscription is serialized as a whole,
+// which is stronger than the contract asks. A single shared channel would
+// need a routing goroutine and a second set of queues to keep that order;
+// a channel per dispatcher needs neither.
+//
+// Each dispatcher maps *nats.Subscription to its Handler. Subscribe holds
+// the dispatcher's lock across ChanSubscribe, so no message is looked up
+// before its Handler is registered; Unsubscribe deletes the entry before it
+// tells the server, so messages still queued for the subscription are
+// dropped. A Handler call already running when Unsubscribe returns still
+// finishes.
+//
+// The channels are the pending limit: when a dispatcher's channel is full,
+// nats.go drops the message and reports a slow consumer, which is logged.
+// Handlers must hand long work off. A panicking Handler is logged and the
+// dispatcher goes on.
+//
+// # Errors
+//
+// Request returns an error wrapping bus.ErrNoResponders when nobody
+// listens. While the connection is down (reconnecting, closed, or its Bus
+// closed) Publish, Request and Subscribe return errors wrapping
+// bus.ErrUnavailable at once: publishes are not buffered for a later
+// reconnect. A Request whose ctx ends returns the ctx error, also wrapping
+// bus.ErrUnavailable when the connection was down at that moment.
+package natsbus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/hermes-mobile/gateway/pkg/bus"
+)
+
+var _ bus.Bus = (*Bus)(nil)
+
+// Defaults for Options.
+const (
+	// DefaultName is the connection name when Options.Name is empty.
+	DefaultName = "hermes-gateway"
+	// DefaultPending is the default of Options.Pending.
+	DefaultPending = 1 << 18
+	// MaxPayload is the largest message the embedded server accepts.
+	MaxPayload = 8 << 20
+
+	minDispatchers   = 4
+	maxDispatchers   = 32
+	minPerDispatcher = 1024
+	reconnectMin     = 25 * time.Millisecond
+	reconnectMax     = 2 * time.Second
+	pingInterval     = 10 * time.Second
+	closeWait        = 5 * time.Second
+	startWait        = 10 * time.Second
+)
+
+// Options configures a Bus. The zero value is usable.
+type Options struct {
+	// Name is the connection name the server shows; DefaultName if empty.
+	Name string
+	// Logger receives connection events and dropped messages; nil discards.
+	Logger *slog.Logger
+	// Dispatchers is the number of goroutines running Handlers; 0 means
+	// GOMAXPROCS, kept within 4..32.
+	Dispatchers int
+	// Pending is how many received messages a Bus buffers for its Handlers
+	// before it drops them as a slow consumer, split evenly among the
+	// dispatchers (at least 1024 each); 0 means DefaultPending.
+	Pending int
+}
+
+// Bus is a bus.Bus on one NATS connection. Its methods are safe for
+// concurrent use. A Handler must not call Close.
+type Bus struct {
+	nc     *nats.Conn
+	log    *slog.Logger
+	srv    *server.Server // embedded server this Bus owns and shuts down, or nil
+	inproc *server.Server // server reached in-process, or nil
+
+	shards []*shard
+	quit   chan struct{}  // closed by Close: dispatchers return
+	wg     sync.WaitGroup // dispatchers
+	closed chan struct{}  // closed by nats.go's ClosedHandler
+
+	closeOnce sync.Once
+}
+
+// Connect connects to the NATS server(s) at url (comma-separated URLs are
+// allowed). Once connected the Bus reconnects forever, with backoff; if the
+// first connection fails, Connect returns an error wrapping
+// bus.ErrUnavailable.
+func Connect(url string, opts Options) (*Bus, error) {
+	return dial(url, nil, opts)
+}
+
+// ConnectInProcess connects to srv, a running nats-server in this process,
+// without a socket: the way to reach an Embedded Bus's Server() from a
+// second Bus. Closing this Bus leaves srv running.
+func ConnectInProcess(srv *server.Server, opts Options) (*Bus, error) {
+	if srv == nil {
+		return nil, errors.New("natsbus: ConnectInProcess: nil server")
+	}
+	return dial("", srv, opts)
+}
+
+// Server returns the nats-server this Bus is connected to in-process, or nil
+// for a socket connection. For a Bus from Embedded it is the server Close
+// shuts down.
+func (b *Bus) Server() *server.Server { return b.inproc }
+
+func dial(url string, inproc *server.Server, opts Options) (*Bus, error) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	name := opts.Name
+	if name == "" {
+		name = DefaultName
+	}
+	b := &Bus{
+		log:    log.With("component", "natsbus", "conn", name),
+		inproc: inproc,
+		quit:   make(chan struct{}),
+		closed: make(chan struct{}),
+	}
+	b.shards = newShards(opts.Dispatchers, opts.Pending)
+
+	nopts := []nats.Option{
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.CustomReconnectDelay(reconnectDelay),
+		// Fail publishes while disconnected instead of buffering them for a
+		// reconnect that may come too late: callers retry on ErrUnavailable.
+		nats.ReconnectBufSize(-1),
+		nats.PingInterval(pingInterval),
+		nats.DisconnectErrHandler(b.onDisconnect),
+		nats.ReconnectHandler(b.onReconnect),
+		nats.ClosedHandler(b.onClosed),
+		nats.ErrorHandler(b.onAsyncError),
+	}
+	if inproc != nil {
+		nopts = append(nopts, nats.InProcessServer(inproc))
+	}
+	nc, err := nats.Connect(url, nopts...)
+	if err != nil {
+		if unavailable(err) {
+			return nil, fmt.Errorf("natsbus: connect %s: %w: %w", url, bus.ErrUnavailable, err)
+		}
+		return nil, fmt.Errorf("natsbus: connect %s: %w", url, err)
+	}
+	b.nc = nc
+	b.log.Info("nats connected", "url", nc.ConnectedUrlRedacted(), "server", nc.ConnectedServerName())
+	b.start()
+	return b, nil
+}
+
+// reconnectDelay backs off from reconnectMin to reconnectMax, with up to 25%
+// jitter so a fleet does not reconnect in step.
+func reconnectDelay(attempts int) time.Duration {
+	d := reconnectMax
+	if attempts < 10 {
+		d = min(reconnectMin<<attempts, reconnectMax)
+	}
+	return d + rand.N(d/4+1)
+}
+
+// Publish sends data to subject without waiting.
+func (b *Bus) Publish(ctx context.Context, subject string, data []byte, header map[string]string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m := &nats.Msg{Subject: subject, Data: data, Header: toNATSHeader(header)}
+	if err := b.nc.PublishMsg(m); err != nil {
+		return opErr("publish", subject, err)
+	}
+	return nil
+}
+
+// Request sends data to subject and waits for the first reply, or for ctx.
+func (b *Bus) Request(ctx context.Context, subject string, data []byte, header map[string]string) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	m := &nats.Msg{Subject: subject, Data: data, Header: toNATSHeader(header)}
+	resp, err := b.nc.RequestMsgWithContext(ctx, m)
+	if err == nil {
+		return resp.Data, nil
+	}
+	if cerr := ctx.Err(); cerr != nil && errors.Is(err, cerr) {
+		if !b.nc.IsConnected() {
+			return nil, fmt.Errorf("natsbus: request %s: %w: %w", subject, bus.ErrUnavailable, cerr)
+		}
+		return nil, cerr
+	}
+	return nil, opErr("request", subject, err)
+}
+
+// Subscribe delivers every message on subject to h.
+func (b *Bus) Subscribe(subject string, h bus.Handler) (bus.Subscription, error) {
+	return b.subscribe(subject, "", h)
+}
+
+// QueueSubscribe delivers each message on subject to one member of queue.
+func (b *Bus) QueueSubscribe(subject, queue string, h bus.Handler) (bus.Subscription, error) {
+	if queue == "" {
+		return nil, fmt.Errorf("natsbus: subscribe %s: empty queue", subject)
+	}
+	return b.subscribe(subject, queue, h)
+}
+
+// Close closes the connection without draining (nats.go drains each
+// subscription on a goroutine of its own), waits for the dispatchers and the
+// Handlers running on them to return, and shuts down a server started by
+// Embedded. Messages not yet handled are dropped. Close is idempotent.
+func (b *Bus) Close() error {
+	b.closeOnce.Do(func() {
+		b.nc.Close()
+		select {
+		case <-b.closed:
+		case <-time.After(closeWait):
+			b.log.Warn("nats close callback did not run", "wait", closeWait)
+		}
+		close(b.quit)
+		b.wg.Wait()
+		if b.srv != nil {
+			b.srv.Shutdown()
+			b.srv.WaitForShutdown()
+		}
+		b.log.Info("bus closed")
+	})
+	return nil
+}
+
+func (b *Bus) onDisconnect(_ *nats.Conn, err error) {
+	if err != nil {
+		b.log.Warn("nats disconnected", "err", err)
+	} else {
+		b.log.Info("nats disconnected")
+	}
+}
+
+func (b *Bus) onReconnect(nc *nats.Conn) {
+	b.log.Info("nats reconnected", "url", nc.ConnectedUrlRedacted())
+}
+
+func (b *Bus) onClosed(nc *nats.Conn) {
+	if err := nc.LastError(); err != nil {
+		b.log.Warn("nats connection closed", "err", err)
+	}
+	close(b.closed)
+}
+
+func (b *Bus) onAsyncError(_ *nats.Conn, sub *nats.Subscription, err error) {
+	if sub == nil {
+		b.log.Warn("nats error", "err", err)
+		return
+	}
+	if errors.Is(err, nats.ErrSlowConsumer) {
+		dropped, _ := sub.Dropped()
+		b.log.Warn("slow consumer: messages dropped", "subject", sub.Subject, "queue", sub.Queue, "dropped", dropped)
+		return
+	}
+	b.log.Warn("nats subscription error", "subject", sub.Subject, "queue", sub.Queue, "err", err)
+}
+
+// opErr maps a nats.go error to the bus errors.
+func opErr(op, subject string, err error) error {
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return fmt.Errorf("natsbus: %s %s: %w", op, subject, bus.ErrNoResponders)
+	case unavailable(err):
+		return fmt.Errorf("natsbus: %s %s: %w: %w", op, subject, bus.ErrUnavailable, err)
+	}
+	return fmt.Errorf("natsbus: %s %s: %w", op, subject, err)
+}
+
+// unavailable tells whether err means the server cannot be reached now.
+func unavailable(err error) bool {
+	var nerr net.Error
+	return errors.Is(err, nats.ErrConnectionClosed) ||
+		errors.Is(err, nats.ErrConnectionDraining) ||
+		errors.Is(err, nats.ErrConnectionReconnecting) ||
+		errors.Is(err, nats.ErrDisconnected) ||
+		errors.Is(err, nats.ErrReconnectBufExceeded) ||
+		errors.Is(err, nats.ErrNoServers) ||
+		errors.Is(err, nats.ErrInvalidConnection) ||
+		errors.Is(err, nats.ErrStaleConnection) ||
+		errors.As(err, &nerr)
+}
+
+func toNATSHeader(h map[string]string) nats.Header {
+	if len(h) == 0 {
+		return nil
+	}
+	nh := make(nats.Header, len(h))
+	for k, v := range h {
+		nh[k] = []string{v}
+	}
+	return nh
+}
+
+func fromNATSHeader(nh nats.Header) map[string]string {
+	if len(nh) == 0 {
+		return nil
+	}
+	h := make(map[string]string, len(nh))
+	for k, vs := range nh {
+		if len(vs) > 0 {
+			h[k] = vs[0]
+		}
+	}
+	return h
+}
+
+func defaultDispatchers() int {
+	return min(max(runtime.GOMAXPROCS(0), minDispatchers), maxDispatchers)
+}

@@ -1,0 +1,503 @@
+package natsbus_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/hermes-mobile/gateway/pkg/bus"
+	"github.com/hermes-mobile/gateway/pkg/bus/bustest"
+	"github.com/hermes-mobile/gateway/pkg/bus/natsbus"
+)
+
+// TestEmbedded runs the suite on an embedded server per test; the second and
+// later Buses reach it with ConnectInProcess.
+func TestEmbedded(t *testing.T) {
+	bustest.Run(t, func(t *testing.T) func() bus.Bus {
+		log := testLogger(t)
+		owner := embedded(t, natsbus.Options{Logger: log, Name: "owner"})
+		return func() bus.Bus {
+			b, err := natsbus.ConnectInProcess(owner.Server(), natsbus.Options{Logger: log})
+			if err != nil {
+				t.Fatalf("ConnectInProcess: %v", err)
+			}
+			return b
+		}
+	})
+}
+
+// TestExternal runs the suite on an external server: NATS_URL, else
+// nats://127.0.0.1:4222 if it answers, else a nats-server started from PATH.
+func TestExternal(t *testing.T) {
+	url := externalURL(t)
+	t.Logf("external server: %s", url)
+	bustest.Run(t, func(t *testing.T) func() bus.Bus {
+		log := testLogger(t)
+		return func() bus.Bus {
+			b, err := natsbus.Connect(url, natsbus.Options{Logger: log, Name: "bustest"})
+			if err != nil {
+				t.Fatalf("Connect %s: %v", url, err)
+			}
+			return b
+		}
+	})
+}
+
+// TestServerRestart stops and restarts a private nats-server under a
+// connected Bus: while it is down calls fail fast with ErrUnavailable, and
+// afterwards subscriptions made before (and during) the outage deliver again.
+func TestServerRestart(t *testing.T) {
+	bin := natsServerBin(t)
+	port := freePort(t)
+	srv := startNATS(t, bin, port)
+	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	log := testLogger(t)
+	sub := connect(t, url, natsbus.Options{Logger: log, Name: "sub"})
+	pub := connect(t, url, natsbus.Options{Logger: log, Name: "pub"})
+
+	var before, during, silent atomic.Int32
+	mustSubscribe(t, sub, "restart.before", func(m *bus.Msg) {
+		before.Add(1)
+		_ = m.Respond([]byte("pong"))
+	})
+	mustSubscribe(t, sub, "restart.silent", func(*bus.Msg) { silent.Add(1) })
+	waitFor(t, "a reply before the restart", func() bool {
+		resp, err := pub.Request(ctxFor(t, time.Second), "restart.before", nil, nil)
+		return err == nil && string(resp) == "pong"
+	})
+
+	// A request in flight when the server goes away ends by its ctx, as
+	// unavailable.
+	const inFlight = 1500 * time.Millisecond
+	reqErr := make(chan error, 1)
+	go func() {
+		_, err := pub.Request(ctxFor(t, inFlight), "restart.silent", nil, nil)
+		reqErr <- err
+	}()
+	waitFor(t, "the silent handler to get the request", func() bool { return silent.Load() == 1 })
+	srv.stop()
+	select {
+	case err := <-reqErr:
+		if !errors.Is(err, bus.ErrUnavailable) {
+			t.Errorf("Request in flight across the outage: %v, want ErrUnavailable", err)
+		}
+	case <-time.After(inFlight + 2*time.Second):
+		t.Fatalf("Request in flight across the outage still waiting %s past its ctx", 2*time.Second)
+	}
+
+	// Publish fails fast once the client has seen the disconnect.
+	waitFor(t, "Publish to fail with ErrUnavailable", func() bool {
+		err := pub.Publish(t.Context(), "restart.before", nil, nil)
+		return errors.Is(err, bus.ErrUnavailable)
+	})
+	// Even a Request without a deadline returns at once.
+	start := time.Now()
+	_, err := pub.Request(t.Context(), "restart.before", nil, nil)
+	if !errors.Is(err, bus.ErrUnavailable) && !errors.Is(err, bus.ErrNoResponders) {
+		t.Errorf("Request while down: %v, want ErrUnavailable", err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("Request while down took %s", took)
+	}
+	mustSubscribe(t, sub, "restart.during", func(*bus.Msg) { during.Add(1) })
+
+	startNATS(t, bin, port)
+	n := before.Load()
+	waitFor(t, "subscriptions to deliver after the restart", func() bool {
+		_ = pub.Publish(t.Context(), "restart.before", nil, nil)
+		_ = pub.Publish(t.Context(), "restart.during", nil, nil)
+		time.Sleep(20 * time.Millisecond)
+		return before.Load() > n && during.Load() > 0
+	})
+	resp, err := pub.Request(ctxFor(t, 5*time.Second), "restart.before", nil, nil)
+	if err != nil || string(resp) != "pong" {
+		t.Errorf("Request after the restart = %q, %v; want pong", resp, err)
+	}
+}
+
+func TestClosedBus(t *testing.T) {
+	b, err := natsbus.Embedded(natsbus.Options{Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := b.Server()
+	other := connectInProcess(t, b)
+	s := mustSubscribe(t, b, "closed.x", func(*bus.Msg) {})
+	if err := b.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := b.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if srv.Running() {
+		t.Error("embedded server still running after Close")
+	}
+	if err := s.Unsubscribe(); err != nil {
+		t.Errorf("Unsubscribe after Close: %v", err)
+	}
+	ctx := ctxFor(t, 5*time.Second)
+	if err := b.Publish(ctx, "closed.x", nil, nil); !errors.Is(err, bus.ErrUnavailable) {
+		t.Errorf("Publish after Close: %v, want ErrUnavailable", err)
+	}
+	if _, err := b.Request(ctx, "closed.x", nil, nil); !errors.Is(err, bus.ErrUnavailable) {
+		t.Errorf("Request after Close: %v, want ErrUnavailable", err)
+	}
+	if _, err := b.Subscribe("closed.y", func(*bus.Msg) {}); !errors.Is(err, bus.ErrUnavailable) {
+		t.Errorf("Subscribe after Close: %v, want ErrUnavailable", err)
+	}
+	// A Bus connected to the server that went away is unavailable too.
+	waitFor(t, "the in-process Bus to see its server gone", func() bool {
+		return errors.Is(other.Publish(ctx, "closed.x", nil, nil), bus.ErrUnavailable)
+	})
+	if _, err := natsbus.ConnectInProcess(srv, natsbus.Options{}); err == nil {
+		t.Error("ConnectInProcess to a shut-down server succeeded")
+	}
+}
+
+func TestConnectUnreachable(t *testing.T) {
+	url := fmt.Sprintf("nats://127.0.0.1:%d", freePort(t))
+	start := time.Now()
+	_, err := natsbus.Connect(url, natsbus.Options{Logger: testLogger(t)})
+	if !errors.Is(err, bus.ErrUnavailable) {
+		t.Errorf("Connect to a closed port: %v, want ErrUnavailable", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("Connect to a closed port took %s", took)
+	}
+}
+
+// TestHeaderFirstValue: a header with several values arrives with the first.
+func TestHeaderFirstValue(t *testing.T) {
+	b := embedded(t, natsbus.Options{Logger: testLogger(t)})
+	got := make(chan *bus.Msg, 1)
+	mustSubscribe(t, b, "hdr", func(m *bus.Msg) { got <- m })
+	nc, err := nats.Connect("", nats.InProcessServer(b.Server()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	m := &nats.Msg{Subject: "hdr", Header: nats.Header{"K": {"first", "second"}, "One": {"1"}}, Data: []byte("d")}
+	if err := nc.PublishMsg(m); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-got:
+		if m.Header["K"] != "first" || m.Header["One"] != "1" || len(m.Header) != 2 {
+			t.Errorf("Header = %v, want K=first One=1", m.Header)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no message")
+	}
+}
+
+// TestSlowConsumer: a blocked Handler fills its dispatcher's channel; the
+// overflow is dropped and logged, and the Bus goes on afterwards.
+func TestSlowConsumer(t *testing.T) {
+	var logs syncBuffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	b := embedded(t, natsbus.Options{Logger: log, Dispatchers: 1, Pending: 1})
+	gate := make(chan struct{})
+	var calls atomic.Int32
+	mustSubscribe(t, b, "slow", func(*bus.Msg) {
+		if calls.Add(1) == 1 {
+			<-gate
+		}
+	})
+	ctx := ctxFor(t, 10*time.Second)
+	const n = 3000 // more than the 1024 a dispatcher buffers at least
+	for range n {
+		if err := b.Publish(ctx, "slow", nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the slow consumer to be logged", func() bool { return strings.Contains(logs.String(), "slow consumer") })
+	close(gate)
+	time.Sleep(200 * time.Millisecond)
+	if c := calls.Load(); c >= n {
+		t.Errorf("blocked handler got all %d messages; want drops", c)
+	}
+	resp := mustSubscribe(t, b, "slow.after", func(m *bus.Msg) { _ = m.Respond([]byte("ok")) })
+	defer resp.Unsubscribe()
+	if r, err := b.Request(ctx, "slow.after", nil, nil); err != nil || string(r) != "ok" {
+		t.Errorf("Request after the slow consumer = %q, %v", r, err)
+	}
+}
+
+// TestHandlerPanic: a panicking Handler is logged and its dispatcher goes on.
+func TestHandlerPanic(t *testing.T) {
+	var logs syncBuffer
+	b := embedded(t, natsbus.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Dispatchers: 1})
+	var calls atomic.Int32
+	mustSubscribe(t, b, "panic", func(*bus.Msg) {
+		if calls.Add(1) == 1 {
+			panic("boom")
+		}
+	})
+	ctx := ctxFor(t, 5*time.Second)
+	for range 2 {
+		if err := b.Publish(ctx, "panic", nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the message after the panic", func() bool { return calls.Load() == 2 })
+	if !strings.Contains(logs.String(), "boom") {
+		t.Errorf("panic not logged: %s", logs.String())
+	}
+}
+
+// TestUnsubscribeDropsQueued: messages queued behind a running Handler for a
+// subscription that then unsubscribes are dropped, and Unsubscribe does not
+// wait for the running Handler.
+func TestUnsubscribeDropsQueued(t *testing.T) {
+	b := embedded(t, natsbus.Options{Logger: testLogger(t), Dispatchers: 1})
+	gate := make(chan struct{})
+	var a, other atomic.Int32
+	sa := mustSubscribe(t, b, "q", func(*bus.Msg) {
+		if a.Add(1) == 1 {
+			<-gate
+		}
+	})
+	mustSubscribe(t, b, "q", func(*bus.Msg) { other.Add(1) })
+	ctx := ctxFor(t, 5*time.Second)
+	for range 10 {
+		if err := b.Publish(ctx, "q", nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the first message to block", func() bool { return a.Load() == 1 })
+	time.Sleep(100 * time.Millisecond) // let the rest queue behind it
+	done := make(chan error, 1)
+	go func() { done <- sa.Unsubscribe() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Unsubscribe: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Unsubscribe waited for the running handler")
+	}
+	close(gate)
+	waitFor(t, "the other subscription to get all 10", func() bool { return other.Load() == 10 })
+	if got := a.Load(); got != 1 {
+		t.Errorf("unsubscribed handler ran %d times, want 1", got)
+	}
+	if err := sa.Unsubscribe(); err != nil {
+		t.Errorf("second Unsubscribe: %v", err)
+	}
+}
+
+func TestCanceledContext(t *testing.T) {
+	b := embedded(t, natsbus.Options{Logger: testLogger(t)})
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := b.Publish(ctx, "x", nil, nil); !errors.Is(err, context.Canceled) {
+		t.Errorf("Publish with a canceled ctx: %v", err)
+	}
+	if _, err := b.QueueSubscribe("x", "", func(*bus.Msg) {}); err == nil {
+		t.Error("QueueSubscribe with an empty queue: nil error")
+	}
+	if _, err := b.Subscribe("x", nil); err == nil {
+		t.Error("Subscribe with a nil handler: nil error")
+	}
+}
+
+// helpers
+
+func embedded(t *testing.T, opts natsbus.Options) *natsbus.Bus {
+	t.Helper()
+	b, err := natsbus.Embedded(opts)
+	if err != nil {
+		t.Fatalf("Embedded: %v", err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+func connectInProcess(t *testing.T, b *natsbus.Bus) *natsbus.Bus {
+	t.Helper()
+	o, err := natsbus.ConnectInProcess(b.Server(), natsbus.Options{Logger: testLogger(t)})
+	if err != nil {
+		t.Fatalf("ConnectInProcess: %v", err)
+	}
+	t.Cleanup(func() { _ = o.Close() })
+	return o
+}
+
+func connect(t *testing.T, url string, opts natsbus.Options) *natsbus.Bus {
+	t.Helper()
+	b, err := natsbus.Connect(url, opts)
+	if err != nil {
+		t.Fatalf("Connect %s: %v", url, err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+func mustSubscribe(t *testing.T, b bus.Bus, subject string, h bus.Handler) bus.Subscription {
+	t.Helper()
+	s, err := b.Subscribe(subject, h)
+	if err != nil {
+		t.Fatalf("Subscribe %s: %v", subject, err)
+	}
+	return s
+}
+
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// testLogger logs to t until the test's cleanups are done: Buses log from
+// nats.go callbacks, which must not reach t after it has finished.
+func testLogger(t *testing.T) *slog.Logger {
+	w := &testWriter{t: t}
+	t.Cleanup(w.stop) // registered first, so it runs after every Close
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type testWriter struct {
+	mu   sync.Mutex
+	t    *testing.T
+	done bool
+}
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	}
+	return len(p), nil
+}
+
+func (w *testWriter) stop() {
+	w.mu.Lock()
+	w.done = true
+	w.mu.Unlock()
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// external servers
+
+// needServer skips the test, or fails it when $CI is true.
+func needServer(t *testing.T, msg string) {
+	t.Helper()
+	if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+}
+
+func externalURL(t *testing.T) string {
+	if url := os.Getenv("NATS_URL"); url != "" {
+		return url
+	}
+	if c, err := net.DialTimeout("tcp", "127.0.0.1:4222", 300*time.Millisecond); err == nil {
+		c.Close()
+		return "nats://127.0.0.1:4222"
+	}
+	bin, err := exec.LookPath("nats-server")
+	if err != nil {
+		needServer(t, "no external NATS server: set NATS_URL, run nats-server on 127.0.0.1:4222, or put nats-server on PATH")
+	}
+	port := freePort(t)
+	startNATS(t, bin, port)
+	return fmt.Sprintf("nats://127.0.0.1:%d", port)
+}
+
+func natsServerBin(t *testing.T) string {
+	bin, err := exec.LookPath("nats-server")
+	if err != nil {
+		needServer(t, "this test starts and stops its own server: put nats-server on PATH")
+	}
+	return bin
+}
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+type natsProc struct {
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	once sync.Once
+}
+
+// startNATS runs nats-server on 127.0.0.1:port until stop or the test's end.
+func startNATS(t *testing.T, bin string, port int) *natsProc {
+	t.Helper()
+	p := &natsProc{out: &syncBuffer{}}
+	p.cmd = exec.Command(bin, "-a", "127.0.0.1", "-p", strconv.Itoa(port))
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", bin, err)
+	}
+	t.Cleanup(p.stop)
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return p
+		}
+		if time.Now().After(deadline) {
+			p.stop()
+			t.Fatalf("nats-server on %s not ready: %v\n%s", addr, err, p.out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (p *natsProc) stop() {
+	p.once.Do(func() {
+		_ = p.cmd.Process.Kill()
+		_ = p.cmd.Wait()
+	})
+}
