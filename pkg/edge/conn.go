@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gobwas/ws"
@@ -79,9 +80,9 @@ type conn struct {
 	closed   bool
 	avatar   string
 	idle     *time.Timer
-	ready    bool       // the outbox was flushed: deliveries go straight out
-	held     []heldItem // deliveries that came before ready
-	teardown func(error)
+	ready    bool        // the outbox was flushed: deliveries go straight out
+	held     []heldItem  // deliveries that came before ready
+	torn     atomic.Bool // teardown ran (or is running)
 }
 
 // handshake upgrades nc and starts watching it.
@@ -123,7 +124,6 @@ func (s *Server) handshake(nc net.Conn) {
 	}
 	c := &conn{srv: s, nc: nc, client: client, avatar: protocol.AvatarIdle}
 	c.log = s.log.With("client", client.String())
-	c.teardown = onceErr(c.doTeardown)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -135,10 +135,10 @@ func (s *Server) handshake(nc net.Conn) {
 	s.nConns.Add(1)
 	c.helloTimer = time.AfterFunc(s.cfg.HelloTimeout, c.helloTimeout)
 	if s.poller != nil {
-		if pe, err := s.poller.add(nc, c.onReadable); err == nil {
-			c.pe = pe
+		if err := s.poller.add(nc, func(pe *pollEntry) { c.pe = pe }, c.onReadable); err == nil {
 			return
 		}
+		c.pe = nil
 	}
 	// No epoll for this socket: one reading goroutine.
 	s.goFunc(func() {
@@ -156,11 +156,6 @@ func appendList(dst, v []byte) []byte {
 		dst = append(dst, ',')
 	}
 	return append(dst, v...)
-}
-
-func onceErr(f func(error)) func(error) {
-	var once sync.Once
-	return func(err error) { once.Do(func() { f(err) }) }
 }
 
 // onReadable runs when epoll says the socket has data.
@@ -455,8 +450,12 @@ func (c *conn) flush() {
 	}
 }
 
-// doTeardown releases everything the connection holds. It runs once.
-func (c *conn) doTeardown(reason error) {
+// teardown releases everything the connection holds. Only the first call
+// does anything; a callback it runs may call it again and returns at once.
+func (c *conn) teardown(reason error) {
+	if !c.torn.CompareAndSwap(false, true) {
+		return
+	}
 	c.mu.Lock()
 	c.closed = true
 	c.closing = true

@@ -50,31 +50,34 @@ func newPoller() (*poller, error) {
 
 const pollEvents = unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT
 
-// add watches c; onReadable runs (in its own goroutine) once per readiness.
-func (p *poller) add(c net.Conn, onReadable func()) (*pollEntry, error) {
+// add watches c: onReadable runs (in its own goroutine) once per
+// readiness. setEntry receives the registration before the first event can
+// fire, so onReadable always sees it.
+func (p *poller) add(c net.Conn, setEntry func(*pollEntry), onReadable func()) error {
 	sc, ok := c.(syscall.Conn)
 	if !ok {
-		return nil, errNotPollable
+		return errNotPollable
 	}
 	raw, err := sc.SyscallConn()
 	if err != nil {
-		return nil, errNotPollable
+		return errNotPollable
 	}
 	var fd int32 = -1
 	if err := raw.Control(func(f uintptr) { fd = int32(f) }); err != nil || fd < 0 {
-		return nil, errNotPollable
+		return errNotPollable
 	}
 	p.mu.Lock()
 	p.gen++
 	e := &pollEntry{fd: fd, gen: p.gen, onReadable: onReadable}
 	p.entries[fd] = e
+	setEntry(e) // under p.mu: wait() takes it before it runs onReadable
 	p.mu.Unlock()
 	ev := unix.EpollEvent{Events: pollEvents, Fd: fd, Pad: int32(e.gen)}
 	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, int(fd), &ev); err != nil {
 		p.forget(e)
-		return nil, err
+		return err
 	}
-	return e, nil
+	return nil
 }
 
 // resume arms e for one more event. It does nothing once e was removed: its

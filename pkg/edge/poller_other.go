@@ -14,7 +14,7 @@ type pollEntry struct{}
 
 var errNotPollable = errors.New("edge: connection cannot be polled")
 
-func sharedPoller() (*poller, error)                          { return nil, errNotPollable }
-func (p *poller) add(net.Conn, func()) (*pollEntry, error) { return nil, errNotPollable }
-func (p *poller) resume(*pollEntry) error                    { return errNotPollable }
-func (p *poller) remove(*pollEntry)                          {}
+func sharedPoller() (*poller, error)                           { return nil, errNotPollable }
+func (p *poller) add(net.Conn, func(*pollEntry), func()) error { return errNotPollable }
+func (p *poller) resume(*pollEntry) error                      { return errNotPollable }
+func (p *poller) remove(*pollEntry)                            {}

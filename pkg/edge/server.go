@@ -89,9 +89,11 @@ type Server struct {
 	poller *poller // nil: every connection gets a reading goroutine
 	sender *dispatch.Dispatcher
 
-	ctx    context.Context // cancelled by Close
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // every goroutine the server starts
+	ctx     context.Context // cancelled by Close
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup // every goroutine the server starts, until Close waits
+	gmu     sync.Mutex     // guards waiting against wg.Add
+	waiting bool
 
 	mu      sync.Mutex
 	devices map[string]*deviceSlot // device id → the socket that owns it here
@@ -138,7 +140,23 @@ func (s *Server) ID() string { return s.cfg.ID }
 // Conns is the number of open WebSocket connections.
 func (s *Server) Conns() int { return int(s.nConns.Load()) }
 
-func (s *Server) goFunc(f func()) { s.wg.Go(f) }
+// goFunc runs f in a goroutine that Close waits for. Once Close waits, new
+// goroutines (a flush that finds its socket closed) run untracked: they end
+// at once.
+func (s *Server) goFunc(f func()) {
+	s.gmu.Lock()
+	if s.waiting {
+		s.gmu.Unlock()
+		go f()
+		return
+	}
+	s.wg.Add(1)
+	s.gmu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		f()
+	}()
+}
 
 // Serve accepts connections on ln until Close. It returns nil after Close.
 func (s *Server) Serve(ln net.Listener) error {
@@ -206,6 +224,9 @@ func (s *Server) Close() error {
 		c.teardown(errServerClosed)
 	}
 	s.cancel()
+	s.gmu.Lock()
+	s.waiting = true
+	s.gmu.Unlock()
 	s.wg.Wait()
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"strings"
+	"time"
 
 	"github.com/hermes-mobile/gateway/pkg/bus"
 	"github.com/hermes-mobile/gateway/pkg/dispatch"
@@ -326,15 +327,28 @@ func (c *conn) onPromptAnswer(f *protocol.PromptAnswer) {
 	if rec.Kind == protocol.PromptClarify && applied == protocol.OptionOther {
 		ev.Prompt.Text = f.Text
 	}
+	// The card closes before the agent can act on the answer.
+	c.send(protocol.AppendPromptDone(newFrame(64), protocol.PromptDone{ID: rec.ID, OptionID: applied}))
 	if err := c.srv.publishEvent(ctx, c, ev); err != nil {
+		c.log.Warn("handing answer to the agent failed", "err", err)
+		c.sendError(protocol.NewError(protocol.CodeInternalError, "the agent is not reachable; answer the card again"))
 		if perr := st.PutPrompt(ctx, rec); perr != nil {
 			c.log.Warn("restoring prompt failed", "err", perr)
+			return
 		}
-		c.log.Warn("handing answer to the agent failed", "err", err)
-		c.sendError(protocol.NewError(protocol.CodeInternalError, "the agent is not reachable; answer again"))
+		c.reshowCard(rec)
+	}
+}
+
+// reshowCard sends a card again (with the time it has left) after an
+// answer could not reach the agent.
+func (c *conn) reshowCard(rec store.PromptRecord) {
+	var card protocol.Prompt
+	if len(rec.Data) == 0 || json.Unmarshal(rec.Data, &card) != nil {
 		return
 	}
-	c.send(protocol.AppendPromptDone(newFrame(64), protocol.PromptDone{ID: rec.ID, OptionID: applied}))
+	card.TimeoutSeconds = max(1, int(time.Until(rec.Expires).Seconds()+0.5))
+	c.send(protocol.AppendPrompt(newFrame(512), card))
 }
 
 func (c *conn) onDeliver(f *protocol.Deliver) {

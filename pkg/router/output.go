@@ -76,9 +76,14 @@ func (o *output) Prompt(ctx context.Context, p agent.Prompt) (string, error) {
 	card := protocol.Prompt{
 		ID: newID("p"), Kind: p.Kind, Text: p.Text, Options: protocol.PromptOptions(p.Kind, p.Choices),
 		Command: p.Command, Description: p.Description, Session: protocol.Session(o.device),
-		TimeoutSeconds: int(ttl / time.Second),
+		TimeoutSeconds: int((ttl + time.Second - 1) / time.Second),
 	}
-	rec := store.PromptRecord{ID: card.ID, Device: o.device, Kind: p.Kind, Choices: len(p.Choices), Expires: time.Now().Add(ttl)}
+	data, err := json.Marshal(card)
+	if err != nil {
+		return "", err
+	}
+	rec := store.PromptRecord{ID: card.ID, Device: o.device, Kind: p.Kind, Choices: len(p.Choices),
+		Expires: time.Now().Add(ttl), Data: data}
 	if err := o.r.store.PutPrompt(ctx, rec); err != nil {
 		return "", err
 	}

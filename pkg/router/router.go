@@ -224,10 +224,7 @@ func (r *Router) sweep() {
 		for _, rec := range recs {
 			safe := protocol.SafeOption(rec.Kind)
 			out := &output{r: r, device: rec.Device}
-			done := wire.PromptDone{ID: rec.ID, Expired: true}
-			if rec.Kind != protocol.PromptClarify {
-				done.OptionID = safe
-			}
+			done := wire.PromptDone{ID: rec.ID, OptionID: safe, Expired: true}
 			if err := out.send(ctx, wire.Output{Op: wire.OpPromptDone, PromptDone: &done}); err != nil {
 				r.log.Warn("sending expiry failed", "device", rec.Device, "err", err)
 			}
