@@ -4,12 +4,21 @@
 package config
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"strconv"
 	"time"
 )
+
+// envErrs are environment values that could not be parsed; see EnvErrors.
+var envErrs []error
+
+// EnvErrors reports the environment variables whose values were invalid
+// when their flags were registered. A command refuses to start on them, as
+// it does on a bad flag.
+func EnvErrors() error { return errors.Join(envErrs...) }
 
 // String registers a string flag whose default comes from env.
 func String(fs *flag.FlagSet, p *string, name, env, def, usage string) {
@@ -27,7 +36,7 @@ func Seconds(fs *flag.FlagSet, p *time.Duration, name, env string, def time.Dura
 		if d, err := parseSeconds(v); err == nil {
 			*p = d
 		} else {
-			fmt.Fprintf(os.Stderr, "ignoring $%s: %v\n", env, err)
+			envErrs = append(envErrs, fmt.Errorf("$%s: %w", env, err))
 		}
 	}
 	fs.Func(name, usage+" in seconds ($"+env+", default "+strconv.Itoa(int(def/time.Second))+")", func(s string) error {

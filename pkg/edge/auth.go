@@ -18,6 +18,12 @@ func (Secret) LogValue() slog.Value { return slog.StringValue("[redacted]") }
 // String keeps tokens out of formatted output.
 func (Secret) String() string { return "[redacted]" }
 
+// GoString keeps tokens out of %#v.
+func (Secret) GoString() string { return `"[redacted]"` }
+
+// MarshalText keeps tokens out of JSON and other encodings.
+func (Secret) MarshalText() ([]byte, error) { return []byte("[redacted]"), nil }
+
 // AuthConfig says who may connect.
 type AuthConfig struct {
 	// Token is the app token (MOBILE_TOKEN).
@@ -40,11 +46,12 @@ type AuthConfig struct {
 // ParseExtraTokens parses "device_id=token,device_id=token".
 func ParseExtraTokens(s string) (map[string]Secret, error) {
 	m := make(map[string]Secret)
-	for _, item := range splitList(s) {
+	for i, item := range splitList(s) {
 		dev, tok, ok := strings.Cut(item, "=")
 		dev, tok = strings.TrimSpace(dev), strings.TrimSpace(tok)
 		if !ok || dev == "" || tok == "" {
-			return nil, fmt.Errorf("MOBILE_EXTRA_TOKENS: %q is not device_id=token", dev)
+			// The entry may hold a token: name it by position only.
+			return nil, fmt.Errorf("MOBILE_EXTRA_TOKENS: entry %d is not device_id=token", i+1)
 		}
 		m[dev] = Secret(tok)
 	}

@@ -41,6 +41,9 @@ func (c *conn) handle(msg []byte) {
 		return
 	}
 	if perr != nil {
+		if !c.deliverOK && protocol.TypeOf(msg) == protocol.TypeDeliver {
+			perr = errDeliverForbidden // permission is judged before contents
+		}
 		c.sendError(perr)
 		return
 	}
@@ -351,9 +354,11 @@ func (c *conn) reshowCard(rec store.PromptRecord) {
 	c.send(protocol.AppendPrompt(newFrame(512), card))
 }
 
+var errDeliverForbidden = protocol.NewError(protocol.CodeForbidden, "deliver is accepted only from cron: a loopback peer or a deliver token")
+
 func (c *conn) onDeliver(f *protocol.Deliver) {
 	if !c.deliverOK {
-		c.sendError(protocol.NewError(protocol.CodeForbidden, "deliver is accepted only from cron: a loopback peer or a deliver token"))
+		c.sendError(errDeliverForbidden)
 		return
 	}
 	target := strings.TrimPrefix(f.Target, protocol.SessionPrefix)

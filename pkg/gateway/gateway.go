@@ -47,11 +47,11 @@ type Gateway struct {
 }
 
 // Start builds and starts a node. The caller must Close it.
-func Start(ctx context.Context, cfg Config, log *slog.Logger) (g *Gateway, err error) {
+func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	g = &Gateway{served: make(chan error, 1)}
+	g := &Gateway{served: make(chan error, 1)}
 	defer func() {
 		if err != nil {
 			g.Close()
@@ -67,7 +67,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (g *Gateway, err e
 		g.Bus, err = natsbus.Embedded(natsbus.Options{Logger: log})
 	}
 	if err != nil {
-		return g, fmt.Errorf("bus: %w", err)
+		return nil, fmt.Errorf("bus: %w", err)
 	}
 	if cfg.Router {
 		a := cfg.Agent
@@ -76,7 +76,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (g *Gateway, err e
 		}
 		g.Router = router.New(cfg.RouterCfg, g.Store, g.Bus, a, log.With("component", "router"))
 		if err := g.Router.Start(); err != nil {
-			return g, fmt.Errorf("router: %w", err)
+			return nil, fmt.Errorf("router: %w", err)
 		}
 	}
 	listen := cfg.Listen
@@ -86,7 +86,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (g *Gateway, err e
 	var lc net.ListenConfig
 	g.ln, err = lc.Listen(ctx, "tcp", listen)
 	if err != nil {
-		return g, err
+		return nil, err
 	}
 	g.Edge = edge.New(cfg.Edge, g.Store, g.Bus, log.With("component", "edge"))
 	go func() { g.served <- g.Edge.Serve(g.ln) }()

@@ -119,6 +119,19 @@ func decodeError(msg []byte, err error) *Error {
 	return NewError(CodeBadFrame, "frame is not valid")
 }
 
+// TypeOf returns the lowercased t of msg, or "" when msg has none. It is
+// for the error path: a caller that must judge a frame by its type before
+// its contents (deliver permission) asks it after Decode failed.
+func TypeOf(msg []byte) string {
+	var head struct {
+		T string `json:"t"`
+	}
+	if json.Unmarshal(msg, &head, decodeOpts) != nil {
+		return ""
+	}
+	return strings.ToLower(head.T)
+}
+
 func knownClientType(t string) bool {
 	switch t {
 	case TypeHello, TypeText, TypeAudio, TypeMedia, TypePrompt, TypeTyping, TypePing, TypeAck, TypeDeliver:

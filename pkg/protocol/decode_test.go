@@ -818,3 +818,17 @@ func TestDecodeMediaKindCaseAndLongFilename(t *testing.T) {
 		t.Errorf("deliver media kind = %q, want voice", k)
 	}
 }
+
+func TestTypeOf(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"t":"DELIVER","text":5}`: "deliver",
+		`{"t":"text"}`:             "text",
+		`{"x":1}`:                  "",
+		`{"t":5}`:                  "",
+		`not json`:                 "",
+	} {
+		if got := protocol.TypeOf([]byte(in)); got != want {
+			t.Errorf("TypeOf(%s) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -53,6 +53,10 @@ func main() {
 	fs := flag.NewFlagSet("edge", flag.ExitOnError)
 	f.register(fs)
 	fs.Parse(os.Args[1:])
+	if err := config.EnvErrors(); err != nil {
+		fmt.Fprintln(os.Stderr, "edge:", err)
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, f, os.Stdout, os.Stderr); err != nil {
@@ -72,15 +76,18 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	if cfg.Edge.Auth.Token == "" {
+	generated := cfg.Edge.Auth.Token == ""
+	if generated {
 		cfg.Edge.Auth.Token = edge.Secret(randomToken())
-		printToken(stdout, string(cfg.Edge.Auth.Token), cfg.Listen)
 	}
 	g, err := gateway.Start(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, g.Close()) }()
+	if generated {
+		printToken(stdout, string(cfg.Edge.Auth.Token), g.URL())
+	}
 	log.Info("gateway listening", "url", g.URL(), "router", cfg.Router, "nats", cfg.NATSURL != "", "redis", cfg.RedisURL != "")
 	<-ctx.Done()
 	log.Info("shutting down")
@@ -135,14 +142,14 @@ func randomToken() string {
 }
 
 // printToken shows a generated token once, with a hello frame to paste.
-func printToken(w io.Writer, token, listen string) {
+func printToken(w io.Writer, token, url string) {
 	fmt.Fprintf(w, `MOBILE_TOKEN was not set; this run's token is:
 
     %s
 
-Connect to ws://%s/ws and send first:
+Connect to %s and send first:
 
     {"t":"hello","token":"%s","device":{"id":"tel-1","name":"Phone","platform":"android","app_version":"1.0.0"},"user":{"id":"u-1","name":"You"}}
 
-`, token, listen, token)
+`, token, url, token)
 }

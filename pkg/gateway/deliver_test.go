@@ -1,0 +1,720 @@
+package gateway_test
+
+// Service delivery: the deliver frame of cron and "hermes send". The spec
+// ("Other client frames" and the paragraph below it): deliver carries id,
+// target?, text?, media? (at least text or media); an empty target means
+// MOBILE_HOME_DEVICE; a target that is not online gets device_offline. It is
+// accepted only from a loopback client or a connection with a token from
+// MOBILE_DELIVER_TOKENS; everybody else gets error forbidden.
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"net/http"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hermes-mobile/gateway/pkg/agent"
+	"github.com/hermes-mobile/gateway/pkg/client"
+	"github.com/hermes-mobile/gateway/pkg/edge"
+	"github.com/hermes-mobile/gateway/pkg/gateway"
+	"github.com/hermes-mobile/gateway/pkg/protocol"
+	"github.com/hermes-mobile/gateway/pkg/wire"
+)
+
+const dlvToken = "deliver-secret"
+
+// dlvService dials with opts and says hello as device with token: a service
+// connection (cron) or an ordinary one, depending on where it comes from.
+func dlvService(t *testing.T, n *node, opts client.Options, token, device string) *client.Conn {
+	t.Helper()
+	c := n.dial(t, opts)
+	if _, err := c.Hello(testCtx(t), token, protocol.Device{ID: device, Name: device}, protocol.User{ID: "svc"}); err != nil {
+		t.Fatalf("hello as %q: %v", device, err)
+	}
+	return c
+}
+
+// dlvCron is a service connection straight from 127.0.0.1, no headers.
+func dlvCron(t *testing.T, n *node) *client.Conn {
+	t.Helper()
+	return dlvService(t, n, client.Options{}, testToken, "cron")
+}
+
+// dlvXFF is a handshake header naming the client.
+func dlvXFF(v string) client.Options {
+	return client.Options{Header: http.Header{"X-Forwarded-For": {v}}}
+}
+
+// dlvOK checks that c's deliver(s) went through: everything the server sent
+// c until the pong of a ping sent now is free of errors. The server handles
+// a connection's frames in order and answers a deliver only with an error,
+// so an error for an earlier deliver comes before this pong.
+func dlvOK(t *testing.T, c *client.Conn) {
+	t.Helper()
+	ctx := testCtx(t)
+	if err := c.Ping(7); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		f, err := c.Next(ctx)
+		if err != nil {
+			t.Fatalf("waiting for pong: %v", err)
+		}
+		switch f.T() {
+		case protocol.TypeError:
+			t.Fatalf("deliver was answered with an error: %s", f)
+		case protocol.TypePong:
+			if f.Int("ts") != 7 {
+				t.Fatalf("pong ts = %s, want 7", f)
+			}
+			return
+		case "":
+			t.Fatalf("connection closed while waiting for pong: %s", f)
+		}
+	}
+}
+
+// dlvError expects the next error frame on c to carry code and not be fatal,
+// and the connection to stay usable (a ping is answered afterwards).
+func dlvError(t *testing.T, c *client.Conn, code protocol.Code) {
+	t.Helper()
+	f, err := c.Expect(testCtx(t), protocol.TypeError)
+	if err != nil {
+		t.Fatalf("waiting for error %s: %v", code, err)
+	}
+	if got := protocol.Code(f.Str("code")); got != code {
+		t.Fatalf("error code = %q, want %q: %s", got, code, f)
+	}
+	if f.Bool("fatal") {
+		t.Fatalf("error %s must not be fatal: %s", code, f)
+	}
+	dlvOK(t, c) // the connection keeps working
+}
+
+// dlvMessage waits on dev for the next agent message and reassembles it
+// from its chunks (same id, in order, until final:true; an edit with chunk
+// index 0 starts the text anew, as in a streamed answer). Frames of other
+// types before and between the chunks are skipped.
+func dlvMessage(t *testing.T, dev *client.Conn) (string, []client.Frame) {
+	t.Helper()
+	ctx := testCtx(t)
+	var (
+		id     string
+		text   strings.Builder
+		frames []client.Frame // the chunks of the current version
+	)
+	for {
+		f, err := dev.Next(ctx)
+		if err != nil {
+			t.Fatalf("waiting for a delivered message (%d chunks so far): %v", len(frames), err)
+		}
+		switch f.T() {
+		case "":
+			t.Fatalf("device connection closed: %s", f)
+		case protocol.TypeMessage:
+		default:
+			continue
+		}
+		if id == "" {
+			id = f.Str("id")
+		} else if f.Str("id") != id {
+			t.Fatalf("message %q interleaved with the chunks of %q", f.Str("id"), id)
+		}
+		ch := f.Map("chunk")
+		if f.Bool("edit") && ch.Int("index") == 0 {
+			text.Reset()
+			frames = nil
+		}
+		if ch == nil || ch.Int("index") != len(frames) {
+			t.Fatalf("chunk %d due, got %s", len(frames), f)
+		}
+		frames = append(frames, f)
+		text.WriteString(f.Str("text"))
+		if f.Bool("final") {
+			if total := ch.Int("total"); total != len(frames) {
+				t.Fatalf("final chunk says total %d after %d chunks", total, len(frames))
+			}
+			return text.String(), frames
+		}
+	}
+}
+
+// dlvMedia waits on dev for the next media file and reassembles it: the
+// first chunk (meta) and the decoded bytes of all chunks.
+func dlvMedia(t *testing.T, dev *client.Conn) (client.Frame, []byte) {
+	t.Helper()
+	ctx := testCtx(t)
+	var (
+		meta  client.Frame
+		data  []byte
+		parts int
+	)
+	for {
+		f, err := dev.Next(ctx)
+		if err != nil {
+			t.Fatalf("waiting for delivered media: %v", err)
+		}
+		switch f.T() {
+		case "":
+			t.Fatalf("device connection closed: %s", f)
+		case protocol.TypeMedia:
+		default:
+			continue
+		}
+		if meta == nil {
+			meta = f
+		}
+		if f.Str("id") != meta.Str("id") || f.Int("part") != parts {
+			t.Fatalf("media part %d of %q due, got %s", parts, meta.Str("id"), f)
+		}
+		parts++
+		data = append(data, dlvDecode(t, f)...)
+		if f.Bool("final") {
+			if f.Int("parts") != parts || f.Int("size") != len(data) {
+				t.Fatalf("final media chunk says parts %d size %d; got %d parts, %d bytes", f.Int("parts"), f.Int("size"), parts, len(data))
+			}
+			return meta, data
+		}
+	}
+}
+
+// dlvExpectText waits for a delivered message on dev and checks its text.
+func dlvExpectText(t *testing.T, dev *client.Conn, want string) {
+	t.Helper()
+	text, frames := dlvMessage(t, dev)
+	if text != want {
+		t.Fatalf("device got message %q, want %q (%d frames)", text, want, len(frames))
+	}
+}
+
+// dlvNothingBefore proves that no message or media reached dev before a
+// marker: it delivers marker to target through sender (which must be
+// allowed to) and reads dev up to it. The refused deliver was answered
+// before the marker was sent, and a deliver is answered only once its frames
+// are written, so anything it delivered would come first.
+func dlvNothingBefore(t *testing.T, dev, sender *client.Conn, target string) {
+	t.Helper()
+	const marker = "marker: nothing before me"
+	if err := sender.Deliver("marker", target, marker, nil); err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	for {
+		f, err := dev.Next(ctx)
+		if err != nil {
+			t.Fatalf("waiting for the marker: %v", err)
+		}
+		switch f.T() {
+		case protocol.TypeMessage:
+			if f.Str("text") == marker {
+				return
+			}
+			t.Fatalf("a refused deliver reached the device: %s", f)
+		case protocol.TypeMedia:
+			t.Fatalf("a refused deliver reached the device: %s", f)
+		case "":
+			t.Fatalf("device connection closed: %s", f)
+		}
+	}
+}
+
+func TestDeliverTextToMobileTarget(t *testing.T) {
+	n := dlvStartNode(t, nil)
+	dev, _ := n.connect(t, "tel-1")
+	cron := dlvCron(t, n)
+	if err := cron.SendRaw([]byte(`{"t":"deliver","id":"d1","target":"mobile:tel-1","text":"hi"}`)); err != nil {
+		t.Fatal(err)
+	}
+	text, frames := dlvMessage(t, dev)
+	if text != "hi" || len(frames) != 1 {
+		t.Fatalf("device got %q in %d frames, want \"hi\" in one: %v", text, len(frames), frames)
+	}
+	f := frames[0]
+	if f.Str("id") == "" || !f.Bool("final") {
+		t.Fatalf("message frame needs an id and final:true: %s", f)
+	}
+	if ch := f.Map("chunk"); ch == nil || ch.Int("index") != 0 || ch.Int("total") != 1 {
+		t.Fatalf("chunk = %v, want {index:0,total:1}: %s", ch, f)
+	}
+	dlvOK(t, cron)
+	// A delivery is not a message from the user: the agent hears nothing.
+	if got := n.agent.Events(); len(got) != 0 {
+		t.Fatalf("the agent received %+v for a deliver", got)
+	}
+}
+
+func TestDeliverBareTarget(t *testing.T) {
+	n := dlvStartNode(t, nil)
+	dev, _ := n.connect(t, "tel-1")
+	cron := dlvCron(t, n)
+	if err := cron.Deliver("d1", "tel-1", "bare target", nil); err != nil {
+		t.Fatal(err)
+	}
+	dlvExpectText(t, dev, "bare target")
+	dlvOK(t, cron)
+}
+
+func TestDeliverEmptyTargetGoesHome(t *testing.T) {
+	n := dlvStartNode(t, func(c *gateway.Config) { c.Edge.HomeDevice = "tel-home" })
+	home, _ := n.connect(t, "tel-home")
+	other, _ := n.connect(t, "tel-other")
+	cron := dlvCron(t, n)
+	if err := cron.SendRaw([]byte(`{"t":"deliver","id":"d1","text":"to home"}`)); err != nil {
+		t.Fatal(err)
+	}
+	dlvExpectText(t, home, "to home")
+	dlvOK(t, cron)
+	// Only the home device got it.
+	dlvNothingBefore(t, other, cron, "mobile:tel-other")
+}
+
+func TestDeliverEmptyTargetWithoutHomeIsBadFrame(t *testing.T) {
+	n := dlvStartNode(t, nil) // no HomeDevice
+	dev, _ := n.connect(t, "tel-1")
+	cron := dlvCron(t, n)
+	if err := cron.SendRaw([]byte(`{"t":"deliver","id":"d1","text":"nowhere"}`)); err != nil {
+		t.Fatal(err)
+	}
+	dlvError(t, cron, protocol.CodeBadFrame)
+	if err := cron.SendRaw([]byte(`{"t":"deliver","id":"d2","target":"","text":"nowhere"}`)); err != nil {
+		t.Fatal(err)
+	}
+	dlvError(t, cron, protocol.CodeBadFrame)
+	dlvNothingBefore(t, dev, cron, "mobile:tel-1")
+}
+
+func TestDeliverWithoutTextOrMediaIsBadFrame(t *testing.T) {
+	n := dlvStartNode(t, nil)
+	dev, _ := n.connect(t, "tel-1")
+	cron := dlvCron(t, n)
+	for _, raw := range []string{
+		`{"t":"deliver","id":"d1","target":"mobile:tel-1"}`,
+		`{"t":"deliver","id":"d2","target":"mobile:tel-1","text":""}`,
+	} {
+		if err := cron.SendRaw([]byte(raw)); err != nil {
+			t.Fatal(err)
+		}
+		dlvError(t, cron, protocol.CodeBadFrame)
+	}
+	dlvNothingBefore(t, dev, cron, "mobile:tel-1")
+}
+
+func TestDeliverMedia(t *testing.T) {
+	n := dlvStartNode(t, nil)
+	dev, _ := n.connect(t, "tel-1")
+	cron := dlvCron(t, n)
+	png := append([]byte("\x89PNG\r\n\x1a\n"), bytes.Repeat([]byte{0, 1, 2, 0xff}, 1000)...)
+	err := cron.Deliver("d1", "mobile:tel-1", "", &client.DeliverMedia{
+		Kind: "image", Mime: "image/png", Filename: "chart.png", Data: png,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta, data := dlvMedia(t, dev)
+	if meta.Str("kind") != "image" || meta.Str("mime") != "image/png" || meta.Str("filename") != "chart.png" {
+		t.Fatalf("media frame kind/mime/filename = %q/%q/%q: %s", meta.Str("kind"), meta.Str("mime"), meta.Str("filename"), meta)
+	}
+	if meta.Int("size") != len(png) || meta.Int("parts") != 1 || meta.Int("part") != 0 || !meta.Bool("final") {
+		t.Fatalf("media frame size/part/parts/final wrong for %d bytes: %s", len(png), meta)
+	}
+	if !bytes.Equal(data, png) {
+		t.Fatalf("device got %d bytes, not the %d delivered", len(data), len(png))
+	}
+	dlvOK(t, cron)
+}
+
+func dlvDecode(t *testing.T, f client.Frame) []byte {
+	t.Helper()
+	if !f.Has("data") {
+		t.Fatalf("media frame carries no data: %s", f)
+	}
+	b, err := base64.StdEncoding.DecodeString(f.Str("data"))
+	if err != nil {
+		t.Fatalf("media data is not base64: %v", err)
+	}
+	return b
+}
+
+func TestDeliverTextAndMedia(t *testing.T) {
+	n := dlvStartNode(t, nil)
+	dev, _ := n.connect(t, "tel-1")
+	cron := dlvCron(t, n)
+	doc := []byte("%PDF-1.4 report")
+	err := cron.Deliver("d1", "mobile:tel-1", "your report", &client.DeliverMedia{
+		Kind: "document", Mime: "application/pdf", Filename: "report.pdf", Data: doc,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	var gotText, gotMedia bool
+	for !gotText || !gotMedia {
+		f, err := dev.Next(ctx)
+		if err != nil {
+			t.Fatalf("text %v media %v: %v", gotText, gotMedia, err)
+		}
+		switch f.T() {
+		case protocol.TypeMessage:
+			if f.Str("text") != "your report" || !f.Bool("final") {
+				t.Fatalf("message = %s", f)
+			}
+			gotText = true
+		case protocol.TypeMedia:
+			if f.Str("kind") != "document" || f.Str("filename") != "report.pdf" || !f.Bool("final") || !bytes.Equal(dlvDecode(t, f), doc) {
+				t.Fatalf("media = %s", f)
+			}
+			gotMedia = true
+		}
+	}
+	dlvOK(t, cron)
+}
+
+func TestDeliverMediaKindNotInMediaOut(t *testing.T) {
+	n := dlvStartNode(t, nil)
+	dev, ready := n.connect(t, "tel-1")
+	out := ready.Map("capabilities").Slice("media_out")
+	for _, kind := range []string{"audio", "sticker"} {
+		for _, k := range out {
+			if k == kind {
+				t.Fatalf("media_out %v lists %q; the test needs kinds outside it", out, kind)
+			}
+		}
+	}
+	cron := dlvCron(t, n)
+	for _, kind := range []string{"audio", "sticker"} {
+		err := cron.Deliver("d-"+kind, "mobile:tel-1", "", &client.DeliverMedia{Kind: kind, Mime: "application/octet-stream", Data: []byte("bytes")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dlvError(t, cron, protocol.CodeUnsupportedFrame)
+	}
+	dlvNothingBefore(t, dev, cron, "mobile:tel-1")
+}
+
+func TestDeliverTextLimit(t *testing.T) {
+	n := dlvStartNode(t, nil)
+	dev, _ := n.connect(t, "tel-1")
+	cron := dlvCron(t, n)
+
+	if err := cron.Deliver("d-big", "mobile:tel-1", strings.Repeat("a", protocol.MaxTextChars+1), nil); err != nil {
+		t.Fatal(err)
+	}
+	dlvError(t, cron, protocol.CodeTooBig)
+	dlvNothingBefore(t, dev, cron, "mobile:tel-1")
+
+	// The limit counts characters: 12000 two-byte characters are fine, and
+	// arrive cut into message chunks of one id that join back to the text.
+	max := strings.Repeat("é", protocol.MaxTextChars)
+	if err := cron.Deliver("d-max", "mobile:tel-1", max, nil); err != nil {
+		t.Fatal(err)
+	}
+	text, frames := dlvMessage(t, dev)
+	if text != max {
+		t.Fatalf("device got %d characters, want the %d delivered", len([]rune(text)), protocol.MaxTextChars)
+	}
+	if len(frames) < 2 {
+		t.Fatalf("12000 characters came in %d frame(s); chunks hold at most %d", len(frames), protocol.DefaultChunkLimit)
+	}
+	for _, f := range frames {
+		if len([]rune(f.Str("text"))) > protocol.DefaultChunkLimit || f.Str("id") != frames[0].Str("id") {
+			t.Fatalf("bad chunk: %d characters, id %q (first %q)", len([]rune(f.Str("text"))), f.Str("id"), frames[0].Str("id"))
+		}
+	}
+	dlvOK(t, cron)
+}
+
+func TestDeliverToOfflineDevice(t *testing.T) {
+	n := dlvStartNode(t, nil)
+	dev, _ := n.connect(t, "tel-1")
+	cron := dlvCron(t, n)
+	if err := cron.Deliver("d1", "mobile:tel-nobody", "anyone?", nil); err != nil {
+		t.Fatal(err)
+	}
+	dlvError(t, cron, protocol.CodeDeviceOffline)
+	// Not fatal: the same connection delivers to an online device next.
+	if err := cron.Deliver("d2", "mobile:tel-1", "still here", nil); err != nil {
+		t.Fatal(err)
+	}
+	dlvExpectText(t, dev, "still here")
+	dlvOK(t, cron)
+}
+
+func TestDeliverToDisconnectedDevice(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		disconnect func(*client.Conn) error
+	}{
+		{"network drop", (*client.Conn).CloseNow},
+		{"close handshake", (*client.Conn).Close},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := dlvStartNode(t, nil)
+			dev, _ := n.connect(t, "tel-1")
+			cron := dlvCron(t, n)
+			if err := cron.Deliver("d1", "mobile:tel-1", "while online", nil); err != nil {
+				t.Fatal(err)
+			}
+			dlvExpectText(t, dev, "while online")
+			dlvOK(t, cron)
+
+			before := n.Edge.Conns()
+			if err := tc.disconnect(dev); err != nil {
+				t.Fatalf("disconnect: %v", err)
+			}
+			// Wait until the edge has let go of the socket. A connection
+			// that never goes away is a leak (and a device that looks
+			// online): report it, then check the delivery all the same.
+			if !dlvWaitConns(n, before-1) {
+				t.Errorf("after the device's %s the edge still holds %d connections, want %d: the connection was never torn down",
+					tc.name, n.Edge.Conns(), before-1)
+			}
+			if err := cron.Deliver("d2", "mobile:tel-1", "after leaving", nil); err != nil {
+				t.Fatal(err)
+			}
+			dlvError(t, cron, protocol.CodeDeviceOffline)
+		})
+	}
+}
+
+// dlvWaitConns waits (up to 5 s) until the edge holds want connections: the
+// server has seen a disconnect. It polls a counter, not a clock.
+func dlvWaitConns(n *node, want int) bool {
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(5 * time.Second)
+	for n.Edge.Conns() != want {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			return false
+		}
+	}
+	return true
+}
+
+// dlvStartNode is startNode with a bounded shutdown: if the node does not
+// close within 10 s the test fails (and leaves it running) instead of hanging
+// the whole package. (An earlier edge deadlocked tearing down a connection
+// that closed while a close frame was still queued; see
+// TestDeliverToDisconnectedDevice/close_handshake.)
+func dlvStartNode(t *testing.T, mutate func(*gateway.Config)) *node {
+	t.Helper()
+	rec := &recorder{next: agent.Demo{}}
+	cfg := gateway.Config{
+		Listen: "127.0.0.1:0",
+		Router: true,
+		Agent:  rec,
+		Edge:   edge.Config{Auth: edge.AuthConfig{Token: testToken}},
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	g, err := gateway.Start(context.Background(), cfg, testLogger(t))
+	if err != nil {
+		t.Fatalf("start gateway: %v", err)
+	}
+	t.Cleanup(func() {
+		done := make(chan struct{})
+		go func() { g.Close(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Errorf("gateway.Close did not return within 10 s: the node hangs on shutdown (left running)")
+		}
+	})
+	return &node{Gateway: g, agent: rec}
+}
+
+// Permissions. In these nodes every connection from 127.0.0.0/8 is a
+// trusted reverse proxy, so the forwarding headers name the client.
+
+func dlvProxyNode(t *testing.T) *node {
+	return dlvStartNode(t, func(c *gateway.Config) {
+		c.Edge.Auth.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+		c.Edge.Auth.DeliverTokens = []edge.Secret{dlvToken}
+	})
+}
+
+// dlvRefused checks that c may not deliver: forbidden, not fatal, and nothing
+// reaches dev (proved with a marker sent by a deliver-token service).
+func dlvRefused(t *testing.T, n *node, c, dev *client.Conn) {
+	t.Helper()
+	if err := c.Deliver("d-refused", "mobile:tel-1", "refused", nil); err != nil {
+		t.Fatal(err)
+	}
+	dlvError(t, c, protocol.CodeForbidden)
+	svc := dlvService(t, n, dlvXFF("198.51.100.7"), dlvToken, "svc-marker")
+	dlvNothingBefore(t, dev, svc, "mobile:tel-1")
+}
+
+// dlvAllowed checks that c's deliver reaches dev.
+func dlvAllowed(t *testing.T, c, dev *client.Conn, text string) {
+	t.Helper()
+	if err := c.Deliver("d-"+text, "mobile:tel-1", text, nil); err != nil {
+		t.Fatal(err)
+	}
+	dlvOK(t, c) // no error (forbidden) came back
+	dlvExpectText(t, dev, text)
+}
+
+func TestDeliverForbiddenFromRemoteClient(t *testing.T) {
+	n := dlvProxyNode(t)
+	dev, _ := n.connect(t, "tel-1")
+	cron := dlvService(t, n, dlvXFF("203.0.113.9"), testToken, "cron")
+	dlvRefused(t, n, cron, dev)
+	// Refusing is not the end of it: it stays refused, and still non-fatal.
+	dlvRefused(t, n, cron, dev)
+}
+
+func TestDeliverAllowedWithDeliverToken(t *testing.T) {
+	n := dlvProxyNode(t)
+	dev, _ := n.connect(t, "tel-1")
+	cron := dlvService(t, n, dlvXFF("203.0.113.9"), dlvToken, "cron")
+	dlvAllowed(t, cron, dev, "with a deliver token")
+}
+
+func TestDeliverForbiddenThroughLocalProxyWithoutHeader(t *testing.T) {
+	n := dlvProxyNode(t)
+	dev, _ := n.connect(t, "tel-1") // itself a header-less proxied connection
+	cron := dlvService(t, n, client.Options{}, testToken, "cron")
+	dlvRefused(t, n, cron, dev)
+}
+
+func TestDeliverForbiddenWithForwardedHeader(t *testing.T) {
+	n := dlvProxyNode(t)
+	dev, _ := n.connect(t, "tel-1")
+	cron := dlvService(t, n, client.Options{Header: http.Header{"Forwarded": {`for="203.0.113.9"`}}}, testToken, "cron")
+	dlvRefused(t, n, cron, dev)
+}
+
+func TestDeliverForbiddenWithSpoofedLoopbackHop(t *testing.T) {
+	// The client prepends 127.0.0.1 itself; the proxy appends the real
+	// address. The rightmost untrusted hop is the client.
+	n := dlvProxyNode(t)
+	dev, _ := n.connect(t, "tel-1")
+	cron := dlvService(t, n, dlvXFF("127.0.0.1, 203.0.113.9"), testToken, "cron")
+	dlvRefused(t, n, cron, dev)
+}
+
+func TestDeliverAllowedForLoopbackBehindProxy(t *testing.T) {
+	// The proxy says the client is IPv6 loopback, which is not itself one of
+	// the trusted proxies (127.0.0.0/8): the client is loopback.
+	n := dlvProxyNode(t)
+	dev, _ := n.connect(t, "tel-1")
+	cron := dlvService(t, n, dlvXFF("::1"), testToken, "cron")
+	dlvAllowed(t, cron, dev, "xff ipv6 loopback")
+
+	cronFwd := dlvService(t, n, client.Options{Header: http.Header{"Forwarded": {`for="[::1]:5000";proto=https`}}}, testToken, "cron-fwd")
+	dlvAllowed(t, cronFwd, dev, "forwarded ipv6 loopback")
+}
+
+func TestDeliverAllowedForXFFLoopbackThroughProxy(t *testing.T) {
+	// Only 127.0.0.2 is a proxy. It forwards a client at 127.0.0.1: loopback.
+	n := dlvStartNode(t, func(c *gateway.Config) {
+		c.Edge.Auth.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")}
+	})
+	dev, _ := n.connect(t, "tel-1")
+	cron := dlvDialFrom(t, n, "127.0.0.2", http.Header{"X-Forwarded-For": {"127.0.0.1"}}, "cron")
+	dlvAllowed(t, cron, dev, "xff 127.0.0.1")
+	// The same proxy forwarding a remote client is refused.
+	remote := dlvDialFrom(t, n, "127.0.0.2", http.Header{"X-Forwarded-For": {"203.0.113.9"}}, "cron-remote")
+	if err := remote.Deliver("d-remote", "mobile:tel-1", "refused", nil); err != nil {
+		t.Fatal(err)
+	}
+	dlvError(t, remote, protocol.CodeForbidden)
+	dlvNothingBefore(t, dev, cron, "mobile:tel-1")
+}
+
+// dlvDialFrom connects from the loopback address local with header and says
+// hello as device with the test token; it skips the test where such an
+// address cannot be bound.
+func dlvDialFrom(t *testing.T, n *node, local string, header http.Header, device string) *client.Conn {
+	t.Helper()
+	c, err := client.Dial(testCtx(t), n.URL(), client.Options{LocalAddr: local, Header: header, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Skipf("cannot dial from %s here: %v", local, err)
+	}
+	t.Cleanup(func() { c.CloseNow() })
+	if _, err := c.Hello(testCtx(t), testToken, protocol.Device{ID: device}, protocol.User{}); err != nil {
+		t.Fatalf("hello as %q: %v", device, err)
+	}
+	return c
+}
+
+func TestDeliverHeadersIgnoredWithoutTrustedProxies(t *testing.T) {
+	n := dlvStartNode(t, nil) // TrustedProxies empty
+	dev, _ := n.connect(t, "tel-1")
+	cron := dlvService(t, n, client.Options{Header: http.Header{
+		"X-Forwarded-For": {"203.0.113.9"},
+		"Forwarded":       {`for="203.0.113.9"`},
+	}}, testToken, "cron")
+	dlvAllowed(t, cron, dev, "peer is loopback")
+}
+
+func TestDeliverHeadersIgnoredFromUntrustedPeer(t *testing.T) {
+	// Only 127.0.0.1 is a proxy; a connection from 127.0.0.2 is not, so its
+	// X-Forwarded-For is ignored and its own (loopback) address counts.
+	n := dlvStartNode(t, func(c *gateway.Config) {
+		c.Edge.Auth.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
+	})
+	dev, _ := n.connect(t, "tel-1")
+	c := dlvDialFrom(t, n, "127.0.0.2", http.Header{"X-Forwarded-For": {"203.0.113.9"}}, "cron")
+	dlvAllowed(t, c, dev, "untrusted peer headers ignored")
+}
+
+func TestDeliverForbiddenForRemoteDevice(t *testing.T) {
+	n := dlvProxyNode(t)
+	target, _ := n.connect(t, "tel-1")
+	phone := dlvService(t, n, dlvXFF("203.0.113.50"), testToken, "tel-2")
+	if err := phone.Deliver("d1", "mobile:tel-1", "spam from a phone", nil); err != nil {
+		t.Fatal(err)
+	}
+	dlvError(t, phone, protocol.CodeForbidden)
+	// Also with an empty target (the home device path) and with media.
+	if err := phone.Deliver("d2", "", "spam", &client.DeliverMedia{Kind: "image", Data: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	dlvError(t, phone, protocol.CodeForbidden)
+	svc := dlvService(t, n, dlvXFF("198.51.100.7"), dlvToken, "svc-marker")
+	dlvNothingBefore(t, target, svc, "mobile:tel-1")
+
+	// Its own session still works: a text reaches the agent and is answered.
+	if err := phone.Text("m-1", "my own message"); err != nil {
+		t.Fatal(err)
+	}
+	if reply, _ := dlvMessage(t, phone); !strings.Contains(reply, "my own message") {
+		t.Fatalf("reply %q does not echo the text", reply)
+	}
+	ev := n.agent.waitFor(t, func(ev wire.Event) bool { return ev.ID == "m-1" })
+	if ev.Device != "tel-2" {
+		t.Fatalf("agent got the text from %q, want tel-2", ev.Device)
+	}
+}
+
+// TestDeliverForbiddenBeforeValidation: a connection without the right gets
+// forbidden for any deliver frame, even a malformed one ("everyone else gets
+// forbidden"), so its errors say nothing about what a valid frame would be.
+func TestDeliverForbiddenBeforeValidation(t *testing.T) {
+	n := dlvProxyNode(t)
+	remote := dlvService(t, n, dlvXFF("203.0.113.9"), testToken, "remote")
+	for _, raw := range []string{
+		`{"t":"deliver","target":"tel-1"}`,                                          // no text or media
+		`{"t":"deliver","target":"tel-1","text":5}`,                                 // wrong type
+		`{"t":"deliver","target":"tel-1","media":{"kind":"sticker","data":"aGk="}}`, // bad kind
+	} {
+		if err := remote.SendRaw([]byte(raw)); err != nil {
+			t.Fatal(err)
+		}
+		dlvError(t, remote, protocol.CodeForbidden)
+	}
+	// A sender with the right gets the validation error for the same frame.
+	cron := dlvService(t, n, dlvXFF("203.0.113.9"), dlvToken, "cron")
+	if err := cron.SendRaw([]byte(`{"t":"deliver","target":"tel-1","text":5}`)); err != nil {
+		t.Fatal(err)
+	}
+	dlvError(t, cron, protocol.CodeBadFrame)
+}

@@ -1,0 +1,468 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"io"
+	"net/netip"
+	"os"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hermes-mobile/gateway/pkg/client"
+	"github.com/hermes-mobile/gateway/pkg/edge"
+	"github.com/hermes-mobile/gateway/pkg/protocol"
+)
+
+// envVars is every variable the command reads.
+var envVars = []string{
+	"MOBILE_TOKEN", "MOBILE_EXTRA_TOKENS", "MOBILE_ALLOWED_DEVICES", "MOBILE_DELIVER_TOKENS",
+	"MOBILE_HOME_DEVICE", "MOBILE_PROMPT_TTL", "MOBILE_LISTEN", "MOBILE_AVATAR_URL",
+	"MOBILE_TRUSTED_PROXIES", "NATS_URL", "REDIS_URL", "MOBILE_ROUTER", "MOBILE_LOG_LEVEL",
+}
+
+// clearEnv unsets every variable of the command for the test, so the
+// environment the tests run in does not leak into them.
+func clearEnv(t *testing.T) {
+	t.Helper()
+	for _, v := range envVars {
+		t.Setenv(v, "") // restores the old value after the test
+		os.Unsetenv(v)
+	}
+}
+
+// parse registers the flags on a new FlagSet (reading the environment as it
+// is now) and parses args.
+func parse(t *testing.T, args ...string) (flags, error) {
+	t.Helper()
+	var f flags
+	fs := flag.NewFlagSet("edge", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	f.register(fs)
+	err := fs.Parse(args)
+	return f, err
+}
+
+func mustParse(t *testing.T, args ...string) flags {
+	t.Helper()
+	f, err := parse(t, args...)
+	if err != nil {
+		t.Fatalf("parse %q: %v", args, err)
+	}
+	return f
+}
+
+func TestFlagDefaults(t *testing.T) {
+	clearEnv(t)
+	f := mustParse(t)
+	want := flags{listen: "127.0.0.1:8787", router: "auto", logLevel: "info", promptTTL: protocol.DefaultPromptTTL}
+	if f != want {
+		t.Fatalf("defaults = %+v, want %+v", f, want)
+	}
+	if protocol.DefaultPromptTTL != 300*time.Second {
+		t.Fatalf("DefaultPromptTTL = %v, the spec says 300 s", protocol.DefaultPromptTTL)
+	}
+}
+
+func TestEnvAndFlags(t *testing.T) {
+	for _, tc := range []struct {
+		env, flag       string
+		envVal, flagVal string
+		field           func(flags) string
+	}{
+		{"MOBILE_TOKEN", "token", "env-token", "flag-token", func(f flags) string { return f.token }},
+		{"MOBILE_EXTRA_TOKENS", "extra-tokens", "tel-1=a", "tel-2=b", func(f flags) string { return f.extraTokens }},
+		{"MOBILE_ALLOWED_DEVICES", "allowed-devices", "tel-1,tel-2", "tel-3", func(f flags) string { return f.allowedDevices }},
+		{"MOBILE_DELIVER_TOKENS", "deliver-tokens", "d1,d2", "d3", func(f flags) string { return f.deliverTokens }},
+		{"MOBILE_HOME_DEVICE", "home-device", "tel-home", "tel-other", func(f flags) string { return f.homeDevice }},
+		{"MOBILE_LISTEN", "listen", "0.0.0.0:9000", "127.0.0.1:9001", func(f flags) string { return f.listen }},
+		{"MOBILE_AVATAR_URL", "avatar-url", "https://env.example/avatar/", "https://flag.example/a/", func(f flags) string { return f.avatarURL }},
+		{"MOBILE_TRUSTED_PROXIES", "trusted-proxies", "10.0.0.0/8", "127.0.0.1", func(f flags) string { return f.trustedProxies }},
+		{"NATS_URL", "nats-url", "nats://env:4222", "nats://flag:4222", func(f flags) string { return f.natsURL }},
+		{"REDIS_URL", "redis-url", "redis://env:6379", "redis://flag:6379", func(f flags) string { return f.redisURL }},
+		{"MOBILE_ROUTER", "router", "off", "on", func(f flags) string { return f.router }},
+		{"MOBILE_LOG_LEVEL", "log-level", "debug", "warn", func(f flags) string { return f.logLevel }},
+		{"MOBILE_PROMPT_TTL", "prompt-ttl", "45", "90", func(f flags) string { return f.promptTTL.String() }},
+	} {
+		t.Run(tc.env, func(t *testing.T) {
+			clearEnv(t)
+			t.Setenv(tc.env, tc.envVal)
+			want := tc.envVal
+			if tc.env == "MOBILE_PROMPT_TTL" {
+				want = "45s" // seconds
+			}
+			if got := tc.field(mustParse(t)); got != want {
+				t.Fatalf("$%s=%q → %q, want %q", tc.env, tc.envVal, got, want)
+			}
+			want = tc.flagVal
+			if tc.env == "MOBILE_PROMPT_TTL" {
+				want = "1m30s"
+			}
+			if got := tc.field(mustParse(t, "-"+tc.flag+"="+tc.flagVal)); got != want {
+				t.Fatalf("-%s=%q with $%s=%q → %q, want the flag's %q", tc.flag, tc.flagVal, tc.env, tc.envVal, got, want)
+			}
+		})
+	}
+}
+
+func TestPromptTTLValues(t *testing.T) {
+	clearEnv(t)
+	for in, want := range map[string]time.Duration{"45": 45 * time.Second, "1": time.Second, "90s": 90 * time.Second, "5m": 5 * time.Minute} {
+		t.Setenv("MOBILE_PROMPT_TTL", in)
+		if got := mustParse(t).promptTTL; got != want {
+			t.Errorf("$MOBILE_PROMPT_TTL=%q → %v, want %v", in, got, want)
+		}
+		os.Unsetenv("MOBILE_PROMPT_TTL")
+		if got := mustParse(t, "-prompt-ttl", in).promptTTL; got != want {
+			t.Errorf("-prompt-ttl %q → %v, want %v", in, got, want)
+		}
+	}
+	for _, bad := range []string{"0", "-5", "abc", "0s", "1.5"} {
+		if _, err := parse(t, "-prompt-ttl="+bad); err == nil {
+			t.Errorf("-prompt-ttl=%q accepted", bad)
+		}
+	}
+}
+
+func TestGatewayConfigFromEnv(t *testing.T) {
+	clearEnv(t)
+	for k, v := range map[string]string{
+		"MOBILE_TOKEN":           "app-token",
+		"MOBILE_EXTRA_TOKENS":    "tel-1=bound-1, tel-2=bound-2",
+		"MOBILE_ALLOWED_DEVICES": " tel-1 ,tel-2,,",
+		"MOBILE_DELIVER_TOKENS":  "cron-1, cron-2",
+		"MOBILE_HOME_DEVICE":     "tel-1",
+		"MOBILE_PROMPT_TTL":      "45",
+		"MOBILE_LISTEN":          "127.0.0.1:9999",
+		"MOBILE_AVATAR_URL":      "https://agent.example.com/avatar/",
+		"MOBILE_TRUSTED_PROXIES": "10.0.0.0/8, 127.0.0.1",
+		"NATS_URL":               "nats://nats.example:4222",
+		"REDIS_URL":              "redis://redis.example:6379",
+	} {
+		t.Setenv(k, v)
+	}
+	cfg, err := mustParse(t).gatewayConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := cfg.Edge.Auth
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"Listen", cfg.Listen, "127.0.0.1:9999"},
+		{"NATSURL", cfg.NATSURL, "nats://nats.example:4222"},
+		{"RedisURL", cfg.RedisURL, "redis://redis.example:6379"},
+		{"Router (auto with NATS_URL)", cfg.Router, false},
+		{"Token", a.Token, edge.Secret("app-token")},
+		{"ExtraTokens", a.ExtraTokens, map[string]edge.Secret{"tel-1": "bound-1", "tel-2": "bound-2"}},
+		{"AllowedDevices", a.AllowedDevices, []string{"tel-1", "tel-2"}},
+		{"DeliverTokens", a.DeliverTokens, []edge.Secret{"cron-1", "cron-2"}},
+		{"TrustedProxies", a.TrustedProxies, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("127.0.0.1/32")}},
+		{"HomeDevice", cfg.Edge.HomeDevice, "tel-1"},
+		{"AvatarURL", cfg.Edge.AvatarURL, "https://agent.example.com/avatar/"},
+		{"PromptTTL", cfg.RouterCfg.PromptTTL, 45 * time.Second},
+	}
+	for _, c := range checks {
+		if !reflect.DeepEqual(c.got, c.want) {
+			t.Errorf("%s = %#v, want %#v", c.name, c.got, c.want)
+		}
+	}
+}
+
+func TestRouterModes(t *testing.T) {
+	for _, tc := range []struct {
+		router, nats string
+		want         bool
+	}{
+		{"on", "", true}, {"ON", "nats://x:4222", true}, {"true", "", true}, {"1", "nats://x:4222", true},
+		{"off", "", false}, {"Off", "", false}, {"false", "", false}, {"0", "", false},
+		{"auto", "", true}, {"auto", "nats://x:4222", false}, {"", "", true}, {"", "nats://x:4222", false},
+	} {
+		f := flags{router: tc.router, natsURL: tc.nats}
+		cfg, err := f.gatewayConfig()
+		if err != nil || cfg.Router != tc.want {
+			t.Errorf("router %q nats %q → %v, %v; want %v", tc.router, tc.nats, cfg.Router, err, tc.want)
+		}
+	}
+}
+
+func TestGatewayConfigErrors(t *testing.T) {
+	for _, tc := range []struct{ env, val string }{
+		{"MOBILE_EXTRA_TOKENS", "tel-1"},
+		{"MOBILE_EXTRA_TOKENS", "tel-1=a,=b"},
+		{"MOBILE_EXTRA_TOKENS", "tel-1="},
+		{"MOBILE_TRUSTED_PROXIES", "not-an-address"},
+		{"MOBILE_TRUSTED_PROXIES", "10.0.0.0/40"},
+		{"MOBILE_ROUTER", "maybe"},
+	} {
+		t.Run(tc.env+"="+tc.val, func(t *testing.T) {
+			clearEnv(t)
+			t.Setenv(tc.env, tc.val)
+			_, err := mustParse(t).gatewayConfig()
+			if err == nil {
+				t.Fatalf("$%s=%q accepted", tc.env, tc.val)
+			}
+			if !strings.Contains(err.Error(), tc.env) {
+				t.Fatalf("error %q does not name $%s", err, tc.env)
+			}
+		})
+	}
+}
+
+func TestRunRejectsBadConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		f    flags
+		want string
+	}{
+		{"log level", flags{listen: "127.0.0.1:0", router: "auto", logLevel: "loud", token: "x"}, "MOBILE_LOG_LEVEL"},
+		{"router", flags{listen: "127.0.0.1:0", router: "maybe", logLevel: "info", token: "x"}, "MOBILE_ROUTER"},
+		{"redis", flags{listen: "127.0.0.1:0", router: "auto", logLevel: "info", token: "x", redisURL: "redis://127.0.0.1:1"}, "REDIS_URL"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			var stdout, stderr bytes.Buffer
+			err := func() (err error) {
+				// A panic here is a failure of this case, not of the binary.
+				defer func() {
+					if r := recover(); r != nil {
+						t.Errorf("run panicked instead of returning an error: %v", r)
+					}
+				}()
+				return run(ctx, tc.f, &stdout, &stderr)
+			}()
+			if t.Failed() {
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("run = %v, want an error naming %s", err, tc.want)
+			}
+		})
+	}
+}
+
+// syncBuf is an io.Writer the test can wait on while run writes to it.
+type syncBuf struct {
+	mu     sync.Mutex
+	b      bytes.Buffer
+	signal chan struct{}
+}
+
+func newSyncBuf() *syncBuf { return &syncBuf{signal: make(chan struct{}, 1)} }
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, err := s.b.Write(p)
+	select {
+	case s.signal <- struct{}{}:
+	default:
+	}
+	return n, err
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// runNode runs run(f) in the background and returns the WebSocket URL from
+// the "gateway listening" log line, the captured stdout, and a function that
+// cancels run and returns its result.
+func runNode(t *testing.T, f flags) (url string, stdout *syncBuf, stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	stdout, stderr := newSyncBuf(), newSyncBuf()
+	result := make(chan error, 1)
+	go func() { result <- run(ctx, f, stdout, stderr) }()
+	var once sync.Once
+	var runErr error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case runErr = <-result:
+			case <-time.After(15 * time.Second):
+				t.Errorf("run did not return within 15 s of the cancel; stderr:\n%s", stderr)
+			}
+		})
+		return runErr
+	}
+	t.Cleanup(func() { stop() })
+
+	deadline := time.After(15 * time.Second)
+	for {
+		if url = listeningURL(t, stderr.String()); url != "" {
+			return url, stdout, stop
+		}
+		select {
+		case <-stderr.signal:
+		case err := <-result:
+			t.Fatalf("run returned %v before listening; stderr:\n%s", err, stderr)
+		case <-deadline:
+			t.Fatalf("no \"gateway listening\" log line; stderr:\n%s", stderr)
+		}
+	}
+}
+
+// listeningURL finds the url of the "gateway listening" JSON log line.
+func listeningURL(t *testing.T, logs string) string {
+	sc := bufio.NewScanner(strings.NewReader(logs))
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasSuffix(line, "}") {
+			continue // a line still being written
+		}
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("stderr log line is not JSON: %q: %v", line, err)
+		}
+		if rec["msg"] == "gateway listening" {
+			u, _ := rec["url"].(string)
+			if u == "" {
+				t.Fatalf("\"gateway listening\" has no url: %q", line)
+			}
+			return u
+		}
+	}
+	return ""
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestRunPrintsGeneratedToken(t *testing.T) {
+	clearEnv(t) // MOBILE_TOKEN unset
+	f := mustParse(t, "-listen=127.0.0.1:0")
+	url, stdout, stop := runNode(t, f)
+	if !strings.HasPrefix(url, "ws://127.0.0.1:") || !strings.HasSuffix(url, "/ws") || strings.HasSuffix(url, ":0/ws") {
+		t.Fatalf("listening url = %q, want ws://127.0.0.1:<port>/ws", url)
+	}
+
+	// The token, on its own line after the announcement, and the hello frame.
+	out := stdout.String()
+	var token, hello string
+	lines := strings.Split(out, "\n")
+	for i, line := range lines {
+		line = strings.TrimSpace(line)
+		if strings.Contains(line, "token is:") {
+			for _, next := range lines[i+1:] {
+				if next = strings.TrimSpace(next); next != "" {
+					token = next
+					break
+				}
+			}
+		}
+		if strings.HasPrefix(line, "{") {
+			hello = line
+		}
+	}
+	if len(token) != 48 {
+		t.Fatalf("no 48-character token in stdout:\n%s", out)
+	}
+	if _, err := hex.DecodeString(token); err != nil {
+		t.Fatalf("token %q is not hex: %v", token, err)
+	}
+	var h struct {
+		T, Token string
+		Device   struct{ ID string }
+	}
+	if err := json.Unmarshal([]byte(hello), &h); err != nil {
+		t.Fatalf("the printed hello frame %q is not JSON: %v\nstdout:\n%s", hello, err, out)
+	}
+	if h.T != "hello" || h.Token != token || h.Device.ID == "" {
+		t.Fatalf("printed hello frame %q: want t hello, the printed token and a device id", hello)
+	}
+
+	// The frame works verbatim.
+	c, err := client.Dial(testCtx(t), url, client.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	if err := c.SendRaw([]byte(hello)); err != nil {
+		t.Fatal(err)
+	}
+	ready, err := c.Expect(testCtx(t), protocol.TypeReady)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ready.Str("session"); got != protocol.SessionPrefix+h.Device.ID {
+		t.Fatalf("session = %q, want mobile:%s", got, h.Device.ID)
+	}
+	// With no NATS_URL the node runs the demo agent: a text is answered.
+	if err := c.Text("m-1", "ping the demo"); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := c.Expect(testCtx(t), protocol.TypeMessage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg.Str("id") == "" {
+		t.Fatalf("message without id: %s", msg)
+	}
+
+	// A wrong token is refused: the printed one is the only one.
+	bad, err := client.Dial(testCtx(t), url, client.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bad.CloseNow()
+	_, err = bad.Hello(testCtx(t), token+"x", protocol.Device{ID: "tel-2"}, protocol.User{})
+	if se, ok := err.(*client.ServerError); !ok || se.Code != protocol.CodeAuthFailed {
+		t.Fatalf("hello with a wrong token = %v, want auth_failed", err)
+	}
+
+	// Cancelling the context shuts the node down: the socket gets 1001 and
+	// run returns nil.
+	done := make(chan error, 1)
+	go func() { done <- stop() }()
+	ci, err := c.ExpectClose(testCtx(t))
+	if err != nil {
+		t.Fatalf("waiting for the shutdown close: %v", err)
+	}
+	if ci.Code != 1001 {
+		t.Fatalf("shutdown close code = %d, want 1001 (going away)", ci.Code)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("run returned %v after cancel, want nil", err)
+	}
+}
+
+func TestRunWithTokenPrintsNothing(t *testing.T) {
+	clearEnv(t)
+	t.Setenv("MOBILE_TOKEN", "my-token")
+	url, stdout, stop := runNode(t, mustParse(t, "-listen=127.0.0.1:0"))
+	c, err := client.Dial(testCtx(t), url, client.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	if _, err := c.Hello(testCtx(t), "my-token", protocol.Device{ID: "tel-1"}, protocol.User{}); err != nil {
+		t.Fatal(err)
+	}
+	if out := stdout.String(); out != "" {
+		t.Fatalf("stdout with MOBILE_TOKEN set = %q, want nothing", out)
+	}
+	done := make(chan error, 1)
+	go func() { done <- stop() }()
+	if _, err := c.ExpectClose(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("run = %v, want nil", err)
+	}
+}
