@@ -39,6 +39,8 @@ var (
 )
 
 var (
+	// errClientClosed: the peer sent a close frame; our answer is queued and
+	// the socket closes once it is written.
 	errClientClosed = errors.New("client closed the connection")
 	errProtocol     = errors.New("websocket protocol error")
 	errSlowReader   = errors.New("slow reader: outbound queue full")
@@ -80,9 +82,10 @@ type conn struct {
 	closed   bool
 	avatar   string
 	idle     *time.Timer
-	ready    bool        // the outbox was flushed: deliveries go straight out
-	held     []heldItem  // deliveries that came before ready
-	torn     atomic.Bool // teardown ran (or is running)
+	ready    bool          // the outbox was flushed: deliveries go straight out
+	held     []heldItem    // deliveries that came before ready
+	torn     atomic.Bool   // teardown ran (or is running)
+	dead     chan struct{} // closed when teardown has finished
 }
 
 // handshake upgrades nc and starts watching it.
@@ -122,7 +125,7 @@ func (s *Server) handshake(nc net.Conn) {
 	if trusted {
 		client = s.clientFromHeaders(string(xff), string(fwd))
 	}
-	c := &conn{srv: s, nc: nc, client: client, avatar: protocol.AvatarIdle}
+	c := &conn{srv: s, nc: nc, client: client, avatar: protocol.AvatarIdle, dead: make(chan struct{})}
 	c.log = s.log.With("client", client.String())
 	s.mu.Lock()
 	if s.closed {
@@ -135,7 +138,8 @@ func (s *Server) handshake(nc net.Conn) {
 	s.nConns.Add(1)
 	c.helloTimer = time.AfterFunc(s.cfg.HelloTimeout, c.helloTimeout)
 	if s.poller != nil {
-		if err := s.poller.add(nc, func(pe *pollEntry) { c.pe = pe }, c.onReadable); err == nil {
+		onReadable := func() { s.tracked(c.onReadable) }
+		if err := s.poller.add(nc, func(pe *pollEntry) { c.pe = pe }, onReadable); err == nil {
 			return
 		}
 		c.pe = nil
@@ -144,7 +148,9 @@ func (s *Server) handshake(nc net.Conn) {
 	s.goFunc(func() {
 		for {
 			if err := c.readAvailable(); err != nil {
-				c.teardown(err)
+				if err != errClientClosed {
+					c.teardown(err)
+				}
 				return
 			}
 		}
@@ -161,7 +167,9 @@ func appendList(dst, v []byte) []byte {
 // onReadable runs when epoll says the socket has data.
 func (c *conn) onReadable() {
 	if err := c.readAvailable(); err != nil {
-		c.teardown(err)
+		if err != errClientClosed {
+			c.teardown(err)
+		}
 		return
 	}
 	if err := c.srv.poller.resume(c.pe); err != nil {
@@ -314,12 +322,17 @@ func (c *conn) onPeerClose(p []byte) {
 	}
 	c.mu.Lock()
 	if c.closing {
+		// The peer answered our close: the handshake is complete.
 		c.mu.Unlock()
+		c.teardown(errClientClosed)
 		return
 	}
 	c.closing = true
 	c.mu.Unlock()
+	// The socket closes once our answer is written (or, if the writer is
+	// stuck, when the linger time is up).
 	c.enqueueAlways(closeFrame(code, ""), func(error) { c.teardown(errClientClosed) })
+	time.AfterFunc(lingerTimeout, func() { c.teardown(errClientClosed) })
 }
 
 // fatal sends e and closes the connection with 1008 and the code as reason.
@@ -489,6 +502,7 @@ func (c *conn) teardown(reason error) {
 		c.log.Debug("connection closed", "reason", reason)
 		c.srv.goFunc(c.releaseState)
 	}
+	close(c.dead)
 }
 
 // frame building. A frame buffer starts with room for the largest server

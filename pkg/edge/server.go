@@ -140,6 +140,21 @@ func (s *Server) ID() string { return s.cfg.ID }
 // Conns is the number of open WebSocket connections.
 func (s *Server) Conns() int { return int(s.nConns.Load()) }
 
+// tracked runs f now, counted like a goFunc goroutine (for callbacks that
+// already run in a goroutine of their own, such as the poller's).
+func (s *Server) tracked(f func()) {
+	s.gmu.Lock()
+	if s.waiting {
+		s.gmu.Unlock()
+		f()
+		return
+	}
+	s.wg.Add(1)
+	s.gmu.Unlock()
+	defer s.wg.Done()
+	f()
+}
+
 // goFunc runs f in a goroutine that Close waits for. Once Close waits, new
 // goroutines (a flush that finds its socket closed) run untracked: they end
 // at once.
@@ -222,6 +237,13 @@ func (s *Server) Close() error {
 	}
 	for _, c := range conns {
 		c.teardown(errServerClosed)
+	}
+	// A teardown already running elsewhere returned at once above; wait for it.
+	for _, c := range conns {
+		select {
+		case <-c.dead:
+		case <-time.After(time.Until(deadline.Add(3 * time.Second))):
+		}
 	}
 	s.cancel()
 	s.gmu.Lock()

@@ -84,7 +84,7 @@ func (c *conn) helloTimeout() {
 	helloed := c.helloed
 	c.mu.Unlock()
 	if !helloed {
-		c.fatal(protocol.NewError(protocol.CodeBadFrame, "no hello within 15 seconds"))
+		c.fatal(protocol.NewError(protocol.CodeBadFrame, fmt.Sprintf("no hello within %v", c.srv.cfg.HelloTimeout)))
 	}
 }
 
@@ -265,39 +265,46 @@ type uploadMeta struct {
 
 func (c *conn) onMedia(f *protocol.MediaUp) {
 	meta := uploadMeta{f.Kind, f.Mime, f.Filename, f.Caption}
-	data := f.Data
+	ctx, cancel := c.opContext()
+	key := c.device + ":" + f.ID
 	if f.Parts > 1 {
-		ctx, cancel := c.opContext()
-		key := c.device + ":" + f.ID
 		seen, err := c.srv.store.Seen(ctx, key)
 		if err == nil && seen {
 			cancel()
 			return // a file already delivered: judged by the whole file
 		}
-		mb, _ := json.Marshal(meta)
-		up, err := c.srv.store.PutPart(ctx, store.Part{
-			Device: c.device, Conn: c.id, ID: f.ID, Index: f.Part, Count: f.Parts, Meta: mb, Data: f.Data,
-		}, store.UploadLimits{
-			MaxOpen: protocol.MaxOpenUploads, MaxFileBytes: protocol.MaxMediaBytes, MaxBytes: protocol.MaxUploadBufferBytes,
-		})
-		cancel()
-		switch {
-		case errors.Is(err, store.ErrTooManyUploads):
-			c.sendError(protocol.NewError(protocol.CodeTooBig, "too many unfinished uploads (at most 8 per device)"))
-			return
-		case errors.Is(err, store.ErrUploadTooBig):
-			c.sendError(protocol.NewError(protocol.CodeTooBig, "upload buffers would exceed 8 MiB for this device"))
-			return
-		case errors.Is(err, store.ErrUploadMismatch):
-			c.sendError(protocol.NewError(protocol.CodeBadFrame, "parts differs from the earlier chunks of this file"))
-			return
-		case err != nil:
-			c.log.Warn("buffering upload failed", "err", err)
-			c.sendError(protocol.NewError(protocol.CodeInternalError, "gateway storage unavailable; send the file again"))
-			return
-		case up == nil:
-			return // more parts to come
-		}
+	}
+	part := store.Part{Device: c.device, Conn: c.id, ID: f.ID, Index: f.Part, Count: f.Parts, Data: f.Data}
+	if f.Parts == 1 {
+		// A whole file in one frame: the store only checks that it does
+		// not contradict an open upload of the same id; the bytes stay here.
+		part.Data = nil
+	} else {
+		part.Meta, _ = json.Marshal(meta)
+	}
+	up, err := c.srv.store.PutPart(ctx, part, store.UploadLimits{
+		MaxOpen: protocol.MaxOpenUploads, MaxFileBytes: protocol.MaxMediaBytes, MaxBytes: protocol.MaxUploadBufferBytes,
+	})
+	cancel()
+	switch {
+	case errors.Is(err, store.ErrTooManyUploads):
+		c.sendError(protocol.NewError(protocol.CodeTooBig, "too many unfinished uploads (at most 8 per device)"))
+		return
+	case errors.Is(err, store.ErrUploadTooBig):
+		c.sendError(protocol.NewError(protocol.CodeTooBig, "upload buffers would exceed 8 MiB for this device"))
+		return
+	case errors.Is(err, store.ErrUploadMismatch):
+		c.sendError(protocol.NewError(protocol.CodeBadFrame, "parts differs from the earlier chunks of this file"))
+		return
+	case err != nil:
+		c.log.Warn("buffering upload failed", "err", err)
+		c.sendError(protocol.NewError(protocol.CodeInternalError, "gateway storage unavailable; send the file again"))
+		return
+	case up == nil:
+		return // more parts to come
+	}
+	data := f.Data
+	if f.Parts > 1 {
 		data = up.Data
 		json.Unmarshal(up.Meta, &meta)
 	}

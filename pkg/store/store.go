@@ -92,7 +92,10 @@ type Uploads interface {
 	// file and frees the buffer; otherwise it returns nil. A part that breaks
 	// a limit returns ErrTooManyUploads, ErrUploadTooBig or ErrUploadMismatch
 	// and the upload it belongs to is discarded. A repeated index replaces the
-	// earlier bytes.
+	// earlier bytes. A part with Count 1 completes at once without being
+	// buffered or counted against MaxOpen and MaxBytes; it only fails when
+	// it contradicts an open upload of the same id (which is discarded).
+	// Uploads are identified by device, Conn and ID.
 	PutPart(ctx context.Context, p Part, lim UploadLimits) (*Upload, error)
 	// DropUploads frees every unfinished upload that conn holds for device.
 	DropUploads(ctx context.Context, device, conn string) error

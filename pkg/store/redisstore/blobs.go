@@ -1,0 +1,130 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hermes-mobile/gateway/pkg/store"
+)
+
+// reserveBlobScript counts a new blob against MaxBlobBytes, after forgetting
+// the blobs whose deadline passed (Redis expires a key once its deadline is
+// behind the clock, so they are forgotten together).
+// KEYS: {blobs}:due, {blobs}:bytes. ARGV: member "<size>:<key>", size, ttl ms,
+// max. Reply: {1, total, deadline ms} reserved, {0, total} refused.
+var reserveBlobScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local past = '(' .. string.format('%.0f', now)
+local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', past)
+if #gone > 0 then
+	local freed = 0
+	for _, m in ipairs(gone) do
+		freed = freed + tonumber(string.match(m, '^(%d+):'))
+	end
+	redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', past)
+	redis.call('DECRBY', KEYS[2], freed)
+end
+local size, ttl = tonumber(ARGV[2]), tonumber(ARGV[3])
+local total = tonumber(redis.call('GET', KEYS[2]) or '0') + size
+if total > tonumber(ARGV[4]) then
+	return {0, total}
+end
+local deadline = now + ttl
+redis.call('INCRBY', KEYS[2], size)
+redis.call('ZADD', KEYS[1], string.format('%.0f', deadline), ARGV[1])
+for _, k in ipairs(KEYS) do
+	if redis.call('PTTL', k) < ttl + 1 then
+		redis.call('PEXPIRE', k, ttl + 1)
+	end
+end
+return {1, total, deadline}
+`)
+
+// unreserveBlobScript takes back a reservation whose blob was not stored.
+// KEYS: {blobs}:due, {blobs}:bytes. ARGV: member, size.
+var unreserveBlobScript = redis.NewScript(`
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
+	redis.call('DECRBY', KEYS[2], ARGV[2])
+end
+return 0
+`)
+
+// PutBlob stores data for ttl under a new random key. With
+// Options.MaxBlobBytes it fails with store.ErrFull when the live blobs would
+// exceed it; exactly MaxBlobBytes is allowed.
+func (s *Store) PutBlob(ctx context.Context, data []byte, ttl time.Duration) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", opErr("PutBlob", err)
+	}
+	if ttl <= 0 {
+		return "", errBadTTL
+	}
+	key := newBlobKey()
+	// NX: a key is 128 random bits, but a collision must not overwrite.
+	set := redis.SetArgs{Mode: "NX", TTL: time.Duration(ms(ttl)) * time.Millisecond}
+	var member string
+	if s.maxBlobBytes > 0 {
+		member = strconv.Itoa(len(data)) + ":" + key
+		r, err := reserveBlobScript.Run(ctx, s.rdb, []string{s.blobDueKey(), s.blobBytesKey()},
+			member, len(data), ms(ttl), s.maxBlobBytes).Slice()
+		if err != nil {
+			return "", redisErr(ctx, "PutBlob", err)
+		}
+		ok, err1 := replyInt(r, 0)
+		total, err2 := replyInt(r, 1)
+		if err := errors.Join(err1, err2); err != nil {
+			return "", opErr("PutBlob", err)
+		}
+		if ok != 1 {
+			return "", fmt.Errorf("%w: %d blob bytes, limit %d", store.ErrFull, total, s.maxBlobBytes)
+		}
+		deadline, err := replyInt(r, 2)
+		if err != nil {
+			return "", opErr("PutBlob", err)
+		}
+		// The blob expires when the accounting forgets it.
+		set.TTL, set.ExpireAt = 0, time.UnixMilli(deadline)
+	}
+	err := s.rdb.SetArgs(ctx, s.blobKey(key), data, set).Err()
+	if err != nil {
+		if member != "" {
+			// Best effort: a reservation not taken back ends with its ttl.
+			unreserveBlobScript.Run(ctx, s.rdb, []string{s.blobDueKey(), s.blobBytesKey()}, member, len(data))
+		}
+		if errors.Is(err, redis.Nil) {
+			return "", opErr("PutBlob", errors.New("random blob key already in use"))
+		}
+		return "", redisErr(ctx, "PutBlob", err)
+	}
+	return key, nil
+}
+
+// newBlobKey returns 128 random bits in hex.
+func newBlobKey() string {
+	var k [16]byte
+	rand.Read(k[:]) // never fails (crypto/rand)
+	return hex.EncodeToString(k[:])
+}
+
+// GetBlob returns the bytes of key; store.ErrNotFound when gone.
+func (s *Store) GetBlob(ctx context.Context, key string) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, opErr("GetBlob", err)
+	}
+	b, err := s.rdb.Get(ctx, s.blobKey(key)).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return nil, store.ErrNotFound
+	}
+	if err != nil {
+		return nil, redisErr(ctx, "GetBlob", err)
+	}
+	return b, nil
+}

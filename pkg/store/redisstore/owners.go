@@ -1,0 +1,183 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hermes-mobile/gateway/pkg/store"
+)
+
+// refreshBatch is how many devices one pipeline of RefreshDevices carries.
+const refreshBatch = 512
+
+// claimDeviceScript hands out the next epoch of a device and records the
+// owner. A missing epoch key starts from the server clock in µs and above the
+// current owner's epoch; see the package comment.
+// KEYS: owner, epoch. ARGV: edge, ttl ms. Reply: the epoch.
+var claimDeviceScript = redis.NewScript(`
+local n
+if redis.call('EXISTS', KEYS[2]) == 1 then
+	n = redis.call('INCR', KEYS[2])
+else
+	local t = redis.call('TIME')
+	n = tonumber(t[1]) * 1000000 + tonumber(t[2])
+	local cur = redis.call('GET', KEYS[1])
+	if cur then
+		local e = tonumber(string.match(cur, '|(%d+)$'))
+		if e and e >= n then
+			n = e + 1
+		end
+	end
+	redis.call('SET', KEYS[2], string.format('%.0f', n))
+end
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+redis.call('SET', KEYS[1], ARGV[1] .. '|' .. string.format('%.0f', n), 'PX', ARGV[2])
+return n
+`)
+
+// refreshDeviceScript extends the ownership held at an epoch.
+// KEYS: owner, epoch. ARGV: epoch, ttl ms. Reply: 1 extended, 0 lost.
+var refreshDeviceScript = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur and string.match(cur, '|(%d+)$') == ARGV[1] then
+	redis.call('PEXPIRE', KEYS[1], ARGV[2])
+	redis.call('PEXPIRE', KEYS[2], ARGV[2])
+	return 1
+end
+return 0
+`)
+
+// releaseDeviceScript deletes the owner record held at an epoch.
+// KEYS: owner. ARGV: epoch. Reply: 1 deleted, 0 not.
+var releaseDeviceScript = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur and string.match(cur, '|(%d+)$') == ARGV[1] then
+	return redis.call('DEL', KEYS[1])
+end
+return 0
+`)
+
+// ClaimDevice makes edge the owner of device for ttl and returns a new epoch.
+func (s *Store) ClaimDevice(ctx context.Context, device, edge string, ttl time.Duration) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, opErr("ClaimDevice", err)
+	}
+	if ttl <= 0 {
+		return 0, errBadTTL
+	}
+	epoch, err := claimDeviceScript.Run(ctx, s.rdb, []string{s.ownerKey(device), s.epochKey(device)}, edge, ms(ttl)).Int64()
+	if err != nil {
+		return 0, redisErr(ctx, "ClaimDevice", err)
+	}
+	return epoch, nil
+}
+
+// DeviceOwner returns the owner of device; store.ErrNotFound when none.
+func (s *Store) DeviceOwner(ctx context.Context, device string) (store.Owner, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Owner{}, opErr("DeviceOwner", err)
+	}
+	v, err := s.rdb.Get(ctx, s.ownerKey(device)).Result()
+	if errors.Is(err, redis.Nil) {
+		return store.Owner{}, store.ErrNotFound
+	}
+	if err != nil {
+		return store.Owner{}, redisErr(ctx, "DeviceOwner", err)
+	}
+	i := strings.LastIndexByte(v, '|')
+	epoch, err := strconv.ParseInt(v[i+1:], 10, 64)
+	if i < 0 || err != nil {
+		return store.Owner{}, opErr("DeviceOwner", fmt.Errorf("malformed owner record %q", v))
+	}
+	return store.Owner{Edge: v[:i], Epoch: epoch}, nil
+}
+
+// RefreshDevices extends the ownership of each device still held at the
+// given epoch for ttl and returns the others, sorted. Each device is checked
+// and extended atomically; the devices are sent in pipelines of
+// refreshBatch.
+func (s *Store) RefreshDevices(ctx context.Context, owned map[string]int64, ttl time.Duration) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, opErr("RefreshDevices", err)
+	}
+	if ttl <= 0 {
+		return nil, errBadTTL
+	}
+	var lost []string
+	for batch := range slices.Chunk(slices.Sorted(maps.Keys(owned)), refreshBatch) {
+		held, err := s.refresh(ctx, batch, owned, ms(ttl))
+		if err != nil {
+			return nil, redisErr(ctx, "RefreshDevices", err)
+		}
+		for i, device := range batch {
+			if !held[i] {
+				lost = append(lost, device)
+			}
+		}
+	}
+	return lost, nil
+}
+
+// refresh runs refreshDeviceScript for devices in one pipeline and reports
+// which are still held. The pipeline uses EVALSHA; when Redis lost the script
+// (a restart, SCRIPT FLUSH), it loads it and runs the pipeline again.
+func (s *Store) refresh(ctx context.Context, devices []string, owned map[string]int64, ttlMS int64) ([]bool, error) {
+	for try := 0; ; try++ {
+		pipe := s.rdb.Pipeline()
+		cmds := make([]*redis.Cmd, len(devices))
+		for i, d := range devices {
+			cmds[i] = refreshDeviceScript.EvalSha(ctx, pipe, []string{s.ownerKey(d), s.epochKey(d)},
+				strconv.FormatInt(owned[d], 10), ttlMS)
+		}
+		_, err := pipe.Exec(ctx)
+		if err != nil && try == 0 && noScript(cmds) {
+			if err := refreshDeviceScript.Load(ctx, s.rdb).Err(); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		held := make([]bool, len(devices))
+		for i, c := range cmds {
+			n, err := c.Int64()
+			if err != nil {
+				return nil, err
+			}
+			held[i] = n == 1
+		}
+		return held, nil
+	}
+}
+
+// noScript reports whether one of cmds failed because Redis does not know
+// its script.
+func noScript(cmds []*redis.Cmd) bool {
+	for _, c := range cmds {
+		if err := c.Err(); errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT") {
+			return true
+		}
+	}
+	return false
+}
+
+// ReleaseDevice removes the owner record of device if it holds epoch.
+func (s *Store) ReleaseDevice(ctx context.Context, device string, epoch int64) error {
+	if err := ctx.Err(); err != nil {
+		return opErr("ReleaseDevice", err)
+	}
+	err := releaseDeviceScript.Run(ctx, s.rdb, []string{s.ownerKey(device)}, strconv.FormatInt(epoch, 10)).Err()
+	if err != nil {
+		return redisErr(ctx, "ReleaseDevice", err)
+	}
+	return nil
+}

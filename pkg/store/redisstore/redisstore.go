@@ -1,0 +1,304 @@
+// Package redisstore is the store.Store of a cluster: every edge and router
+// node shares one Redis, so deduplication, upload limits, prompt cards, device
+// ownership, outboxes and blobs hold across nodes.
+//
+// # Atomicity
+//
+// Every operation that reads and then writes runs as one Lua script, so it is
+// atomic across nodes: Claim, Release, PutPart, DropUploads, TakePrompt,
+// TakeExpired, ClaimDevice, RefreshDevices (one script per device, pipelined),
+// ReleaseDevice, PushOutbox, TakeOutbox and the blob accounting of PutBlob.
+// The keys one script touches share a Redis Cluster hash tag ({device},
+// {prompts} or {blobs}), so the layout is ready for Redis Cluster through
+// Options.Client; only a single Redis server is tested. Device ids must not be
+// empty on Redis Cluster (an empty hash tag does not group keys).
+//
+// # Keys
+//
+// Every key starts with Options.Prefix (P, "hermes:" by default) and every key
+// has a TTL, so nothing outlives the state it holds. D is a device, C a
+// connection, F a file id, len(x) the byte length of x in decimal:
+//
+//	P dedup:<key>                         string  the attempt holding key; PX the Claim ttl
+//	P uploads:{D}                         hash    <upload> -> bytes buffered; PX UploadTTL from D's last part
+//	P upload:<len(D)>:{D}:<upload>        hash    "count", "meta" and one field per part index; PX UploadTTL from its last part
+//	                                              (<upload> is <len(C)>:<C>:<F>)
+//	P {prompts}:card:<id>                 hash    "device", "expires" (unix µs), "rec" (the PromptRecord as JSON);
+//	                                              PX until Expires + PromptGrace
+//	P {prompts}:due                       zset    card id scored by Expires (unix µs); PX its longest card's
+//	P owner:{D}                           string  "<edge>|<epoch>"; PX the claim or refresh ttl
+//	P epoch:{D}                           string  the last epoch handed out for D; PX the claim or refresh ttl
+//	P outbox:{D}                          list    "<deadline unix ms>|<item>", oldest first; PX its longest item's ttl
+//	P blob:<32 hex>                       string  the blob; PX its ttl (with MaxBlobBytes: PXAT its deadline in {blobs}:due)
+//	P {blobs}:due                         zset    "<size>:<32 hex>" scored by deadline (unix ms); PX its longest blob's;
+//	                                              only with MaxBlobBytes
+//	P {blobs}:bytes                       string  bytes of the blobs in {blobs}:due; as {blobs}:due
+//
+// # Expiry
+//
+// Redis expires the keys. Upload buffers expire UploadTTL (10 minutes by
+// default) after their last part, so the buffers of an edge that died do not
+// stay: each PutPart first drops from P uploads:{D} the uploads whose buffer
+// key is gone, and UploadBytes counts only live buffers, so the per-device
+// limits heal by themselves. Outbox items carry their own deadline and
+// TakeOutbox skips the passed ones, so an old item is forgotten while a newer
+// one stays. Expired prompt cards stay PromptGrace (1 hour by default) after
+// their Expires for TakeExpired, which is how the router learns that a card
+// timed out; a card not taken by then is lost without a report.
+//
+// Epochs: when P epoch:{D} is missing (never claimed, expired or evicted),
+// ClaimDevice starts it from the Redis server clock in microseconds (and
+// above the epoch of a still-present owner), so epochs keep growing without a
+// key per device kept forever. Epochs are therefore about 1.8e15: larger than
+// memstore's, still exact as float64 and in JavaScript. This relies on the
+// Redis clock not stepping back while a device's epoch key is missing.
+//
+// # Errors
+//
+// Network errors, timeouts, a closed client and the replies LOADING,
+// READONLY, MASTERDOWN, CLUSTERDOWN, TRYAGAIN, NOREPLICAS, BUSY and
+// "max number of clients" wrap store.ErrUnavailable, together with the
+// underlying error, so a call whose context ended while Redis was being asked
+// matches both store.ErrUnavailable and context.DeadlineExceeded (or
+// context.Canceled). OOM (maxmemory reached) wraps both store.ErrFull and
+// store.ErrUnavailable. Other replies (NOAUTH, WRONGTYPE, a script error…)
+// are configuration or programming errors and wrap neither. A context that
+// is already done returns its error before Redis is asked, without
+// store.ErrUnavailable.
+//
+// # Lost replies
+//
+// A call whose reply is lost (the connection breaks after Redis ran it)
+// fails with store.ErrUnavailable although it took effect. For a Take
+// (TakePrompt, TakeExpired, TakeOutbox, or the PutPart that completes a file)
+// what it took is then lost: it is never returned twice. The client that New
+// makes therefore does not retry commands: a retry would turn that loss into
+// a silent one (the retried Take finds nothing), push an outbox item twice or
+// count a blob twice. A Client passed in Options should be configured the
+// same way (MaxRetries -1).
+//
+// Redis 6.2 or later is required (SET … PXAT); the tests run on Redis 7.
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hermes-mobile/gateway/pkg/store"
+)
+
+// Defaults for the zero Options.
+const (
+	DefaultPrefix      = "hermes:"
+	DefaultUploadTTL   = 10 * time.Minute
+	DefaultPromptGrace = time.Hour
+)
+
+// errBadTTL rejects a ttl that is zero or negative: nothing would be kept.
+var errBadTTL = errors.New("redisstore: ttl must be positive")
+
+// Options configure a Store. URL or Client is required.
+type Options struct {
+	// URL is the Redis to use, redis://[user:password@]host:port[/db] or
+	// rediss://…, parsed by redis.ParseURL (its query options, such as
+	// dial_timeout or pool_size, apply). New sets three options of the
+	// client: ContextTimeoutEnabled, so the caller's context bounds every
+	// call even when Redis stops answering; DialerRetries 1, so a call to a
+	// Redis that refuses connections fails at once rather than after about
+	// 2 s of redialing; and, unless the URL sets max_retries, no command
+	// retries (see the package comment).
+	URL string
+	// Client, when set, is used instead of URL, as it is configured, and is
+	// not closed by Close. It may be a cluster client; see the package
+	// comment.
+	Client redis.UniversalClient
+	// Prefix starts every key; empty means DefaultPrefix ("hermes:"). It must
+	// not contain '{' or '}' (they would change the Redis Cluster hash tags).
+	Prefix string
+	// MaxBlobBytes bounds the total size of the live blobs, as in memstore: a
+	// PutBlob that would take the total above it fails with store.ErrFull.
+	// Zero or negative means no bound of ours; Redis maxmemory is then the
+	// bound (an OOM reply is store.ErrFull too).
+	MaxBlobBytes int64
+	// UploadTTL is how long an unfinished upload buffer lives after its last
+	// part. Zero or negative means DefaultUploadTTL (10 minutes).
+	UploadTTL time.Duration
+	// PromptGrace is how long an expired prompt card is kept for
+	// TakeExpired. Zero or negative means DefaultPromptGrace (1 hour).
+	PromptGrace time.Duration
+}
+
+// Store keeps the shared state in Redis. Create it with New and release its
+// connections with Close. All methods are safe for concurrent use.
+type Store struct {
+	rdb          redis.UniversalClient
+	ownClient    bool // rdb was made by New, so Close closes it
+	prefix       string
+	maxBlobBytes int64
+	uploadTTL    time.Duration
+	promptGrace  time.Duration
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ store.Store = (*Store)(nil)
+
+// New connects to Redis, checks it with PING and returns the Store. It
+// returns an error wrapping store.ErrUnavailable when Redis cannot be reached.
+func New(ctx context.Context, opts Options) (*Store, error) {
+	if opts.Prefix == "" {
+		opts.Prefix = DefaultPrefix
+	}
+	if strings.ContainsAny(opts.Prefix, "{}") {
+		return nil, fmt.Errorf("redisstore: prefix %q contains a brace", opts.Prefix)
+	}
+	if opts.UploadTTL <= 0 {
+		opts.UploadTTL = DefaultUploadTTL
+	}
+	if opts.PromptGrace <= 0 {
+		opts.PromptGrace = DefaultPromptGrace
+	}
+	s := &Store{
+		rdb:          opts.Client,
+		prefix:       opts.Prefix,
+		maxBlobBytes: opts.MaxBlobBytes,
+		uploadTTL:    opts.UploadTTL,
+		promptGrace:  opts.PromptGrace,
+	}
+	if s.rdb == nil {
+		if opts.URL == "" {
+			return nil, errors.New("redisstore: neither URL nor Client is set")
+		}
+		ro, err := redis.ParseURL(opts.URL)
+		if err != nil {
+			return nil, fmt.Errorf("redisstore: %w", err)
+		}
+		ro.ContextTimeoutEnabled = true
+		ro.DialerRetries = 1
+		if ro.MaxRetries == 0 {
+			ro.MaxRetries = -1 // none; 0 would mean go-redis's default, 3
+		}
+		s.rdb, s.ownClient = redis.NewClient(ro), true
+	}
+	if err := ctx.Err(); err != nil {
+		s.Close()
+		return nil, opErr("New", err)
+	}
+	if err := s.rdb.Ping(ctx).Err(); err != nil {
+		s.Close()
+		return nil, redisErr(ctx, "New: ping", err)
+	}
+	return s, nil
+}
+
+// Close closes the Redis client unless it came from Options.Client. It is
+// idempotent.
+func (s *Store) Close() error {
+	if !s.ownClient {
+		return nil
+	}
+	s.closeOnce.Do(func() { s.closeErr = s.rdb.Close() })
+	return s.closeErr
+}
+
+// Key names; see the package comment.
+
+func (s *Store) dedupKey(key string) string { return s.prefix + "dedup:" + key }
+
+func (s *Store) uploadsKey(device string) string { return s.prefix + "uploads:{" + device + "}" }
+
+// uploadKeyPrefix is the key of device's upload buffers without the upload
+// name. The lengths make the name of every (device, conn, file id) distinct.
+func (s *Store) uploadKeyPrefix(device string) string {
+	return s.prefix + "upload:" + strconv.Itoa(len(device)) + ":{" + device + "}:"
+}
+
+// uploadName names an upload within its device.
+func uploadName(conn, id string) string { return connPrefix(conn) + id }
+
+// connPrefix is how the upload names of conn begin.
+func connPrefix(conn string) string { return strconv.Itoa(len(conn)) + ":" + conn + ":" }
+
+func (s *Store) cardKeyPrefix() string     { return s.prefix + "{prompts}:card:" }
+func (s *Store) dueKey() string            { return s.prefix + "{prompts}:due" }
+func (s *Store) ownerKey(d string) string  { return s.prefix + "owner:{" + d + "}" }
+func (s *Store) epochKey(d string) string  { return s.prefix + "epoch:{" + d + "}" }
+func (s *Store) outboxKey(d string) string { return s.prefix + "outbox:{" + d + "}" }
+func (s *Store) blobKey(key string) string { return s.prefix + "blob:" + key }
+func (s *Store) blobDueKey() string        { return s.prefix + "{blobs}:due" }
+func (s *Store) blobBytesKey() string      { return s.prefix + "{blobs}:bytes" }
+
+// ms returns d in whole milliseconds, rounded up, for PX and PEXPIRE.
+func ms(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
+
+// opErr wraps an error of op that did not come from Redis.
+func opErr(op string, err error) error { return fmt.Errorf("redisstore: %s: %w", op, err) }
+
+// redisErr wraps an error that a Redis call of op with ctx returned, adding
+// store.ErrUnavailable when a retry may succeed, and ctx's error when ctx
+// ended meanwhile; see the package comment.
+func redisErr(ctx context.Context, op string, err error) error {
+	cerr := ctx.Err()
+	if dl, ok := ctx.Deadline(); ok && cerr == nil && !time.Now().Before(dl) {
+		// The socket deadline, taken from ctx, fired before ctx's timer.
+		cerr = context.DeadlineExceeded
+	}
+	if cerr != nil && !errors.Is(err, cerr) {
+		err = fmt.Errorf("%w: %w", cerr, err)
+	}
+	switch {
+	case redis.IsOOMError(err):
+		return fmt.Errorf("redisstore: %s: %w: %w: %w", op, store.ErrFull, store.ErrUnavailable, err)
+	case unavailable(err):
+		return fmt.Errorf("redisstore: %s: %w: %w", op, store.ErrUnavailable, err)
+	default:
+		return fmt.Errorf("redisstore: %s: %w", op, err)
+	}
+}
+
+// unavailable reports whether err means that Redis cannot serve the call
+// now: every error that is not a Redis reply (network, timeout, pool, closed
+// client, context), and the replies of a server that is starting, failing
+// over or overloaded.
+func unavailable(err error) bool {
+	var reply redis.Error
+	if !errors.As(err, &reply) {
+		return true
+	}
+	return redis.IsLoadingError(err) || redis.IsReadOnlyError(err) ||
+		redis.IsMasterDownError(err) || redis.IsClusterDownError(err) ||
+		redis.IsTryAgainError(err) || redis.IsNoReplicasError(err) ||
+		redis.IsMaxClientsError(err) || redis.HasErrorPrefix(err, "BUSY")
+}
+
+// replyInt reads element i of a script's array reply as an int64.
+func replyInt(r []any, i int) (int64, error) {
+	if i >= len(r) {
+		return 0, fmt.Errorf("script reply has %d elements, want more than %d", len(r), i)
+	}
+	n, ok := r[i].(int64)
+	if !ok {
+		return 0, fmt.Errorf("script reply element %d is %T, want an integer", i, r[i])
+	}
+	return n, nil
+}
+
+// replyBytes reads element i of a script's array reply as bytes.
+func replyBytes(r []any, i int) ([]byte, error) {
+	if i >= len(r) {
+		return nil, fmt.Errorf("script reply has %d elements, want more than %d", len(r), i)
+	}
+	str, ok := r[i].(string)
+	if !ok {
+		return nil, fmt.Errorf("script reply element %d is %T, want a string", i, r[i])
+	}
+	return []byte(str), nil
+}
