@@ -18,6 +18,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/router"
 	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/store/memstore"
+	"github.com/hermes-mobile/gateway/pkg/store/redisstore"
 )
 
 // Config of a node.
@@ -28,6 +29,8 @@ type Config struct {
 	NATSURL string
 	// RedisURL is an external Redis (REDIS_URL); empty keeps state in memory.
 	RedisURL string
+	// RedisPrefix starts every Redis key (REDIS_PREFIX, "hermes:").
+	RedisPrefix string
 	// Router runs a router with Agent in this process.
 	Router bool
 	Agent  agent.Agent // Demo when nil
@@ -58,16 +61,22 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err e
 		}
 	}()
 	if cfg.RedisURL != "" {
-		return nil, errors.New("REDIS_URL: the Redis store is not available in this build")
+		redisstore.SetLogger(log)
+		rs, err := redisstore.New(ctx, redisstore.Options{URL: cfg.RedisURL, Prefix: cfg.RedisPrefix})
+		if err != nil {
+			return nil, fmt.Errorf("REDIS_URL: %w", err)
+		}
+		g.Store = rs
+	} else {
+		g.Store = memstore.New(memstore.Options{})
 	}
-	g.Store = memstore.New(memstore.Options{})
 	if cfg.NATSURL != "" {
 		g.Bus, err = natsbus.Connect(cfg.NATSURL, natsbus.Options{Logger: log})
 	} else {
 		g.Bus, err = natsbus.Embedded(natsbus.Options{Logger: log})
 	}
 	if err != nil {
-		return nil, fmt.Errorf("bus: %w", err)
+		return nil, fmt.Errorf("NATS_URL: %w", err)
 	}
 	if cfg.Router {
 		a := cfg.Agent
