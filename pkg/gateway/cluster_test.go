@@ -1,0 +1,116 @@
+package gateway_test
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hermes-mobile/gateway/pkg/gateway"
+	"github.com/hermes-mobile/gateway/pkg/protocol"
+)
+
+// clusterURLs returns the external NATS and Redis for in-process cluster
+// tests: NATS_URL / REDIS_URL, else the standard local ports. Without them
+// the test is skipped, or fails when CI is set.
+func clusterURLs(t *testing.T) (natsURL, redisURL string) {
+	t.Helper()
+	natsURL, redisURL = os.Getenv("NATS_URL"), os.Getenv("REDIS_URL")
+	if natsURL == "" {
+		natsURL = "nats://127.0.0.1:4222"
+	}
+	if redisURL == "" {
+		redisURL = "redis://127.0.0.1:6379"
+	}
+	for _, u := range []string{natsURL, redisURL} {
+		host := u[strings.Index(u, "//")+2:]
+		if i := strings.LastIndex(host, "@"); i >= 0 {
+			host = host[i+1:]
+		}
+		host, _, _ = strings.Cut(host, "/")
+		c, err := net.DialTimeout("tcp", host, time.Second)
+		if err != nil {
+			msg := "cluster test needs NATS and Redis (set NATS_URL and REDIS_URL, or run them on 127.0.0.1:4222 and :6379): " + err.Error()
+			if os.Getenv("CI") != "" {
+				t.Fatal(msg)
+			}
+			t.Skip(msg)
+		}
+		c.Close()
+	}
+	return natsURL, redisURL
+}
+
+// startClusterNode starts a node on the shared NATS and Redis under prefix.
+func startClusterNode(t *testing.T, prefix string, router bool) *node {
+	natsURL, redisURL := clusterURLs(t)
+	return startNode(t, func(cfg *gateway.Config) {
+		cfg.NATSURL, cfg.RedisURL, cfg.RedisPrefix, cfg.Router = natsURL, redisURL, prefix, router
+	})
+}
+
+func randomPrefix() string {
+	b := make([]byte, 6)
+	rand.Read(b)
+	return "hermes-test:" + hex.EncodeToString(b) + ":"
+}
+
+// TestClusterInProcess: two nodes share NATS and Redis; the router runs on
+// the second only. A device on the first talks to the agent through it,
+// cron delivers from the second, and a reconnection to the second takes the
+// device over from the first.
+func TestClusterInProcess(t *testing.T) {
+	prefix := randomPrefix()
+	a := startClusterNode(t, prefix, false)
+	b := startClusterNode(t, prefix, true)
+	dev := "tel-" + prefix[13:25]
+
+	c, _ := a.connect(t, dev)
+	if err := c.Text("m-1", "across the cluster"); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := c.Expect(testCtx(t), protocol.TypeMessage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, _, err := c.CollectMessage(testCtx(t), msg.Str("id"))
+	if err != nil || !strings.Contains(text, "across the cluster") {
+		t.Fatalf("reply %q, %v", text, err)
+	}
+
+	cron, _ := b.connect(t, "cron-"+dev)
+	if err := cron.Deliver("d-1", "mobile:"+dev, "from cron on the other node", nil); err != nil {
+		t.Fatal(err)
+	}
+	msg, err = c.Expect(testCtx(t), protocol.TypeMessage)
+	if err != nil || msg.Str("text") != "from cron on the other node" {
+		t.Fatalf("delivered %v, %v", msg, err)
+	}
+
+	start := time.Now()
+	c2, _ := b.connect(t, dev)
+	ci, err := c.ExpectClose(testCtx(t))
+	if err != nil || ci.Code != 1000 {
+		t.Fatalf("old socket: close %v, %v", ci, err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("takeover across nodes took %v, want under 1 s", d)
+	}
+	if err := c2.Text("m-1", "dup"); err != nil { // same id: a duplicate across nodes
+		t.Fatal(err)
+	}
+	if err := c2.Text("m-2", "after takeover"); err != nil {
+		t.Fatal(err)
+	}
+	msg, err = c2.Expect(testCtx(t), protocol.TypeMessage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, _, err = c2.CollectMessage(testCtx(t), msg.Str("id"))
+	if err != nil || !strings.Contains(text, "after takeover") {
+		t.Fatalf("reply after takeover %q, %v (a reply to the duplicate would come first)", text, err)
+	}
+}
