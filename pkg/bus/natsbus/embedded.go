@@ -44,7 +44,7 @@ func Embedded(opts Options) (*Bus, error) {
 // serverLog is nats-server's Logger on slog.
 type serverLog struct{ l *slog.Logger }
 
-func (s serverLog) Noticef(format string, v ...any) { s.l.Info(fmt.Sprintf(format, v...)) }
+func (s serverLog) Noticef(format string, v ...any) { s.l.Debug(fmt.Sprintf(format, v...)) }
 func (s serverLog) Warnf(format string, v ...any)   { s.l.Warn(fmt.Sprintf(format, v...)) }
 func (s serverLog) Fatalf(format string, v ...any)  { s.l.Error(fmt.Sprintf(format, v...)) }
 func (s serverLog) Errorf(format string, v ...any)  { s.l.Error(fmt.Sprintf(format, v...)) }
