@@ -354,8 +354,11 @@ func (s *Server) heartbeat() {
 			continue
 		}
 		for _, dev := range lost {
+			// Another edge took the device without us hearing of it, or the
+			// store lost the record (a Redis restart): either way the phone
+			// reconnects and claims the device afresh.
 			if c := s.deviceConn(dev); c != nil && c.epoch == owned[dev] {
-				c.closeWith(closeNormal, "replaced by a newer connection", nil)
+				c.closeWith(closeGoingAway, "device ownership lost; reconnect", nil)
 			}
 		}
 	}
