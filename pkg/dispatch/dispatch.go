@@ -35,13 +35,17 @@ type Dispatcher struct {
 // error when the store or the bus failed.
 func (d *Dispatcher) Send(ctx context.Context, out wire.Output) error {
 	owner, err := d.Owners.DeviceOwner(ctx, out.Device)
-	if errors.Is(err, store.ErrNotFound) {
-		return ErrOffline
-	}
-	if err != nil {
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		// No record: the device is offline, or the store lost the record
+		// (a Redis restart). Epoch 0 lets whichever edge holds the device
+		// answer; nobody answering means offline.
+		out.Epoch = 0
+	case err != nil:
 		return fmt.Errorf("owner of %q: %w", out.Device, err)
+	default:
+		out.Epoch = owner.Epoch
 	}
-	out.Epoch = owner.Epoch
 	data, err := json.Marshal(out)
 	if err != nil {
 		return err

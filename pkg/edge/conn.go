@@ -68,7 +68,7 @@ type conn struct {
 	id        string // names the connection's uploads
 	device    string
 	session   string
-	epoch     int64
+	epoch     atomic.Int64 // changes only when the heartbeat re-claims a lost record
 	deliverOK bool
 	user      struct{ id, name string }
 	devName   string
@@ -82,10 +82,11 @@ type conn struct {
 	closed   bool
 	avatar   string
 	idle     *time.Timer
-	ready    bool          // the outbox was flushed: deliveries go straight out
-	held     []heldItem    // deliveries that came before ready
-	torn     atomic.Bool   // teardown ran (or is running)
-	dead     chan struct{} // closed when teardown has finished
+	ready    bool              // the outbox was flushed: deliveries go straight out
+	held     []heldItem        // deliveries that came before ready
+	attempts map[string]string // dedup key → attempt of a claim with unknown outcome
+	torn     atomic.Bool       // teardown ran (or is running)
+	dead     chan struct{}     // closed when teardown has finished
 }
 
 // handshake upgrades nc and starts watching it.

@@ -27,12 +27,12 @@ func (s *Server) onDelivery(m *bus.Msg) {
 	}
 	c := s.deviceConn(out.Device)
 	if out.Op == wire.OpTakeover {
-		if c != nil && c.epoch < out.Epoch {
+		if c != nil && c.epoch.Load() < out.Epoch {
 			c.closeWith(closeNormal, "replaced by a newer connection", nil)
 		}
 		return
 	}
-	if c == nil || out.Epoch != 0 && c.epoch != out.Epoch {
+	if c == nil || out.Epoch != 0 && c.epoch.Load() != out.Epoch {
 		return
 	}
 	done := func(err error) {

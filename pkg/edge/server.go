@@ -263,7 +263,7 @@ func (s *Server) register(c *conn) (bool, error) {
 	slot := s.devices[c.device]
 	var old *conn
 	if slot != nil && slot.conn != nil {
-		if slot.conn.epoch > c.epoch {
+		if slot.conn.epoch.Load() > c.epoch.Load() {
 			s.mu.Unlock()
 			return false, nil
 		}
@@ -339,7 +339,7 @@ func (s *Server) heartbeat() {
 		s.mu.Lock()
 		for dev, slot := range s.devices {
 			if slot.conn != nil {
-				owned[dev] = slot.conn.epoch
+				owned[dev] = slot.conn.epoch.Load()
 			}
 		}
 		s.mu.Unlock()
@@ -354,14 +354,31 @@ func (s *Server) heartbeat() {
 			continue
 		}
 		for _, dev := range lost {
-			// Another edge took the device without us hearing of it, or the
-			// store lost the record (a Redis restart): either way the phone
-			// reconnects and claims the device afresh.
-			if c := s.deviceConn(dev); c != nil && c.epoch == owned[dev] {
-				c.closeWith(closeGoingAway, "device ownership lost; reconnect", nil)
-			}
+			s.recover(dev, owned[dev])
 		}
 	}
+}
+
+// recover handles a device whose owner record no longer holds our epoch.
+// If the record is simply gone (the store lost it, e.g. a Redis restart),
+// the socket re-claims the device under a new epoch and stays open. If
+// another edge owns it, we missed the takeover: the socket closes (1001),
+// and the phone reconnects.
+func (s *Server) recover(dev string, epoch int64) {
+	c := s.deviceConn(dev)
+	if c == nil || c.epoch.Load() != epoch {
+		return
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.OpTimeout)
+	defer cancel()
+	if _, err := s.store.DeviceOwner(ctx, dev); errors.Is(err, store.ErrNotFound) {
+		if e, err := s.store.ClaimDevice(ctx, dev, s.cfg.ID, s.cfg.OwnerTTL); err == nil {
+			c.epoch.CompareAndSwap(epoch, e)
+			c.log.Info("re-claimed a device whose owner record was lost", "epoch", e)
+			return
+		}
+	}
+	c.closeWith(closeGoingAway, "device ownership lost; reconnect", nil)
 }
 
 func deviceSubject(device string) string { return bus.DeviceSubject(device) }

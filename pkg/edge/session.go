@@ -79,6 +79,53 @@ func (c *conn) opContext() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(c.srv.ctx, c.srv.cfg.OpTimeout)
 }
 
+// compensationContext is for undoing a step after a failure: the frame's
+// own context may be what expired.
+func (c *conn) compensationContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(c.srv.ctx), c.srv.cfg.OpTimeout)
+}
+
+// release forgets a dedup claim whose delivery failed, so a resend counts.
+func (c *conn) release(key, attempt string) {
+	ctx, cancel := c.compensationContext()
+	defer cancel()
+	if err := c.srv.store.Release(ctx, key, attempt); err != nil {
+		c.keepAttempt(key, attempt)
+		c.log.Warn("releasing a dedup key failed", "err", err)
+	}
+}
+
+// maxKeptAttempts bounds the claim attempts a connection remembers.
+const maxKeptAttempts = 64
+
+// attemptFor returns the attempt token for a claim of key: the one kept from
+// a claim whose outcome is unknown, or a new one.
+func (c *conn) attemptFor(key string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if a, ok := c.attempts[key]; ok {
+		delete(c.attempts, key)
+		return a
+	}
+	return randomHex(8)
+}
+
+// keepAttempt remembers the attempt of a claim whose outcome is unknown.
+func (c *conn) keepAttempt(key, attempt string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.attempts == nil {
+		c.attempts = make(map[string]string)
+	}
+	if len(c.attempts) >= maxKeptAttempts {
+		for k := range c.attempts {
+			delete(c.attempts, k)
+			break
+		}
+	}
+	c.attempts[key] = attempt
+}
+
 func (c *conn) helloTimeout() {
 	c.mu.Lock()
 	helloed := c.helloed
@@ -117,7 +164,8 @@ func (c *conn) hello(h *protocol.Hello) {
 		return
 	}
 	c.id = s.cfg.ID + "/" + fmt.Sprint(epoch)
-	c.device, c.session, c.epoch = dev.ID, protocol.Session(dev.ID), epoch
+	c.device, c.session = dev.ID, protocol.Session(dev.ID)
+	c.epoch.Store(epoch)
 	c.devName = dev.Name
 	c.user.id, c.user.name = h.User.ID, h.User.Name
 	c.deliverOK = g.deliver || c.client.IsLoopback()
@@ -188,9 +236,12 @@ func (c *conn) submit(ev wire.Event, blob []byte) {
 	defer cancel()
 	st := c.srv.store
 	key := c.device + ":" + ev.ID
-	attempt := randomHex(8)
+	attempt := c.attemptFor(key)
 	first, err := st.Claim(ctx, key, attempt, protocol.DedupWindow)
 	if err != nil {
+		// The claim may still take effect (a reply lost, a command run
+		// late): keep the attempt, so the phone's resend claims as us.
+		c.keepAttempt(key, attempt)
 		c.log.Warn("dedup failed", "err", err)
 		c.sendError(protocol.NewError(protocol.CodeInternalError, "gateway storage unavailable; send again"))
 		return
@@ -202,7 +253,7 @@ func (c *conn) submit(ev wire.Event, blob []byte) {
 	if blob != nil {
 		blobKey, err := st.PutBlob(ctx, blob, c.srv.cfg.BlobTTL)
 		if err != nil {
-			st.Release(ctx, key, attempt)
+			c.release(key, attempt)
 			c.log.Warn("storing media failed", "err", err)
 			c.sendError(protocol.NewError(protocol.CodeInternalError, "gateway storage unavailable; send again"))
 			return
@@ -212,7 +263,7 @@ func (c *conn) submit(ev wire.Event, blob []byte) {
 	// Thinking goes out before the agent can answer.
 	c.setAvatar(protocol.AvatarThinking, nil)
 	if err := c.srv.publishEvent(ctx, c, ev); err != nil {
-		st.Release(ctx, key, attempt)
+		c.release(key, attempt)
 		c.log.Warn("handing event to the agent failed", "err", err)
 		c.sendError(protocol.NewError(protocol.CodeInternalError, "the agent is not reachable; send again"))
 		c.setAvatar(protocol.AvatarIdle, nil)
@@ -342,7 +393,9 @@ func (c *conn) onPromptAnswer(f *protocol.PromptAnswer) {
 	if err := c.srv.publishEvent(ctx, c, ev); err != nil {
 		c.log.Warn("handing answer to the agent failed", "err", err)
 		c.sendError(protocol.NewError(protocol.CodeInternalError, "the agent is not reachable; answer the card again"))
-		if perr := st.PutPrompt(ctx, rec); perr != nil {
+		rctx, rcancel := c.compensationContext()
+		defer rcancel()
+		if perr := st.PutPrompt(rctx, rec); perr != nil {
 			c.log.Warn("restoring prompt failed", "err", perr)
 			return
 		}
@@ -419,7 +472,7 @@ func (c *conn) releaseState() {
 		c.log.Warn("freeing uploads failed", "err", err)
 	}
 	if c.srv.deviceConn(c.device) == nil {
-		if err := c.srv.store.ReleaseDevice(ctx, c.device, c.epoch); err != nil {
+		if err := c.srv.store.ReleaseDevice(ctx, c.device, c.epoch.Load()); err != nil {
 			c.log.Warn("releasing device failed", "err", err)
 		}
 	}

@@ -23,16 +23,38 @@ type output struct {
 
 var _ agent.Output = (*output)(nil)
 
-// send delivers o to the device, or keeps it in the outbox while the device
-// is offline. Typing and avatar states are moments, not messages: they are
-// not kept.
+// send delivers out to the device, or keeps it in the device's outbox while
+// the device is offline. While the bus or the store fails, it retries with
+// backoff for RetryFor, then keeps the output in the outbox too: a reply is
+// not lost to an outage. Typing and avatar states are moments, not
+// messages: they are neither retried nor kept.
 func (o *output) send(ctx context.Context, out wire.Output) error {
 	out.Device = o.device
-	err := o.r.sender.Send(ctx, out)
-	if !errors.Is(err, dispatch.ErrOffline) {
-		return err
+	moment := out.Op == wire.OpTyping || out.Op == wire.OpAvatar
+	deadline := time.Now().Add(o.r.cfg.RetryFor)
+	backoff := 100 * time.Millisecond
+	for {
+		err := o.r.sender.Send(ctx, out)
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, dispatch.ErrOffline) {
+			break
+		}
+		if moment {
+			return nil
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			o.r.log.Warn("delivery keeps failing; keeping the output in the outbox", "device", o.device, "err", err)
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
 	}
-	if out.Op == wire.OpTyping || out.Op == wire.OpAvatar {
+	if moment {
 		return nil
 	}
 	out.Offline = true
@@ -40,7 +62,9 @@ func (o *output) send(ctx context.Context, out wire.Output) error {
 	if err != nil {
 		return err
 	}
-	return o.r.store.PushOutbox(ctx, o.device, data, o.r.cfg.OutboxMax, o.r.cfg.OutboxTTL)
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	return o.r.store.PushOutbox(pctx, o.device, data, o.r.cfg.OutboxMax, o.r.cfg.OutboxTTL)
 }
 
 func (o *output) Message(ctx context.Context, id, text string, edit, final bool) error {

@@ -39,6 +39,9 @@ type Config struct {
 	HandleTimeout time.Duration
 	// BlobTTL is how long media the agent sends is kept for delivery (15 min).
 	BlobTTL time.Duration
+	// RetryFor is how long a delivery is retried while the bus or the store
+	// fails before the output goes to the outbox (30 s).
+	RetryFor time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -62,6 +65,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.BlobTTL <= 0 {
 		c.BlobTTL = 15 * time.Minute
+	}
+	if c.RetryFor <= 0 {
+		c.RetryFor = 30 * time.Second
 	}
 }
 

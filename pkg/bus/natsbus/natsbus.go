@@ -110,7 +110,16 @@ type Bus struct {
 	closed chan struct{}  // closed by nats.go's ClosedHandler
 
 	closeOnce sync.Once
+
+	// Requests in flight, failed at once when the connection drops: their
+	// replies can no longer arrive.
+	reqMu   sync.Mutex
+	reqs    map[uint64]context.CancelCauseFunc
+	nextReq uint64
 }
+
+// errDisconnected is the cause of requests cut off by a disconnect.
+var errDisconnected = fmt.Errorf("natsbus: %w: connection lost during the request", bus.ErrUnavailable)
 
 // Connect connects to the NATS server(s) at url (comma-separated URLs are
 // allowed). Once connected the Bus reconnects forever, with backoff; if the
@@ -209,9 +218,14 @@ func (b *Bus) Request(ctx context.Context, subject string, data []byte, header m
 		return nil, err
 	}
 	m := &nats.Msg{Subject: subject, Data: data, Header: toNATSHeader(header)}
+	ctx, done := b.trackRequest(ctx)
+	defer done()
 	resp, err := b.nc.RequestMsgWithContext(ctx, m)
 	if err == nil {
 		return resp.Data, nil
+	}
+	if cause := context.Cause(ctx); errors.Is(cause, errDisconnected) {
+		return nil, fmt.Errorf("natsbus: request %s: %w", subject, cause)
 	}
 	if cerr := ctx.Err(); cerr != nil && errors.Is(err, cerr) {
 		if !b.nc.IsConnected() {
@@ -258,7 +272,31 @@ func (b *Bus) Close() error {
 	return nil
 }
 
+// trackRequest registers a request so a disconnect can fail it.
+func (b *Bus) trackRequest(ctx context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	b.reqMu.Lock()
+	if b.reqs == nil {
+		b.reqs = make(map[uint64]context.CancelCauseFunc)
+	}
+	b.nextReq++
+	id := b.nextReq
+	b.reqs[id] = cancel
+	b.reqMu.Unlock()
+	return ctx, func() {
+		b.reqMu.Lock()
+		delete(b.reqs, id)
+		b.reqMu.Unlock()
+		cancel(nil)
+	}
+}
+
 func (b *Bus) onDisconnect(_ *nats.Conn, err error) {
+	b.reqMu.Lock()
+	for _, cancel := range b.reqs {
+		cancel(errDisconnected)
+	}
+	b.reqMu.Unlock()
 	if err != nil {
 		b.log.Warn("nats disconnected", "err", err)
 	} else {
