@@ -34,6 +34,20 @@ type Dispatcher struct {
 // written the frames, ErrOffline when no edge has the device, or another
 // error when the store or the bus failed.
 func (d *Dispatcher) Send(ctx context.Context, out wire.Output) error {
+	// A device that moved between reading its owner and the request is
+	// looked up again; a few rounds cover any realistic reconnect burst.
+	for range 3 {
+		err := d.send(ctx, out)
+		if !errors.Is(err, errMoved) {
+			return err
+		}
+	}
+	return d.send(ctx, out)
+}
+
+var errMoved = errors.New("device moved")
+
+func (d *Dispatcher) send(ctx context.Context, out wire.Output) error {
 	owner, err := d.Owners.DeviceOwner(ctx, out.Device)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -69,6 +83,9 @@ func (d *Dispatcher) Send(ctx context.Context, out wire.Output) error {
 	var r wire.Reply
 	if err := json.Unmarshal(reply, &r); err != nil {
 		return fmt.Errorf("bad reply from edge: %w", err)
+	}
+	if r.Moved {
+		return errMoved
 	}
 	if !r.OK {
 		return fmt.Errorf("%w: %s", ErrOffline, r.Error)

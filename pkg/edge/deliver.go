@@ -32,7 +32,15 @@ func (s *Server) onDelivery(m *bus.Msg) {
 		}
 		return
 	}
-	if c == nil || out.Epoch != 0 && c.epoch.Load() != out.Epoch {
+	if c == nil || out.Epoch != 0 && c.epoch.Load() < out.Epoch {
+		return // not ours (any more): the owner answers
+	}
+	if out.Epoch != 0 && c.epoch.Load() > out.Epoch {
+		// Sent to the socket we took over from: tell the sender to look again.
+		if m.Respond != nil {
+			data, _ := json.Marshal(wire.Reply{Moved: true, Error: "device moved"})
+			m.Respond(data)
+		}
 		return
 	}
 	done := func(err error) {

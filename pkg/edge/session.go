@@ -187,6 +187,13 @@ func (c *conn) hello(h *protocol.Hello) {
 		c.closeWith(closeNormal, "replaced by a newer connection", nil)
 		return
 	}
+	// A hello racing ours on another edge may have claimed a newer epoch
+	// and announced it before we subscribed: look once more, now that we
+	// would hear any later announcement.
+	if owner, err := s.store.DeviceOwner(ctx, dev.ID); err == nil && owner.Epoch > epoch {
+		c.closeWith(closeNormal, "replaced by a newer connection", nil)
+		return
+	}
 	// Tell other edges: an older socket of this device closes.
 	takeover, _ := json.Marshal(wire.Output{Op: wire.OpTakeover, Device: dev.ID, Epoch: epoch})
 	if err := s.bus.Publish(ctx, deviceSubject(dev.ID), takeover, nil); err != nil {

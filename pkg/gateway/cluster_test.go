@@ -49,6 +49,7 @@ func startClusterNode(t *testing.T, prefix string, router bool) *node {
 	natsURL, redisURL := clusterURLs(t)
 	return startNode(t, func(cfg *gateway.Config) {
 		cfg.NATSURL, cfg.RedisURL, cfg.RedisPrefix, cfg.Router = natsURL, redisURL, prefix, router
+		cfg.NATSPrefix = strings.NewReplacer(":", ".", "-", "_").Replace(prefix) // own subjects too
 	})
 }
 

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
+	"time"
 
 	"github.com/hermes-mobile/gateway/pkg/agent"
 	"github.com/hermes-mobile/gateway/pkg/bus"
@@ -27,6 +29,9 @@ type Config struct {
 	Listen string
 	// NATSURL is an external NATS (NATS_URL); empty embeds a server.
 	NATSURL string
+	// NATSPrefix is put in front of every NATS subject (NATS_PREFIX), so
+	// several gateways can share one NATS.
+	NATSPrefix string
 	// RedisURL is an external Redis (REDIS_URL); empty keeps state in memory.
 	RedisURL string
 	// RedisPrefix starts every Redis key (REDIS_PREFIX, "hermes:").
@@ -34,6 +39,13 @@ type Config struct {
 	// Router runs a router with Agent in this process.
 	Router bool
 	Agent  agent.Agent // Demo when nil
+	// Link makes the router's agent the agent link (AGENT=link) on this
+	// node's store, instead of Agent: see agent.Link.
+	Link bool
+	// APIListen, when set with Router, serves the router's HTTP API
+	// (docs/api.md) on this address, configured by API.
+	APIListen string
+	API       router.APIConfig
 
 	Edge      edge.Config
 	RouterCfg router.Config
@@ -45,8 +57,13 @@ type Gateway struct {
 	Bus    bus.Bus
 	Edge   *edge.Server
 	Router *router.Router // nil unless Config.Router
+	API    *router.API    // nil unless Config.Router and Config.APIListen
 	ln     net.Listener
 	served chan error
+
+	apiSrv    *http.Server
+	apiURL    string
+	apiServed chan error
 }
 
 // Start builds and starts a node. The caller must Close it.
@@ -71,7 +88,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err e
 		g.Store = memstore.New(memstore.Options{})
 	}
 	if cfg.NATSURL != "" {
-		g.Bus, err = natsbus.Connect(cfg.NATSURL, natsbus.Options{Logger: log})
+		g.Bus, err = natsbus.Connect(cfg.NATSURL, natsbus.Options{Logger: log, SubjectPrefix: cfg.NATSPrefix})
 	} else {
 		g.Bus, err = natsbus.Embedded(natsbus.Options{Logger: log})
 	}
@@ -80,12 +97,20 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err e
 	}
 	if cfg.Router {
 		a := cfg.Agent
-		if a == nil {
+		switch {
+		case cfg.Link:
+			a = agent.NewLink(g.Store, 0)
+		case a == nil:
 			a = agent.Demo{}
 		}
 		g.Router = router.New(cfg.RouterCfg, g.Store, g.Bus, a, log.With("component", "router"))
 		if err := g.Router.Start(); err != nil {
 			return nil, fmt.Errorf("router: %w", err)
+		}
+		if cfg.APIListen != "" {
+			if err := g.serveAPI(ctx, cfg, log); err != nil {
+				return nil, err
+			}
 		}
 	}
 	listen := cfg.Listen
@@ -102,16 +127,46 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err e
 	return g, nil
 }
 
+// serveAPI serves the router's HTTP API on cfg.APIListen.
+func (g *Gateway) serveAPI(ctx context.Context, cfg Config, log *slog.Logger) error {
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", cfg.APIListen)
+	if err != nil {
+		return fmt.Errorf("router API: %w", err)
+	}
+	g.API = router.NewAPI(g.Router, cfg.API)
+	g.apiSrv = &http.Server{Handler: g.API, ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(log.With("component", "api").Handler(), slog.LevelWarn)}
+	g.apiSrv.RegisterOnShutdown(g.API.Close)
+	g.apiURL = "http://" + ln.Addr().String()
+	g.apiServed = make(chan error, 1)
+	go func() { g.apiServed <- g.apiSrv.Serve(ln) }()
+	return nil
+}
+
+// APIURL is the base URL of the router's HTTP API, or "" when it is not
+// served.
+func (g *Gateway) APIURL() string { return g.apiURL }
+
 // Addr is the address the edge listens on.
 func (g *Gateway) Addr() net.Addr { return g.ln.Addr() }
 
 // URL is the WebSocket URL of the edge.
 func (g *Gateway) URL() string { return "ws://" + g.ln.Addr().String() + "/ws" }
 
-// Close stops the node: the edge first (sockets get 1001), then the router,
-// the bus and the store.
+// Close stops the node: the router's HTTP API and the edge first (sockets
+// get 1001), then the router, the bus and the store.
 func (g *Gateway) Close() error {
 	var errs []error
+	if g.apiSrv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := g.apiSrv.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("router API: %w", err))
+			g.apiSrv.Close()
+		}
+		cancel()
+		<-g.apiServed
+	}
 	if g.Edge != nil {
 		errs = append(errs, g.Edge.Close())
 		if err := <-g.served; err != nil && !errors.Is(err, net.ErrClosed) {

@@ -93,4 +93,7 @@ type PromptDone struct {
 type Reply struct {
 	OK    bool   `json:"ok"`
 	Error string `json:"error,omitempty"`
+	// Moved: this edge holds the device under a newer epoch than the
+	// output's; the sender reads the owner again and resends.
+	Moved bool `json:"moved,omitempty"`
 }

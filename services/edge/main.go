@@ -28,7 +28,7 @@ import (
 type flags struct {
 	listen, token, extraTokens, allowedDevices, deliverTokens string
 	homeDevice, avatarURL, trustedProxies, natsURL, redisURL  string
-	redisPrefix                                               string
+	redisPrefix, natsPrefix                                   string
 	router, logLevel                                          string
 	promptTTL                                                 time.Duration
 }
@@ -44,6 +44,7 @@ func (f *flags) register(fs *flag.FlagSet) {
 	config.String(fs, &f.avatarURL, "avatar-url", "MOBILE_AVATAR_URL", "", "avatar page URL sent in ready")
 	config.String(fs, &f.trustedProxies, "trusted-proxies", "MOBILE_TRUSTED_PROXIES", "", "reverse proxies (CIDRs) whose X-Forwarded-For/Forwarded name the client")
 	config.String(fs, &f.natsURL, "nats-url", "NATS_URL", "", "external NATS; empty embeds one in the process")
+	config.String(fs, &f.natsPrefix, "nats-prefix", "NATS_PREFIX", "", "prefix of every NATS subject, e.g. gw1. (lets several gateways share one NATS)")
 	config.String(fs, &f.redisURL, "redis-url", "REDIS_URL", "", "external Redis; empty keeps state in memory")
 	config.String(fs, &f.redisPrefix, "redis-prefix", "REDIS_PREFIX", "hermes:", "prefix of every Redis key")
 	config.String(fs, &f.router, "router", "MOBILE_ROUTER", "auto", "run a router with the demo agent here: on, off, or auto (on without NATS_URL)")
@@ -97,7 +98,7 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) (err error) {
 }
 
 func (f flags) gatewayConfig() (gateway.Config, error) {
-	cfg := gateway.Config{Listen: f.listen, NATSURL: f.natsURL, RedisURL: f.redisURL, RedisPrefix: f.redisPrefix}
+	cfg := gateway.Config{Listen: f.listen, NATSURL: f.natsURL, RedisURL: f.redisURL, RedisPrefix: f.redisPrefix, NATSPrefix: f.natsPrefix}
 	switch strings.ToLower(f.router) {
 	case "on", "true", "1":
 		cfg.Router = true

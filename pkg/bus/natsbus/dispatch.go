@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -87,7 +89,7 @@ func (b *Bus) handle(h bus.Handler, m *nats.Msg) {
 		}
 	}()
 	h(&bus.Msg{
-		Subject: m.Subject,
+		Subject: strings.TrimPrefix(m.Subject, b.prefix),
 		Data:    m.Data,
 		Header:  fromNATSHeader(m.Header),
 		Respond: b.responder(m.Reply),
@@ -114,20 +116,30 @@ func (b *Bus) subscribe(subject, queue string, h bus.Handler) (bus.Subscription,
 	}
 	sh := b.shardFor(subject)
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
 	var ns *nats.Subscription
 	var err error
 	if queue == "" {
-		ns, err = b.nc.ChanSubscribe(subject, sh.ch)
+		ns, err = b.nc.ChanSubscribe(b.prefix+subject, sh.ch)
 	} else {
-		ns, err = b.nc.ChanQueueSubscribe(subject, queue, sh.ch)
+		ns, err = b.nc.ChanQueueSubscribe(b.prefix+subject, queue, sh.ch)
 	}
 	if err != nil {
+		sh.mu.Unlock()
 		return nil, opErr("subscribe", subject, err)
 	}
 	sh.subs[ns] = h
+	sh.mu.Unlock()
+	// Return once the server has the interest: a caller that subscribes and
+	// then tells others it listens (an edge sending ready) must be reachable.
+	// While disconnected the subscription is sent on reconnect instead.
+	if err := b.nc.FlushTimeout(flushWait); err != nil {
+		b.log.Debug("subscription not confirmed by the server yet", "subject", subject, "err", err)
+	}
 	return &subscription{sh: sh, ns: ns}, nil
 }
+
+// flushWait bounds the round trip that confirms a new subscription.
+const flushWait = 2 * time.Second
 
 // subscription is the bus.Subscription of a Bus.
 type subscription struct {

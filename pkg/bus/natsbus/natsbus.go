@@ -83,6 +83,10 @@ const (
 
 // Options configures a Bus. The zero value is usable.
 type Options struct {
+	// SubjectPrefix is put in front of every subject (NATS_PREFIX), so
+	// several gateways can share one NATS; it ends with a dot, e.g. "gw1.".
+	// Handlers see subjects without it.
+	SubjectPrefix string
 	// Name is the connection name the server shows; DefaultName if empty.
 	Name string
 	// Logger receives connection events and dropped messages; nil discards.
@@ -100,6 +104,7 @@ type Options struct {
 // concurrent use. A Handler must not call Close.
 type Bus struct {
 	nc     *nats.Conn
+	prefix string // Options.SubjectPrefix
 	log    *slog.Logger
 	srv    *server.Server // embedded server this Bus owns and shuts down, or nil
 	inproc *server.Server // server reached in-process, or nil
@@ -154,6 +159,7 @@ func dial(url string, inproc *server.Server, opts Options) (*Bus, error) {
 		name = DefaultName
 	}
 	b := &Bus{
+		prefix: opts.SubjectPrefix,
 		log:    log.With("component", "natsbus", "conn", name),
 		inproc: inproc,
 		quit:   make(chan struct{}),
@@ -205,7 +211,7 @@ func (b *Bus) Publish(ctx context.Context, subject string, data []byte, header m
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	m := &nats.Msg{Subject: subject, Data: data, Header: toNATSHeader(header)}
+	m := &nats.Msg{Subject: b.prefix + subject, Data: data, Header: toNATSHeader(header)}
 	if err := b.nc.PublishMsg(m); err != nil {
 		return opErr("publish", subject, err)
 	}
@@ -217,7 +223,7 @@ func (b *Bus) Request(ctx context.Context, subject string, data []byte, header m
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	m := &nats.Msg{Subject: subject, Data: data, Header: toNATSHeader(header)}
+	m := &nats.Msg{Subject: b.prefix + subject, Data: data, Header: toNATSHeader(header)}
 	ctx, done := b.trackRequest(ctx)
 	defer done()
 	resp, err := b.nc.RequestMsgWithContext(ctx, m)
