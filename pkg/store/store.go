@@ -1,6 +1,7 @@
 // Package store is the contract for the state that must outlive one
 // connection: deduplication keys, multi-part upload buffers, prompt cards,
-// device ownership, the offline outbox and media blobs.
+// device ownership, the offline outbox, media blobs and the event log of the
+// agent link.
 //
 // Two implementations satisfy it: memstore (one process, the default) and
 // redisstore (a cluster). storetest is the one conformance suite both run.
@@ -41,6 +42,7 @@ type Store interface {
 	Owners
 	Outbox
 	Blobs
+	Events
 	Close() error
 }
 
@@ -161,4 +163,41 @@ type Blobs interface {
 	PutBlob(ctx context.Context, data []byte, ttl time.Duration) (string, error)
 	// GetBlob returns the bytes of key; ErrNotFound when gone.
 	GetBlob(ctx context.Context, key string) ([]byte, error)
+}
+
+// ErrBadCursor: a cursor that no implementation of Events hands out.
+var ErrBadCursor = errors.New("store: malformed event cursor")
+
+// EventEntry is one entry of the event log: its cursor and its bytes.
+type EventEntry struct {
+	Cursor string
+	Data   []byte
+}
+
+// Events is a log of device events for agents outside the gateway (the
+// agent link): the router appends, HTTP clients read from a cursor.
+//
+// A cursor is an opaque string that names one entry; entries are read in the
+// order they were appended, which is the order of their cursors. Every
+// implementation makes cursors of the form "<ms>-<seq>" (two decimal
+// numbers, as Redis stream ids are), growing with the clock, so a cursor
+// kept across a restart of the log never hides newer entries.
+type Events interface {
+	// AppendEvent adds data at the end of the log and returns its cursor,
+	// greater than every cursor handed out before. The log keeps at least
+	// the newest maxLen entries and drops older ones, exactly or
+	// approximately (redisstore trims whole stream nodes), so it holds
+	// about maxLen entries. maxLen must be positive.
+	AppendEvent(ctx context.Context, data []byte, maxLen int) (cursor string, err error)
+	// ReadEvents returns up to max entries (max < 1 reads one) whose
+	// cursors come strictly after after, oldest first; after "" reads from
+	// the oldest entry retained. When there are none it waits up to wait
+	// for one to be appended and returns an empty slice, not an error, if
+	// none comes. A wait of zero does not wait. A ctx deadline bounds the
+	// wait: the call returns ctx's error, or an empty slice just before the
+	// deadline. A ctx canceled meanwhile may be noticed only when the wait
+	// ends (redisstore cannot interrupt a blocking read), so a caller that
+	// must stop promptly waits in short steps. A malformed after gives
+	// ErrBadCursor.
+	ReadEvents(ctx context.Context, after string, max int, wait time.Duration) ([]EventEntry, error)
 }

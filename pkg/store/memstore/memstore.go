@@ -61,6 +61,7 @@ type Store struct {
 	owners  owners
 	outbox  outboxes
 	blobs   blobs
+	events  eventLog
 
 	done      chan struct{} // closed by Close to stop the sweeper
 	swept     chan struct{} // closed when the sweeper has returned

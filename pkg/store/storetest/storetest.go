@@ -44,6 +44,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Owners", ownerTests},
 		{"Outbox", outboxTests},
 		{"Blobs", blobTests},
+		{"Events", eventTests},
 		{"Context", contextTests},
 	}
 	for _, g := range groups {

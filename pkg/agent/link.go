@@ -1,0 +1,81 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hermes-mobile/gateway/pkg/store"
+	"github.com/hermes-mobile/gateway/pkg/wire"
+)
+
+// DefaultLinkMaxLen is how many events the log of a Link keeps when NewLink
+// is given no bound.
+const DefaultLinkMaxLen = 10000
+
+// Retries of an append that failed because the store could not be reached.
+const (
+	linkRetryMin = 100 * time.Millisecond
+	linkRetryMax = 5 * time.Second
+)
+
+// Link is the agent of AGENT=link: it hands the events to an agent outside
+// the gateway (the Hermes plugin) by appending each one, as the JSON of its
+// wire.Event, to the store's event log. The outside agent reads the log over
+// the router's HTTP API (GET /v1/events) and answers through it; Link itself
+// never speaks to the device.
+//
+// The router acknowledges an event to the edge once it is queued, before
+// Handle runs, so a store that cannot be reached must not lose it: Handle
+// retries the append, backing off up to 5 s, until it succeeds or ctx ends
+// (the router's per-event timeout, or its shutdown). Events of one session
+// stay in order meanwhile, because the router runs them one at a time.
+type Link struct {
+	events store.Events
+	maxLen int
+}
+
+var _ Agent = (*Link)(nil)
+
+// NewLink returns a Link appending to ev, which keeps about maxLen events
+// (DefaultLinkMaxLen when maxLen < 1); older ones are dropped, so an outside
+// agent away for longer misses them.
+func NewLink(ev store.Events, maxLen int) *Link {
+	if maxLen < 1 {
+		maxLen = DefaultLinkMaxLen
+	}
+	return &Link{events: ev, maxLen: maxLen}
+}
+
+// Handle appends ev to the event log.
+func (l *Link) Handle(ctx context.Context, ev wire.Event, _ Output) error {
+	data, err := json.Marshal(ev)
+	if err != nil {
+		return fmt.Errorf("link: encoding the event: %w", err)
+	}
+	delay := linkRetryMin
+	for {
+		_, err := l.events.AppendEvent(ctx, data, l.maxLen)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, store.ErrUnavailable) {
+			return fmt.Errorf("link: appending the event: %w", err)
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+		if cerr := ctx.Err(); cerr != nil {
+			if !errors.Is(err, cerr) {
+				err = fmt.Errorf("%w, then %w", err, cerr)
+			}
+			return fmt.Errorf("link: appending the event: %w", err)
+		}
+		delay = min(2*delay, linkRetryMax)
+	}
+}

@@ -1,0 +1,364 @@
+package router
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
+
+	"github.com/hermes-mobile/gateway/pkg/agent"
+	"github.com/hermes-mobile/gateway/pkg/bus"
+	"github.com/hermes-mobile/gateway/pkg/protocol"
+	"github.com/hermes-mobile/gateway/pkg/store"
+)
+
+// APIConfig configures the router's HTTP API. Zero values take the
+// defaults. docs/api.md describes the API.
+type APIConfig struct {
+	// DeliverTokens may call POST /v1/deliver (MOBILE_DELIVER_TOKENS).
+	DeliverTokens []string
+	// AgentTokens may call the agent endpoints: /v1/sessions/…, /v1/events
+	// and /v1/blobs/… (MOBILE_AGENT_TOKENS).
+	AgentTokens []string
+	// HomeDevice is the target of a deliver without one (MOBILE_HOME_DEVICE).
+	HomeDevice string
+
+	// MaxBodyBytes bounds a request body (12 MiB: an 8 MiB file in base64
+	// with its fields); a larger one gets 413 too_big.
+	MaxBodyBytes int64
+	// KeepAlive is how long an event stream stays silent before it gets a
+	// comment line (15 s), so proxies and clients see it is alive.
+	KeepAlive time.Duration
+	// WriteTimeout bounds each write to an event stream (10 s): a client
+	// that stops reading is dropped.
+	WriteTimeout time.Duration
+	// MaxWaiting bounds the event reads that wait in the store at once (8).
+	// Each holds a store connection (with Redis, one of the pool's) while it
+	// waits; the reads beyond it poll once a second instead.
+	MaxWaiting int
+	// ReadyTimeout bounds the checks of /readyz (2 s).
+	ReadyTimeout time.Duration
+}
+
+func (c *APIConfig) setDefaults() {
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = 12 << 20
+	}
+	if c.KeepAlive <= 0 {
+		c.KeepAlive = 15 * time.Second
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = 10 * time.Second
+	}
+	if c.MaxWaiting <= 0 {
+		c.MaxWaiting = 8
+	}
+	if c.ReadyTimeout <= 0 {
+		c.ReadyTimeout = 2 * time.Second
+	}
+}
+
+// API is the router's HTTP API: deliver for cron and `hermes send`, and the
+// agent link (the event log, the agent's output, uploaded files) for an
+// agent outside the gateway. Create it with NewAPI; it is an http.Handler.
+type API struct {
+	r   *Router
+	cfg APIConfig
+	log *slog.Logger
+	mux *http.ServeMux
+
+	// SHA-256 digests of the tokens: compared in constant time, every one
+	// of them, whatever the token presented.
+	deliverTokens, agentTokens [][sha256.Size]byte
+
+	waiting chan struct{} // a slot per event read waiting in the store
+
+	// ctx ends with Close or with the router: the event streams end.
+	ctx       context.Context
+	cancel    context.CancelFunc
+	closeOnce sync.Once
+}
+
+// NewAPI returns the HTTP API of r. The API uses r's store, bus and
+// outputs, so it works while r runs; Close (or the router's) ends its event
+// streams.
+func NewAPI(r *Router, cfg APIConfig) *API {
+	cfg.setDefaults()
+	a := &API{
+		r: r, cfg: cfg, log: r.log.With("component", "api"),
+		mux:           http.NewServeMux(),
+		deliverTokens: digests(cfg.DeliverTokens),
+		agentTokens:   digests(cfg.AgentTokens),
+		waiting:       make(chan struct{}, cfg.MaxWaiting),
+	}
+	a.ctx, a.cancel = context.WithCancel(r.ctx)
+	a.routes()
+	return a
+}
+
+// Close ends the event streams, so that http.Server.Shutdown need not wait
+// for them (register it with http.Server.RegisterOnShutdown). Other
+// requests finish. It is idempotent.
+func (a *API) Close() { a.closeOnce.Do(a.cancel) }
+
+// Output returns the agent.Output of device: what is sent through it
+// reaches the device, or its outbox while it is offline, as the agent's own
+// output does. The API's agent endpoints speak through it.
+func (r *Router) Output(device string) agent.Output { return &output{r: r, device: device} }
+
+// access says who may call an endpoint.
+type access int
+
+const (
+	public access = iota
+	deliverOnly
+	agentOnly
+)
+
+func (a *API) routes() {
+	a.handle("POST", "/v1/deliver", deliverOnly, a.deliver)
+	a.handle("POST", "/v1/sessions/{session}/messages", agentOnly, a.postMessage)
+	a.handle("POST", "/v1/sessions/{session}/media", agentOnly, a.postMedia)
+	a.handle("POST", "/v1/sessions/{session}/prompts", agentOnly, a.postPrompt)
+	a.handle("POST", "/v1/sessions/{session}/typing", agentOnly, a.postTyping)
+	a.handle("POST", "/v1/sessions/{session}/avatar", agentOnly, a.postAvatar)
+	a.handle("GET", "/v1/events", agentOnly, a.events)
+	a.handle("GET", "/v1/blobs/{key}", agentOnly, a.blob)
+	a.handle("GET", "/healthz", public, a.healthz)
+	a.handle("GET", "/readyz", public, a.readyz)
+	a.mux.HandleFunc("/", func(w http.ResponseWriter, req *http.Request) {
+		a.fail(w, req, apiErr(http.StatusNotFound, codeNotFound, "no such endpoint; see docs/api.md"))
+	})
+}
+
+// handlerFunc is an endpoint: an error it returns is the answer (an
+// *apiError, or anything else as internal_error).
+type handlerFunc func(w http.ResponseWriter, req *http.Request) error
+
+// handle registers h for method (GET also answers HEAD) and path, behind
+// the access check. Paths are registered without a method so that a wrong
+// method gets a JSON 405 rather than the mux's text one.
+func (a *API) handle(method, path string, acc access, h handlerFunc) {
+	a.mux.HandleFunc(path, func(w http.ResponseWriter, req *http.Request) {
+		if req.Method != method && !(method == "GET" && req.Method == "HEAD") {
+			w.Header().Set("Allow", method)
+			a.fail(w, req, apiErr(http.StatusMethodNotAllowed, codeMethodNotAllowed, req.Method+" is not allowed here; use "+method))
+			return
+		}
+		if err := a.authorize(req, acc); err != nil {
+			a.fail(w, req, err)
+			return
+		}
+		if err := h(w, req); err != nil {
+			a.fail(w, req, err)
+		}
+	})
+}
+
+// ServeHTTP serves the API.
+func (a *API) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	start := time.Now()
+	sw := &statusWriter{ResponseWriter: w}
+	a.mux.ServeHTTP(sw, req)
+	// Never the headers or the query: the token is in one, cursors in the other.
+	a.log.Debug("request", "method", req.Method, "path", req.URL.Path, "status", sw.status, "took", time.Since(start))
+}
+
+// authorize checks the bearer token for acc.
+func (a *API) authorize(req *http.Request, acc access) error {
+	if acc == public {
+		return nil
+	}
+	token, ok := bearer(req.Header.Get("Authorization"))
+	if !ok {
+		return apiErr(http.StatusUnauthorized, protocol.CodeAuthFailed, "send Authorization: Bearer <token>")
+	}
+	d := sha256.Sum256([]byte(token))
+	isDeliver, isAgent := matches(d, a.deliverTokens), matches(d, a.agentTokens)
+	switch {
+	case acc == deliverOnly && isDeliver, acc == agentOnly && isAgent:
+		return nil
+	case isDeliver || isAgent:
+		return apiErr(http.StatusForbidden, protocol.CodeForbidden, "this token may not call this endpoint")
+	}
+	return apiErr(http.StatusUnauthorized, protocol.CodeAuthFailed, "invalid token")
+}
+
+// bearer takes the token out of an Authorization header.
+func bearer(h string) (string, bool) {
+	scheme, token, ok := strings.Cut(strings.TrimSpace(h), " ")
+	token = strings.TrimSpace(token)
+	return token, ok && strings.EqualFold(scheme, "Bearer") && token != ""
+}
+
+func digests(tokens []string) [][sha256.Size]byte {
+	var out [][sha256.Size]byte
+	for _, t := range tokens {
+		if t = strings.TrimSpace(t); t != "" {
+			out = append(out, sha256.Sum256([]byte(t)))
+		}
+	}
+	return out
+}
+
+// matches compares d with every digest of set in constant time.
+func matches(d [sha256.Size]byte, set [][sha256.Size]byte) bool {
+	found := 0
+	for _, t := range set {
+		found |= subtle.ConstantTimeCompare(d[:], t[:])
+	}
+	return found == 1
+}
+
+// Error codes of the API that the protocol has no code for.
+const (
+	codeNotFound         protocol.Code = "not_found"
+	codeMethodNotAllowed protocol.Code = "method_not_allowed"
+)
+
+// apiError is an answer other than 200: an HTTP status and a JSON body
+// {"error": code, "message": message}.
+type apiError struct {
+	status  int
+	code    protocol.Code
+	message string
+}
+
+func (e *apiError) Error() string { return string(e.code) + ": " + e.message }
+
+func apiErr(status int, code protocol.Code, message string) *apiError {
+	return &apiError{status, code, message}
+}
+
+// badFrame, tooBig and unsupported are the protocol's validation answers.
+func badFrame(format string, args ...any) *apiError {
+	return apiErr(http.StatusBadRequest, protocol.CodeBadFrame, fmt.Sprintf(format, args...))
+}
+
+func tooBig(format string, args ...any) *apiError {
+	return apiErr(http.StatusRequestEntityTooLarge, protocol.CodeTooBig, fmt.Sprintf(format, args...))
+}
+
+func unsupported(format string, args ...any) *apiError {
+	return apiErr(http.StatusBadRequest, protocol.CodeUnsupportedFrame, fmt.Sprintf(format, args...))
+}
+
+// fail answers with err. An error that is not an *apiError is the
+// gateway's: 503 when the store or the bus cannot be reached (retry), 500
+// otherwise; its text is logged, not sent.
+func (a *API) fail(w http.ResponseWriter, req *http.Request, err error) {
+	var e *apiError
+	if !errors.As(err, &e) {
+		if req.Context().Err() != nil {
+			a.log.Debug("request ended by the client", "method", req.Method, "path", req.URL.Path, "err", err)
+			return
+		}
+		switch {
+		case errors.Is(err, store.ErrBadCursor):
+			e = badFrame("the cursor is not one the event log hands out")
+		case errors.Is(err, store.ErrUnavailable), errors.Is(err, bus.ErrUnavailable),
+			errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled): // the API closing
+			a.log.Warn("request failed", "method", req.Method, "path", req.URL.Path, "err", err)
+			w.Header().Set("Retry-After", "1")
+			e = apiErr(http.StatusServiceUnavailable, protocol.CodeInternalError, "the gateway's store or bus cannot be reached right now; retry")
+		default:
+			a.log.Error("request failed", "method", req.Method, "path", req.URL.Path, "err", err)
+			e = apiErr(http.StatusInternalServerError, protocol.CodeInternalError, "the gateway failed; retry later")
+		}
+	}
+	if e.status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="hermes"`)
+	}
+	writeJSON(w, e.status, errorBody{Error: string(e.code), Message: e.message})
+}
+
+type errorBody struct {
+	Error   string `json:"error"`
+	Message string `json:"message"`
+}
+
+// okBody answers a request that did what it asked.
+type okBody struct {
+	OK bool   `json:"ok"`
+	ID string `json:"id,omitempty"`
+}
+
+// writeJSON answers status with v as JSON (and a newline, for curl).
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // an API, not a page: "<token>" stays readable
+	if err := enc.Encode(v); err != nil {
+		status = http.StatusInternalServerError
+		buf.Reset()
+		buf.WriteString(`{"error":"internal_error","message":"encoding the answer failed"}` + "\n")
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	w.Write(buf.Bytes())
+}
+
+// decodeOpts read request bodies as the edge reads frames: members matched
+// by exact name, unknown ones ignored, the last of a repeated one kept,
+// invalid UTF-8 refused.
+var decodeOpts = jsonv2.JoinOptions(
+	jsontext.AllowDuplicateNames(true),
+	jsontext.AllowInvalidUTF8(false),
+)
+
+// decode reads the JSON body of req into v, within MaxBodyBytes. An empty
+// body is {}.
+func (a *API) decode(w http.ResponseWriter, req *http.Request, v any) error {
+	data, err := io.ReadAll(http.MaxBytesReader(w, req.Body, a.cfg.MaxBodyBytes))
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return tooBig("the request body is larger than %d bytes", mbe.Limit)
+	}
+	if err != nil {
+		return badFrame("reading the request body: %v", err)
+	}
+	if len(strings.TrimSpace(string(data))) == 0 {
+		return nil
+	}
+	if err := jsonv2.Unmarshal(data, v, decodeOpts); err != nil {
+		return badFrame("the body is not the JSON expected: %v", err)
+	}
+	return nil
+}
+
+// statusWriter records the status for the request log. It passes Flush and
+// the deadlines through (Unwrap), which the event stream needs.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

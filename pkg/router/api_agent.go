@@ -1,0 +1,245 @@
+package router
+
+import (
+	"errors"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/hermes-mobile/gateway/pkg/agent"
+	"github.com/hermes-mobile/gateway/pkg/protocol"
+	"github.com/hermes-mobile/gateway/pkg/store"
+)
+
+// Bounds of what an outside agent may send, beyond the protocol's.
+const (
+	// MaxAgentTextChars bounds one message of the agent. The edge cuts it
+	// into 3,500-character frames; the bound keeps an outbox of 256 of them
+	// within memory.
+	MaxAgentTextChars = 100_000
+	// MaxPromptChoices bounds the proposed answers of a clarify card.
+	MaxPromptChoices = 32
+)
+
+// The endpoints under /v1/sessions/{session}/ speak as the agent to one
+// device, through the router's agent.Output: an offline device gets the
+// output in its outbox (typing and avatar states excepted), as with the
+// built-in agents. They answer 200 once the frames are written to the
+// device's socket or kept in its outbox.
+
+// sessionDevice returns the device of the path's {session}: mobile:<device>
+// or <device>.
+func sessionDevice(req *http.Request) (string, error) {
+	dev := strings.TrimPrefix(req.PathValue("session"), protocol.SessionPrefix)
+	if dev == "" {
+		return "", badFrame("the session must be mobile:<device> or <device>")
+	}
+	return dev, checkDevice(dev)
+}
+
+type messageRequest struct {
+	ID    string `json:"id"`
+	Text  string `json:"text"`
+	Edit  bool   `json:"edit"`
+	Final *bool  `json:"final"` // true when absent
+}
+
+// postMessage is POST /v1/sessions/{session}/messages: a message, or with
+// edit the complete new text of the message id (streaming); final marks
+// the last part.
+func (a *API) postMessage(w http.ResponseWriter, req *http.Request) error {
+	dev, err := sessionDevice(req)
+	if err != nil {
+		return err
+	}
+	var body messageRequest
+	if err := a.decode(w, req, &body); err != nil {
+		return err
+	}
+	if body.Text == "" {
+		return badFrame("a message needs text")
+	}
+	if err := checkText("text", body.Text, MaxAgentTextChars); err != nil {
+		return err
+	}
+	id := protocol.Truncate(body.ID, protocol.MaxIDChars)
+	if id == "" {
+		if body.Edit {
+			return badFrame("an edit needs the id of the message it replaces")
+		}
+		id = newID("r")
+	}
+	final := body.Final == nil || *body.Final
+	if err := a.r.Output(dev).Message(req.Context(), id, body.Text, body.Edit, final); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, okBody{OK: true, ID: id})
+	return nil
+}
+
+type mediaRequest struct {
+	ID       string `json:"id"`
+	Kind     string `json:"kind"`
+	Mime     string `json:"mime"`
+	Filename string `json:"filename"`
+	Caption  string `json:"caption"`
+	Data     []byte `json:"data"` // base64 in the JSON
+	Blob     string `json:"blob"` // or a file in the store (an upload's media.blob)
+	URL      string `json:"url"`  // or a link the app downloads itself
+	ReplyTo  string `json:"reply_to"`
+}
+
+// postMedia is POST /v1/sessions/{session}/media: a file, given as data,
+// as the key of a blob in the store, or as a URL.
+func (a *API) postMedia(w http.ResponseWriter, req *http.Request) error {
+	dev, err := sessionDevice(req)
+	if err != nil {
+		return err
+	}
+	var body mediaRequest
+	if err := a.decode(w, req, &body); err != nil {
+		return err
+	}
+	if body.Kind == "" {
+		return badFrame("media needs a kind")
+	}
+	kind := strings.ToLower(body.Kind)
+	if !protocol.IsMediaOut(kind) {
+		return unsupported("media kind must be image, voice, video, document or animation")
+	}
+	if len(body.Data) == 0 && body.Blob == "" && body.URL == "" {
+		return badFrame("media needs data, blob or url")
+	}
+	if len(body.Data) > protocol.MaxMediaBytes {
+		return tooBig("media file is larger than 8 MiB")
+	}
+	if err := checkText("caption", body.Caption, protocol.MaxTextChars); err != nil {
+		return err
+	}
+	if body.URL != "" {
+		u, err := url.Parse(body.URL)
+		if err != nil || u.Scheme != "https" && u.Scheme != "http" || u.Host == "" {
+			return badFrame("url must be an absolute http or https URL")
+		}
+	}
+	if len(body.Data) == 0 && body.Blob != "" {
+		// The edge fetches the blob when it writes the file: check now, or
+		// a gone blob would fail there and wait in the outbox.
+		if _, err := a.r.store.GetBlob(req.Context(), body.Blob); errors.Is(err, store.ErrNotFound) {
+			return badFrame("blob %q is gone (files are kept for a limited time)", body.Blob)
+		} else if err != nil {
+			return err
+		}
+	}
+	id := protocol.Truncate(body.ID, protocol.MaxIDChars)
+	if id == "" {
+		id = newID("m")
+	}
+	m := agent.Media{
+		ID: id, Kind: kind, Mime: body.Mime, Filename: protocol.Truncate(body.Filename, protocol.MaxFilenameChars),
+		Caption: body.Caption, Data: body.Data, URL: body.URL, ReplyTo: protocol.Truncate(body.ReplyTo, protocol.MaxIDChars),
+	}
+	if len(m.Data) == 0 {
+		m.Blob = body.Blob
+	}
+	if err := a.r.Output(dev).Media(req.Context(), m); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, okBody{OK: true, ID: id})
+	return nil
+}
+
+type promptRequest struct {
+	Kind        string   `json:"kind"`
+	Text        string   `json:"text"`
+	Command     string   `json:"command"`
+	Description string   `json:"description"`
+	Choices     []string `json:"choices"`
+}
+
+// postPrompt is POST /v1/sessions/{session}/prompts: a card. Its answer,
+// or its expiry, arrives as a "prompt" event.
+func (a *API) postPrompt(w http.ResponseWriter, req *http.Request) error {
+	dev, err := sessionDevice(req)
+	if err != nil {
+		return err
+	}
+	var body promptRequest
+	if err := a.decode(w, req, &body); err != nil {
+		return err
+	}
+	if !protocol.IsPromptKind(body.Kind) {
+		return badFrame("kind must be exec_approval, slash_confirm or clarify")
+	}
+	if body.Text == "" {
+		return badFrame("a card needs text")
+	}
+	for _, f := range []struct{ name, s string }{{"text", body.Text}, {"command", body.Command}, {"description", body.Description}} {
+		if err := checkText(f.name, f.s, protocol.MaxTextChars); err != nil {
+			return err
+		}
+	}
+	if len(body.Choices) > MaxPromptChoices {
+		return tooBig("a card has at most %d choices", MaxPromptChoices)
+	}
+	for _, c := range body.Choices {
+		if c == "" {
+			return badFrame("a choice is empty")
+		}
+		if err := checkText("a choice", c, protocol.MaxTextChars); err != nil {
+			return err
+		}
+	}
+	id, err := a.r.Output(dev).Prompt(req.Context(), agent.Prompt{
+		Kind: body.Kind, Text: body.Text, Command: body.Command, Description: body.Description, Choices: body.Choices,
+	})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, okBody{OK: true, ID: id})
+	return nil
+}
+
+// postTyping is POST /v1/sessions/{session}/typing: the agent is working
+// (avatar thinking), or with stop it is done (avatar idle at once).
+func (a *API) postTyping(w http.ResponseWriter, req *http.Request) error {
+	dev, err := sessionDevice(req)
+	if err != nil {
+		return err
+	}
+	var body struct {
+		Stop bool `json:"stop"`
+	}
+	if err := a.decode(w, req, &body); err != nil {
+		return err
+	}
+	if err := a.r.Output(dev).Typing(req.Context(), body.Stop); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, okBody{OK: true})
+	return nil
+}
+
+// postAvatar is POST /v1/sessions/{session}/avatar: sets the avatar state.
+func (a *API) postAvatar(w http.ResponseWriter, req *http.Request) error {
+	dev, err := sessionDevice(req)
+	if err != nil {
+		return err
+	}
+	var body struct {
+		State string `json:"state"`
+	}
+	if err := a.decode(w, req, &body); err != nil {
+		return err
+	}
+	switch body.State {
+	case protocol.AvatarIdle, protocol.AvatarThinking, protocol.AvatarSpeaking:
+	default:
+		return badFrame("state must be idle, thinking or speaking")
+	}
+	if err := a.r.Output(dev).Avatar(req.Context(), body.State); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, okBody{OK: true})
+	return nil
+}

@@ -1,0 +1,130 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/hermes-mobile/gateway/pkg/dispatch"
+	"github.com/hermes-mobile/gateway/pkg/protocol"
+	"github.com/hermes-mobile/gateway/pkg/store"
+	"github.com/hermes-mobile/gateway/pkg/wire"
+)
+
+// deliverRequest is the body of POST /v1/deliver: the protocol's deliver
+// frame without t.
+type deliverRequest struct {
+	Target string       `json:"target"`
+	ID     string       `json:"id"`
+	Text   string       `json:"text"`
+	Media  *deliverFile `json:"media"`
+}
+
+type deliverFile struct {
+	Kind     string `json:"kind"`
+	Mime     string `json:"mime"`
+	Filename string `json:"filename"`
+	Data     []byte `json:"data"` // base64 in the JSON
+}
+
+// deliver is POST /v1/deliver: cron's message to a device that is online
+// now. As with the protocol's deliver frame, a device that is not online is
+// told to the caller (404 device_offline), and nothing is kept for it.
+func (a *API) deliver(w http.ResponseWriter, req *http.Request) error {
+	var body deliverRequest
+	if err := a.decode(w, req, &body); err != nil {
+		return err
+	}
+	if err := body.validate(); err != nil {
+		return err
+	}
+	target := strings.TrimPrefix(body.Target, protocol.SessionPrefix)
+	if target == "" {
+		target = a.cfg.HomeDevice
+	}
+	if target == "" {
+		return badFrame("deliver needs a target: none given and no MOBILE_HOME_DEVICE")
+	}
+	if err := checkDevice(target); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(req.Context(), dispatch.DefaultTimeout)
+	defer cancel()
+	id := protocol.Truncate(body.ID, protocol.MaxIDChars)
+	if id == "" {
+		id = newID("d")
+	}
+	offline := apiErr(http.StatusNotFound, protocol.CodeDeviceOffline, "device "+target+" is not online")
+	var outs []wire.Output
+	if body.Text != "" {
+		outs = append(outs, wire.Output{Op: wire.OpMessage, Device: target, ID: id, Text: body.Text, Final: true})
+	}
+	if m := body.Media; m != nil {
+		// Do not keep 8 MiB for a device that is not there.
+		if _, err := a.r.store.DeviceOwner(ctx, target); errors.Is(err, store.ErrNotFound) {
+			return offline
+		} else if err != nil {
+			return err
+		}
+		key, err := a.r.store.PutBlob(ctx, m.Data, a.r.cfg.BlobTTL)
+		if err != nil {
+			return err
+		}
+		outs = append(outs, wire.Output{Op: wire.OpMedia, Device: target, ID: id + "-media", Media: &wire.MediaRef{
+			Kind: m.Kind, Mime: m.Mime, Filename: m.Filename, Size: len(m.Data), Blob: key,
+		}})
+	}
+	for _, out := range outs {
+		err := a.r.sender.Send(ctx, out)
+		if errors.Is(err, dispatch.ErrOffline) {
+			return offline
+		}
+		if err != nil {
+			return err
+		}
+	}
+	writeJSON(w, http.StatusOK, okBody{OK: true, ID: id})
+	return nil
+}
+
+// validate applies the checks of the protocol's deliver frame
+// (protocol.Decode) and normalizes the media fields as it does.
+func (d *deliverRequest) validate() error {
+	if m := d.Media; m != nil {
+		if m.Kind == "" || len(m.Data) == 0 {
+			return badFrame("deliver media needs a kind and data")
+		}
+		m.Kind = strings.ToLower(m.Kind)
+		if !protocol.IsMediaOut(m.Kind) {
+			return unsupported("deliver media kind must be image, voice, video, document or animation")
+		}
+		if len(m.Data) > protocol.MaxMediaBytes {
+			return tooBig("media file is larger than 8 MiB")
+		}
+		m.Mime = protocol.MimeOf(m.Mime, m.Filename)
+		m.Filename = protocol.Truncate(m.Filename, protocol.MaxFilenameChars)
+	}
+	if d.Text == "" && d.Media == nil {
+		return badFrame("deliver needs text or media")
+	}
+	return checkText("text", d.Text, protocol.MaxTextChars)
+}
+
+// checkText bounds s at max characters (Unicode code points).
+func checkText(field, s string, max int) error {
+	if len(s) > max && utf8.RuneCountInString(s) > max {
+		return tooBig("%s is longer than %d characters", field, max)
+	}
+	return nil
+}
+
+// checkDevice rejects device ids that no device can have: the edge cuts
+// them at 120 characters.
+func checkDevice(device string) error {
+	if utf8.RuneCountInString(device) > protocol.MaxDeviceFieldChars {
+		return badFrame("a device id has at most %d characters", protocol.MaxDeviceFieldChars)
+	}
+	return nil
+}

@@ -1,0 +1,278 @@
+package router
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hermes-mobile/gateway/pkg/store"
+)
+
+// Bounds of GET /v1/events.
+const (
+	// eventsPage is how many entries a stream reads at once, and the
+	// default max of a JSON read.
+	eventsPage = 100
+	// maxEventsPage bounds the max of a JSON read.
+	maxEventsPage = 1000
+	// maxEventsWait bounds the wait of a JSON read (a long poll).
+	maxEventsWait = 30 * time.Second
+	// pollEvery is how often a read that finds every waiting slot taken
+	// looks at the log again.
+	pollEvery = time.Second
+	// waitStep is the longest one wait in the store.
+	waitStep = time.Second
+)
+
+// eventItem is one entry of the JSON answer of GET /v1/events.
+type eventItem struct {
+	Cursor string          `json:"cursor"`
+	Event  json.RawMessage `json:"event"`
+}
+
+type eventsBody struct {
+	Events []eventItem `json:"events"`
+	Cursor string      `json:"cursor"` // the last entry's, or the one asked after
+}
+
+// events is GET /v1/events: the event log after ?cursor= (or the
+// Last-Event-ID header, which a reconnecting EventSource sends), as a
+// Server-Sent Events stream, or as one JSON answer when the query has wait
+// or max, or format=json, or the client accepts JSON and not event streams.
+func (a *API) events(w http.ResponseWriter, req *http.Request) error {
+	q := req.URL.Query()
+	cursor := q.Get("cursor")
+	if id := strings.TrimSpace(req.Header.Get("Last-Event-ID")); id != "" {
+		cursor = id
+	}
+	if wantsJSON(req) {
+		return a.eventsJSON(w, req, cursor)
+	}
+	return a.eventsStream(w, req, cursor)
+}
+
+func wantsJSON(req *http.Request) bool {
+	q := req.URL.Query()
+	switch {
+	case q.Get("format") == "json" || q.Has("wait") || q.Has("max"):
+		return true
+	case q.Get("format") == "sse":
+		return false
+	}
+	accept := req.Header.Get("Accept")
+	return strings.Contains(accept, "application/json") && !strings.Contains(accept, "text/event-stream")
+}
+
+// eventsJSON answers one read: up to max entries (100; 1…1000), waiting up
+// to wait seconds (0; at most 30) when there are none.
+func (a *API) eventsJSON(w http.ResponseWriter, req *http.Request, cursor string) error {
+	q := req.URL.Query()
+	max := eventsPage
+	if s := q.Get("max"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > maxEventsPage {
+			return badFrame("max must be a whole number from 1 to %d", maxEventsPage)
+		}
+		max = n
+	}
+	var wait time.Duration
+	if s := q.Get("wait"); s != "" {
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil || math.IsNaN(f) || f < 0 || f > maxEventsWait.Seconds() {
+			return badFrame("wait must be a number of seconds from 0 to %v", maxEventsWait.Seconds())
+		}
+		wait = time.Duration(f * float64(time.Second))
+	}
+	ctx, stop := a.streamContext(req)
+	defer stop()
+	es, err := a.read(ctx, cursor, max, wait)
+	if err != nil && ctx.Err() != nil && req.Context().Err() == nil {
+		es, err = nil, nil // the API is closing: answer what there is
+	}
+	if err != nil {
+		return err
+	}
+	body := eventsBody{Events: make([]eventItem, 0, len(es)), Cursor: cursor}
+	for _, e := range es {
+		body.Cursor = e.Cursor
+		if !json.Valid(e.Data) {
+			a.log.Warn("skipping an event log entry that is not JSON", "cursor", e.Cursor)
+			continue
+		}
+		body.Events = append(body.Events, eventItem{Cursor: e.Cursor, Event: e.Data})
+	}
+	writeJSON(w, http.StatusOK, body)
+	return nil
+}
+
+// eventsStream streams the log as Server-Sent Events until the client goes
+// away, the API closes or the log cannot be read (the client reconnects
+// with Last-Event-ID). An event is
+//
+//	id: <cursor>
+//	event: <kind>
+//	data: <wire.Event JSON>
+//
+// and a stream silent for KeepAlive gets a ": keepalive" comment.
+func (a *API) eventsStream(w http.ResponseWriter, req *http.Request, cursor string) error {
+	ctx, stop := a.streamContext(req)
+	defer stop()
+	// The first read checks the cursor while an error can still be answered.
+	es, err := a.r.store.ReadEvents(ctx, cursor, eventsPage, 0)
+	if err != nil {
+		return err
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	var buf bytes.Buffer
+	buf.WriteString("retry: 2000\n\n") // reconnect after 2 s
+	for {
+		for _, e := range es {
+			if !appendSSE(&buf, e) {
+				a.log.Warn("skipping an event log entry that is not JSON", "cursor", e.Cursor)
+			}
+			cursor = e.Cursor
+		}
+		if buf.Len() == 0 {
+			buf.WriteString(": keepalive\n\n")
+		}
+		if err := a.flush(w, rc, &buf); err != nil {
+			a.log.Debug("event stream ended", "err", err)
+			return nil
+		}
+		if es, err = a.read(ctx, cursor, eventsPage, a.cfg.KeepAlive); err != nil {
+			if ctx.Err() == nil {
+				a.log.Warn("event stream: reading the log failed; ending the stream", "err", err)
+			}
+			return nil
+		}
+	}
+}
+
+// appendSSE writes e as an event, or reports false for an entry that is
+// not JSON.
+func appendSSE(buf *bytes.Buffer, e store.EventEntry) bool {
+	var head struct {
+		Kind string `json:"kind"`
+	}
+	if json.Unmarshal(e.Data, &head) != nil {
+		return false
+	}
+	buf.WriteString("id: ")
+	buf.WriteString(e.Cursor)
+	if eventName(head.Kind) {
+		buf.WriteString("\nevent: ")
+		buf.WriteString(head.Kind)
+	}
+	buf.WriteString("\ndata: ")
+	json.Compact(buf, e.Data) // one line; valid, as Unmarshal said
+	buf.WriteString("\n\n")
+	return true
+}
+
+// eventName reports whether kind can be an SSE event name as it is.
+func eventName(kind string) bool {
+	if kind == "" || len(kind) > 64 {
+		return false
+	}
+	for _, c := range []byte(kind) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// flush writes buf to the stream within WriteTimeout and empties it.
+func (a *API) flush(w http.ResponseWriter, rc *http.ResponseController, buf *bytes.Buffer) error {
+	if err := rc.SetWriteDeadline(time.Now().Add(a.cfg.WriteTimeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return err
+	}
+	_, err := w.Write(buf.Bytes())
+	buf.Reset()
+	if err != nil {
+		return err
+	}
+	return rc.Flush()
+}
+
+// streamContext is req's context, ended by Close (and the router's) too.
+func (a *API) streamContext(req *http.Request) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(req.Context())
+	stop := context.AfterFunc(a.ctx, cancel)
+	return ctx, func() {
+		stop()
+		cancel()
+	}
+}
+
+// read returns the entries after cursor, waiting up to wait for one. It
+// waits in steps of waitStep: redisstore cannot interrupt a blocking read
+// when ctx is canceled, so a stream whose client left, or a shutdown, is
+// noticed within a step. At most MaxWaiting reads wait in the store at
+// once; the others look again every pollEvery.
+func (a *API) read(ctx context.Context, after string, max int, wait time.Duration) ([]store.EventEntry, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		left := time.Until(deadline)
+		if left <= 0 || ctx.Err() != nil {
+			return a.r.store.ReadEvents(ctx, after, max, 0)
+		}
+		var es []store.EventEntry
+		var err error
+		select {
+		case a.waiting <- struct{}{}:
+			es, err = a.r.store.ReadEvents(ctx, after, max, min(left, waitStep))
+			<-a.waiting
+		default:
+			if es, err = a.r.store.ReadEvents(ctx, after, max, 0); err == nil && len(es) == 0 {
+				t := time.NewTimer(min(pollEvery, left))
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+				}
+				t.Stop()
+			}
+		}
+		if err != nil || len(es) > 0 {
+			return es, err
+		}
+	}
+}
+
+// blob is GET /v1/blobs/{key}: the bytes of a file in the store (an
+// upload's media.blob), as ?mime= says or application/octet-stream.
+// Range requests work, for audio and video players.
+func (a *API) blob(w http.ResponseWriter, req *http.Request) error {
+	data, err := a.r.store.GetBlob(req.Context(), req.PathValue("key"))
+	if errors.Is(err, store.ErrNotFound) {
+		return apiErr(http.StatusNotFound, codeNotFound, "no such file; files are kept for a limited time")
+	}
+	if err != nil {
+		return err
+	}
+	ct := "application/octet-stream"
+	if m := req.URL.Query().Get("mime"); m != "" {
+		if _, _, err := mime.ParseMediaType(m); err == nil {
+			ct = m
+		}
+	}
+	h := w.Header()
+	h.Set("Content-Type", ct)
+	h.Set("Cache-Control", "private, no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Security-Policy", "sandbox") // never a page of this origin
+	http.ServeContent(w, req, "", time.Time{}, bytes.NewReader(data))
+	return nil
+}

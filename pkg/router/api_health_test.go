@@ -1,0 +1,82 @@
+package router_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hermes-mobile/gateway/pkg/agent"
+	"github.com/hermes-mobile/gateway/pkg/bus/natsbus"
+	"github.com/hermes-mobile/gateway/pkg/router"
+	"github.com/hermes-mobile/gateway/pkg/store"
+	"github.com/hermes-mobile/gateway/pkg/store/redisstore"
+)
+
+func TestHealth(t *testing.T) {
+	eachEnv(t, nil, func(t *testing.T, e *env) {
+		wantOK(t, e.call(t, "GET", "/healthz", "", nil))
+		r := e.call(t, "GET", "/readyz", "", nil)
+		m := wantOK(t, r)
+		if m["store"] != "ok" || m["bus"] != "ok" {
+			t.Fatalf("readyz %s", r.body)
+		}
+	})
+}
+
+// TestNotReady: /readyz says what fails, within its timeout; /healthz
+// still answers.
+func TestNotReady(t *testing.T) {
+	e := startSingle(t, router.APIConfig{})
+	check := func(t *testing.T, st store.Store, want ...string) {
+		t.Helper()
+		b, err := natsbus.Embedded(natsbus.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Close() // a bus that is gone
+		r := router.New(router.Config{}, st, b, agent.Demo{}, nil)
+		url := startHTTP(t, router.NewAPI(r, router.APIConfig{ReadyTimeout: 500 * time.Millisecond}))
+		start := time.Now()
+		res := callURL(t, url, "GET", "/readyz", "", nil, nil)
+		if took := time.Since(start); took > 2*time.Second {
+			t.Fatalf("readyz took %v with a 500ms timeout", took)
+		}
+		wantError(t, res, http.StatusServiceUnavailable, "internal_error")
+		m := res.json(t)
+		for _, part := range want {
+			if v, _ := m[part].(string); v == "ok" || v == "" {
+				t.Fatalf("readyz %s: want %s failing", res.body, part)
+			}
+		}
+		if m["ok"] != false {
+			t.Fatalf("readyz %s: want ok false", res.body)
+		}
+		wantOK(t, callURL(t, url, "GET", "/healthz", "", nil, nil))
+	}
+	t.Run("bus", func(t *testing.T) {
+		check(t, e.store, "bus")
+		if m := callURL(t, e.url, "GET", "/readyz", "", nil, nil).json(t); m["bus"] != "ok" || m["store"] != "ok" {
+			t.Fatalf("the healthy router's readyz: %v", m)
+		}
+	})
+	t.Run("store and bus", func(t *testing.T) {
+		url := sharedRedis(t)
+		st, err := redisstore.New(t.Context(), redisstore.Options{URL: url, Prefix: "hermes-routertest:" + randomHex(6) + ":"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.Close() // a store that is gone
+		check(t, st, "store", "bus")
+	})
+	t.Run("router closed", func(t *testing.T) {
+		r := router.New(router.Config{}, e.store, e.node.Bus, agent.Demo{}, nil)
+		url := startHTTP(t, router.NewAPI(r, router.APIConfig{}))
+		r.Close()
+		res := callURL(t, url, "GET", "/readyz", "", nil, nil)
+		wantError(t, res, http.StatusServiceUnavailable, "internal_error")
+		if !strings.Contains(string(res.body), "shutting down") {
+			t.Fatalf("readyz of a closed router: %s", res.body)
+		}
+	})
+}

@@ -1,0 +1,537 @@
+package router_test
+
+// The tests of the router's HTTP API run over real sockets: a gateway node
+// that phones connect to (pkg/client), and a router with the link agent
+// whose API is served by an httptest server. Every test runs twice:
+//
+//   - single: one node with its own router, embedded NATS and the memory
+//     store; the API is served on the node's router.
+//   - cluster: the node without a router, and a router of its own, sharing
+//     a Redis (REDIS_URL or 127.0.0.1:6379, under a key prefix of the test's
+//     own) and a NATS server over TCP. Without a Redis the variant is
+//     skipped, or fails when CI is set.
+//
+// The NATS server of the cluster variant is started by the test (on a
+// loopback port), not the machine's: routers take device events as a queue
+// group on a subject that is the same for every cluster sharing a NATS, so
+// a router of another test (or of another package's tests running at the
+// same time) would take this test's events, and this test's router theirs.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hermes-mobile/gateway/pkg/agent"
+	"github.com/hermes-mobile/gateway/pkg/bus/natsbus"
+	"github.com/hermes-mobile/gateway/pkg/client"
+	"github.com/hermes-mobile/gateway/pkg/edge"
+	"github.com/hermes-mobile/gateway/pkg/gateway"
+	"github.com/hermes-mobile/gateway/pkg/protocol"
+	"github.com/hermes-mobile/gateway/pkg/router"
+	"github.com/hermes-mobile/gateway/pkg/store"
+	"github.com/hermes-mobile/gateway/pkg/store/redisstore"
+	"github.com/hermes-mobile/gateway/pkg/wire"
+)
+
+const (
+	phoneToken   = "phone-token"
+	deliverToken = "deliver-token"
+	agentToken   = "agent-token"
+)
+
+// env is a node for phones and a router with its API.
+type env struct {
+	node   *gateway.Gateway
+	router *router.Router
+	store  store.Store // the router's
+	api    *router.API
+	url    string // of the API
+}
+
+// apiConfig is the API configuration of the tests; mutate adjusts it.
+func apiConfig(mutate func(*router.APIConfig)) router.APIConfig {
+	cfg := router.APIConfig{
+		DeliverTokens: []string{"other-deliver-token", deliverToken},
+		AgentTokens:   []string{agentToken},
+		KeepAlive:     300 * time.Millisecond,
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	return cfg
+}
+
+// eachEnv runs test on the single and the cluster variant, in parallel.
+func eachEnv(t *testing.T, mutate func(*router.APIConfig), test func(t *testing.T, e *env)) {
+	t.Run("single", func(t *testing.T) {
+		t.Parallel()
+		test(t, startSingle(t, apiConfig(mutate)))
+	})
+	t.Run("cluster", func(t *testing.T) {
+		t.Parallel()
+		test(t, startCluster(t, apiConfig(mutate)))
+	})
+}
+
+func nodeConfig() gateway.Config {
+	return gateway.Config{
+		Listen: "127.0.0.1:0",
+		Edge:   edge.Config{Auth: edge.AuthConfig{Token: phoneToken}},
+	}
+}
+
+// startSingle starts one node with a router running the link agent on the
+// node's own store, and the router's API, as gateway.Config asks.
+func startSingle(t *testing.T, cfg router.APIConfig) *env {
+	t.Helper()
+	nc := nodeConfig()
+	nc.Router, nc.Link, nc.APIListen, nc.API = true, true, "127.0.0.1:0", cfg
+	g, err := gateway.Start(t.Context(), nc, testLogger(t, "node"))
+	if err != nil {
+		t.Fatalf("start node: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := g.Close(); err != nil {
+			t.Errorf("closing the node: %v", err)
+		}
+	})
+	if g.API == nil || !strings.HasPrefix(g.APIURL(), "http://127.0.0.1:") {
+		t.Fatalf("the node serves no API (%q)", g.APIURL())
+	}
+	return &env{node: g, router: g.Router, store: g.Store, api: g.API, url: g.APIURL()}
+}
+
+// startCluster starts a node without a router and a router of its own on a
+// shared Redis and a NATS server of the test's.
+func startCluster(t *testing.T, cfg router.APIConfig) *env {
+	t.Helper()
+	redisURL := sharedRedis(t)
+	natsURL := privateNATS(t)
+	prefix := "hermes-routertest:" + randomHex(6) + ":"
+	cleanRedis(t, redisURL, prefix)
+	log := testLogger(t, "router")
+
+	nc := nodeConfig()
+	nc.NATSURL, nc.RedisURL, nc.RedisPrefix = natsURL, redisURL, prefix
+	g, err := gateway.Start(t.Context(), nc, testLogger(t, "node"))
+	if err != nil {
+		t.Fatalf("start node: %v", err)
+	}
+	t.Cleanup(func() { g.Close() })
+
+	st, err := redisstore.New(t.Context(), redisstore.Options{URL: redisURL, Prefix: prefix})
+	if err != nil {
+		t.Fatalf("redisstore: %v", err)
+	}
+	t.Cleanup(func() { st.Close() })
+	b, err := natsbus.Connect(natsURL, natsbus.Options{Logger: log, Name: "router-test"})
+	if err != nil {
+		t.Fatalf("natsbus: %v", err)
+	}
+	t.Cleanup(func() { b.Close() })
+	r := router.New(router.Config{}, st, b, agent.NewLink(st, 1000), log)
+	if err := r.Start(); err != nil {
+		t.Fatalf("router: %v", err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return serve(t, &env{node: g, router: r, store: st}, cfg)
+}
+
+// serve serves the API of e.router on a loopback port until t ends.
+func serve(t *testing.T, e *env, cfg router.APIConfig) *env {
+	t.Helper()
+	e.api = router.NewAPI(e.router, cfg)
+	e.url = startHTTP(t, e.api)
+	return e
+}
+
+// startHTTP serves h until t ends; event streams end first (Close).
+func startHTTP(t *testing.T, h *router.API) string {
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	t.Cleanup(h.Close) // runs before srv.Close
+	return srv.URL
+}
+
+// sharedRedis is $REDIS_URL or 127.0.0.1:6379; without one the test is
+// skipped, or fails under CI.
+func sharedRedis(t *testing.T) string {
+	t.Helper()
+	url := os.Getenv("REDIS_URL")
+	if url == "" {
+		url = "redis://127.0.0.1:6379"
+	}
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatalf("REDIS_URL: %v", err)
+	}
+	c, err := net.DialTimeout("tcp", opts.Addr, time.Second)
+	if err != nil {
+		msg := "the cluster tests need a Redis (set REDIS_URL or run one on 127.0.0.1:6379): " + err.Error()
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	c.Close()
+	return url
+}
+
+// cleanRedis deletes the keys under prefix when t ends.
+func cleanRedis(t *testing.T, url, prefix string) {
+	opts, _ := redis.ParseURL(url)
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() {
+		defer rdb.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		iter := rdb.Scan(ctx, 0, prefix+"*", 500).Iterator()
+		for iter.Next(ctx) {
+			rdb.Del(ctx, iter.Val())
+		}
+	})
+}
+
+// privateNATS runs a NATS server in the process, on a loopback TCP port,
+// until t ends, and returns its URL.
+func privateNATS(t *testing.T) string {
+	t.Helper()
+	srv, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatalf("nats server: %v", err)
+	}
+	go srv.Start()
+	t.Cleanup(srv.Shutdown)
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server not ready within 10 s")
+	}
+	return srv.ClientURL()
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// device returns a device id that no other test uses.
+func device(what string) string { return what + "-" + randomHex(4) }
+
+// testLogger writes to t.Log until t ends, and drops what comes later.
+func testLogger(t *testing.T, component string) *slog.Logger {
+	w := &tWriter{t: t}
+	t.Cleanup(w.stop) // registered first: runs last
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug})).With("c", component)
+}
+
+type tWriter struct {
+	mu   sync.Mutex
+	t    *testing.T
+	done bool
+}
+
+func (w *tWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.done {
+		w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	}
+	return len(p), nil
+}
+
+func (w *tWriter) stop() {
+	w.mu.Lock()
+	w.done = true
+	w.mu.Unlock()
+}
+
+// ctxFor is a context that ends with t or after d.
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// phone connects a phone to the node as dev.
+func (e *env) phone(t *testing.T, dev string) *client.Conn {
+	t.Helper()
+	c, err := client.Dial(ctxFor(t, 10*time.Second), e.node.URL(), client.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	t.Cleanup(func() { c.CloseNow() })
+	if _, err := c.Hello(ctxFor(t, 10*time.Second), phoneToken, protocol.Device{ID: dev, Name: "Phone"}, protocol.User{ID: "u-1", Name: "Tester"}); err != nil {
+		t.Fatalf("hello as %s: %v", dev, err)
+	}
+	return c
+}
+
+// expect waits for the next frame of type typ on c.
+func expect(t *testing.T, c *client.Conn, typ string) client.Frame {
+	t.Helper()
+	f, err := c.Expect(ctxFor(t, 10*time.Second), typ)
+	if err != nil {
+		t.Fatalf("waiting for %s: %v", typ, err)
+	}
+	return f
+}
+
+// response is an answer of the API.
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// json decodes the body as an object.
+func (r response) json(t *testing.T) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(r.body, &m); err != nil {
+		t.Fatalf("answer %d is not a JSON object: %v: %s", r.status, err, r.body)
+	}
+	return m
+}
+
+// call makes a request to the API; body is JSON-encoded unless it is a
+// string or []byte, sent as it is. An empty token sends no Authorization.
+func (e *env) call(t *testing.T, method, path, token string, body any) response {
+	t.Helper()
+	return callURL(t, e.url, method, path, token, body, nil)
+}
+
+func callURL(t *testing.T, base, method, path, token string, body any, header http.Header) response {
+	t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		data, err := json.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(data)
+	}
+	req, err := http.NewRequestWithContext(ctxFor(t, 40*time.Second), method, base+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: reading the answer: %v", method, path, err)
+	}
+	return response{resp.StatusCode, resp.Header, data}
+}
+
+// wantOK checks a 200 {"ok":true,…} answer and returns it.
+func wantOK(t *testing.T, r response) map[string]any {
+	t.Helper()
+	if r.status != http.StatusOK {
+		t.Fatalf("status %d, want 200: %s", r.status, r.body)
+	}
+	m := r.json(t)
+	if m["ok"] != true {
+		t.Fatalf("answer %s, want ok true", r.body)
+	}
+	return m
+}
+
+// wantError checks an error answer: the status and {"error": code, "message": …}.
+func wantError(t *testing.T, r response, status int, code string) {
+	t.Helper()
+	if r.status != status {
+		t.Fatalf("status %d, want %d (%s): %s", r.status, status, code, r.body)
+	}
+	if ct := r.header.Get("Content-Type"); ct != "application/json" {
+		t.Fatalf("error answer Content-Type %q, want application/json", ct)
+	}
+	m := r.json(t)
+	if m["error"] != code {
+		t.Fatalf("error %v, want %q: %s", m["error"], code, r.body)
+	}
+	if msg, _ := m["message"].(string); msg == "" {
+		t.Fatalf("error answer without a message: %s", r.body)
+	}
+}
+
+// loggedEvent is an entry of GET /v1/events as JSON.
+type loggedEvent struct {
+	Cursor string     `json:"cursor"`
+	Event  wire.Event `json:"event"`
+}
+
+// readEvents makes one JSON read of the event log.
+func (e *env) readEvents(t *testing.T, query string) ([]loggedEvent, string) {
+	t.Helper()
+	r := e.call(t, "GET", "/v1/events?"+query, agentToken, nil)
+	if r.status != http.StatusOK {
+		t.Fatalf("GET /v1/events?%s: %d %s", query, r.status, r.body)
+	}
+	var body struct {
+		Events []loggedEvent `json:"events"`
+		Cursor *string       `json:"cursor"`
+	}
+	if err := json.Unmarshal(r.body, &body); err != nil || body.Events == nil || body.Cursor == nil {
+		t.Fatalf("GET /v1/events?%s answered %s (%v), want events and cursor", query, r.body, err)
+	}
+	return body.Events, *body.Cursor
+}
+
+// waitEvents reads the log after cursor until n events came, and returns
+// them and the cursor of the last.
+func (e *env) waitEvents(t *testing.T, cursor string, n int) ([]loggedEvent, string) {
+	t.Helper()
+	var got []loggedEvent
+	deadline := time.Now().Add(15 * time.Second)
+	for len(got) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d events came within 15 s: %+v", len(got), n, got)
+		}
+		es, next := e.readEvents(t, fmt.Sprintf("cursor=%s&wait=5&max=%d", cursor, n-len(got)))
+		got = append(got, es...)
+		cursor = next
+	}
+	return got, cursor
+}
+
+// sseEvent is one event of a stream.
+type sseEvent struct {
+	id, event, data string
+}
+
+// sseStream reads an event stream in the background.
+type sseStream struct {
+	resp     *http.Response
+	events   chan sseEvent
+	comments chan string
+}
+
+// openStream opens GET /v1/events?query as an event stream.
+func (e *env) openStream(t *testing.T, query string, header http.Header) *sseStream {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	req, err := http.NewRequestWithContext(ctx, "GET", e.url+"/v1/events?"+query, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+agentToken)
+	req.Header.Set("Accept", "text/event-stream")
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		cancel()
+		t.Fatalf("open event stream: %v", err)
+	}
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		cancel()
+		t.Fatalf("event stream: %d %s: %s", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	}
+	s := &sseStream{resp: resp, events: make(chan sseEvent, 100), comments: make(chan string, 100)}
+	t.Cleanup(func() {
+		cancel()
+		resp.Body.Close()
+	})
+	go s.read()
+	return s
+}
+
+func (s *sseStream) read() {
+	defer close(s.events)
+	sc := bufio.NewScanner(s.resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	var ev sseEvent
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "":
+			if ev.data != "" {
+				s.events <- ev
+			}
+			ev = sseEvent{}
+		case strings.HasPrefix(line, ":"):
+			select {
+			case s.comments <- strings.TrimSpace(line[1:]):
+			default:
+			}
+		default:
+			field, value, _ := strings.Cut(line, ":")
+			value = strings.TrimPrefix(value, " ")
+			switch field {
+			case "id":
+				ev.id = value
+			case "event":
+				ev.event = value
+			case "data":
+				ev.data += value
+			}
+		}
+	}
+}
+
+// next returns the next event, decoded.
+func (s *sseStream) next(t *testing.T) (sseEvent, wire.Event) {
+	t.Helper()
+	select {
+	case ev, ok := <-s.events:
+		if !ok {
+			t.Fatal("the event stream ended")
+		}
+		var w wire.Event
+		if err := json.Unmarshal([]byte(ev.data), &w); err != nil {
+			t.Fatalf("event data is not a wire.Event: %v: %q", err, ev.data)
+		}
+		return ev, w
+	case <-time.After(15 * time.Second):
+		t.Fatal("no event on the stream within 15 s")
+	}
+	panic("unreachable")
+}
+
+// none checks that no event comes for d.
+func (s *sseStream) none(t *testing.T, d time.Duration) {
+	t.Helper()
+	select {
+	case ev, ok := <-s.events:
+		if ok {
+			t.Fatalf("unexpected event %+v", ev)
+		}
+	case <-time.After(d):
+	}
+}

@@ -1,0 +1,218 @@
+// Command router runs a router of a cluster: it takes the device events of
+// the cluster's edges from NATS, runs the agent for them (the demo agent, or
+// with AGENT=link an agent outside the gateway that reads them over HTTP),
+// delivers the agent's output through the edges, expires cards, and serves
+// the HTTP API of docs/api.md: deliver for cron, the agent link, /healthz
+// and /readyz. It needs the cluster's NATS (NATS_URL) and Redis (REDIS_URL).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hermes-mobile/gateway/pkg/agent"
+	"github.com/hermes-mobile/gateway/pkg/bus/natsbus"
+	"github.com/hermes-mobile/gateway/pkg/config"
+	"github.com/hermes-mobile/gateway/pkg/protocol"
+	"github.com/hermes-mobile/gateway/pkg/router"
+	"github.com/hermes-mobile/gateway/pkg/store/redisstore"
+)
+
+// shutdownTimeout bounds the wait for HTTP requests in flight at shutdown.
+const shutdownTimeout = 10 * time.Second
+
+// flags is the command line; every flag falls back to its env var.
+type flags struct {
+	listen, natsURL, redisURL, redisPrefix string
+	deliverTokens, agentTokens             secret
+	homeDevice, agent, eventsMax, logLevel string
+	promptTTL                              time.Duration
+}
+
+func (f *flags) register(fs *flag.FlagSet) {
+	config.String(fs, &f.listen, "listen", "MOBILE_ROUTER_LISTEN", "127.0.0.1:8788", "HTTP API listen address")
+	config.String(fs, &f.natsURL, "nats-url", "NATS_URL", "", "the cluster's NATS (required)")
+	config.String(fs, &f.redisURL, "redis-url", "REDIS_URL", "", "the cluster's Redis, redis://[user:pass@]host:port[/db] (required)")
+	config.String(fs, &f.redisPrefix, "redis-prefix", "REDIS_PREFIX", "hermes:", "prefix of every Redis key")
+	secretFlag(fs, &f.deliverTokens, "deliver-tokens", "MOBILE_DELIVER_TOKENS", "`tokens` that may call POST /v1/deliver, comma-separated")
+	secretFlag(fs, &f.agentTokens, "agent-tokens", "MOBILE_AGENT_TOKENS", "`tokens` of the agent link (sessions, events, blobs), comma-separated")
+	config.String(fs, &f.homeDevice, "home-device", "MOBILE_HOME_DEVICE", "", "target of a deliver without one")
+	config.Seconds(fs, &f.promptTTL, "prompt-ttl", "MOBILE_PROMPT_TTL", protocol.DefaultPromptTTL, "prompt card lifetime")
+	config.String(fs, &f.agent, "agent", "AGENT", "demo", "the agent: demo, or link (an outside agent reads GET /v1/events)")
+	config.String(fs, &f.eventsMax, "events-max", "MOBILE_EVENTS_MAX", strconv.Itoa(agent.DefaultLinkMaxLen), "events the log of AGENT=link keeps (about)")
+	config.String(fs, &f.logLevel, "log-level", "MOBILE_LOG_LEVEL", "info", "debug, info, warn or error")
+}
+
+func main() {
+	var f flags
+	fs := flag.NewFlagSet("router", flag.ExitOnError)
+	f.register(fs)
+	fs.Parse(os.Args[1:])
+	if err := config.EnvErrors(); err != nil {
+		fmt.Fprintln(os.Stderr, "router:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, f, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "router:", err)
+		os.Exit(1)
+	}
+}
+
+// settings is what the flags say, checked.
+type settings struct {
+	level     slog.Level
+	agent     string // demo or link
+	eventsMax int
+	api       router.APIConfig
+	router    router.Config
+}
+
+func (f flags) settings() (settings, error) {
+	var s settings
+	if err := s.level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return s, fmt.Errorf("MOBILE_LOG_LEVEL: %w", err)
+	}
+	if f.natsURL == "" {
+		return s, errors.New("NATS_URL is required: the router reaches the cluster's edges through their NATS (set NATS_URL or -nats-url)")
+	}
+	if f.redisURL == "" {
+		return s, errors.New("REDIS_URL is required: the router shares the cluster's state in its Redis (set REDIS_URL or -redis-url)")
+	}
+	switch s.agent = strings.ToLower(strings.TrimSpace(f.agent)); s.agent {
+	case "demo", "link":
+	default:
+		return s, fmt.Errorf("AGENT: %q is not demo or link", f.agent)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(f.eventsMax))
+	if err != nil || n < 1 {
+		return s, fmt.Errorf("MOBILE_EVENTS_MAX: %q is not a positive number", f.eventsMax)
+	}
+	s.eventsMax = n
+	s.api = router.APIConfig{
+		DeliverTokens: split(string(f.deliverTokens)),
+		AgentTokens:   split(string(f.agentTokens)),
+		HomeDevice:    f.homeDevice,
+	}
+	s.router = router.Config{PromptTTL: f.promptTTL}
+	return s, nil
+}
+
+// run runs the router until ctx ends, then shuts it down: the HTTP server
+// (event streams end at once, other requests get shutdownTimeout), the
+// router (running agent calls end), the bus and the store.
+func run(ctx context.Context, f flags, stdout, stderr io.Writer) (err error) {
+	s, err := f.settings()
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: s.level}))
+
+	redisstore.SetLogger(log)
+	st, err := redisstore.New(ctx, redisstore.Options{URL: f.redisURL, Prefix: f.redisPrefix})
+	if err != nil {
+		return fmt.Errorf("REDIS_URL: %w", err)
+	}
+	defer func() { err = errors.Join(err, st.Close()) }()
+	b, err := natsbus.Connect(f.natsURL, natsbus.Options{Name: "hermes-router", Logger: log})
+	if err != nil {
+		return fmt.Errorf("NATS_URL: %w", err)
+	}
+	defer func() { err = errors.Join(err, b.Close()) }()
+
+	var a agent.Agent = agent.Demo{}
+	if s.agent == "link" {
+		a = agent.NewLink(st, s.eventsMax)
+	}
+	r := router.New(s.router, st, b, a, log.With("component", "router"))
+	if err := r.Start(); err != nil {
+		return fmt.Errorf("router: %w", err)
+	}
+	defer func() { err = errors.Join(err, r.Close()) }()
+
+	api := router.NewAPI(r, s.api)
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", f.listen)
+	if err != nil {
+		return fmt.Errorf("MOBILE_ROUTER_LISTEN: %w", err)
+	}
+	srv := &http.Server{
+		Handler:           api,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.With("component", "http").Handler(), slog.LevelWarn),
+		// No WriteTimeout: event streams last; each of their writes has one.
+	}
+	srv.RegisterOnShutdown(api.Close)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+
+	log.Info("router listening", "url", "http://"+ln.Addr().String(), "agent", s.agent,
+		"deliver_tokens", len(s.api.DeliverTokens), "agent_tokens", len(s.api.AgentTokens))
+	if len(s.api.DeliverTokens)+len(s.api.AgentTokens) == 0 {
+		log.Warn("no MOBILE_DELIVER_TOKENS and no MOBILE_AGENT_TOKENS: every endpoint but /healthz and /readyz answers 401")
+	}
+	select {
+	case <-ctx.Done():
+	case err := <-served:
+		return fmt.Errorf("serving HTTP: %w", err)
+	}
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		srv.Close()
+		log.Warn("HTTP requests still running at shutdown were cut", "err", err)
+	}
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serving HTTP: %w", err)
+	}
+	return nil
+}
+
+func split(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// secret is a flag value that never prints: not in -help (as the default
+// taken from the environment), not in logs.
+type secret string
+
+func (s *secret) String() string {
+	if s == nil || *s == "" {
+		return ""
+	}
+	return "[redacted]"
+}
+
+func (s *secret) Set(v string) error { *s = secret(v); return nil }
+
+// LogValue keeps the value out of logs.
+func (s secret) LogValue() slog.Value { return slog.StringValue("[redacted]") }
+
+// secretFlag registers a secret flag whose default comes from env.
+func secretFlag(fs *flag.FlagSet, p *secret, name, env, usage string) {
+	if v, ok := os.LookupEnv(env); ok {
+		*p = secret(v)
+	}
+	fs.Var(p, name, usage+" ($"+env+")")
+}

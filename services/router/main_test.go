@@ -1,0 +1,478 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hermes-mobile/gateway/pkg/client"
+	"github.com/hermes-mobile/gateway/pkg/edge"
+	"github.com/hermes-mobile/gateway/pkg/gateway"
+	"github.com/hermes-mobile/gateway/pkg/protocol"
+	"github.com/hermes-mobile/gateway/pkg/router"
+)
+
+// envVars is every variable the command reads.
+var envVars = []string{
+	"MOBILE_ROUTER_LISTEN", "NATS_URL", "REDIS_URL", "REDIS_PREFIX", "MOBILE_DELIVER_TOKENS",
+	"MOBILE_AGENT_TOKENS", "MOBILE_HOME_DEVICE", "MOBILE_PROMPT_TTL", "AGENT", "MOBILE_EVENTS_MAX",
+	"MOBILE_LOG_LEVEL",
+}
+
+// TestMain runs main itself when asked to, so that the tests can check
+// its exit status and output.
+func TestMain(m *testing.M) {
+	if os.Getenv("ROUTER_TEST_RUN_MAIN") == "1" {
+		os.Args = append([]string{"router"}, strings.Fields(os.Getenv("ROUTER_TEST_ARGS"))...)
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// clearEnv unsets every variable of the command for the test.
+func clearEnv(t *testing.T) {
+	t.Helper()
+	for _, v := range envVars {
+		t.Setenv(v, "") // restores the old value after the test
+		os.Unsetenv(v)
+	}
+}
+
+func parse(t *testing.T, args ...string) (flags, error) {
+	t.Helper()
+	var f flags
+	fs := flag.NewFlagSet("router", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	f.register(fs)
+	err := fs.Parse(args)
+	return f, err
+}
+
+func mustParse(t *testing.T, args ...string) flags {
+	t.Helper()
+	f, err := parse(t, args...)
+	if err != nil {
+		t.Fatalf("parse %q: %v", args, err)
+	}
+	return f
+}
+
+func TestFlagDefaults(t *testing.T) {
+	clearEnv(t)
+	want := flags{listen: "127.0.0.1:8788", redisPrefix: "hermes:", agent: "demo", eventsMax: "10000",
+		logLevel: "info", promptTTL: protocol.DefaultPromptTTL}
+	if f := mustParse(t); f != want {
+		t.Fatalf("defaults = %+v, want %+v", f, want)
+	}
+}
+
+func TestEnvAndFlags(t *testing.T) {
+	for _, tc := range []struct {
+		env, flag       string
+		envVal, flagVal string
+		field           func(flags) string
+	}{
+		{"MOBILE_ROUTER_LISTEN", "listen", "0.0.0.0:9000", "127.0.0.1:9001", func(f flags) string { return f.listen }},
+		{"NATS_URL", "nats-url", "nats://env:4222", "nats://flag:4222", func(f flags) string { return f.natsURL }},
+		{"REDIS_URL", "redis-url", "redis://env:6379", "redis://flag:6379", func(f flags) string { return f.redisURL }},
+		{"REDIS_PREFIX", "redis-prefix", "env:", "flag:", func(f flags) string { return f.redisPrefix }},
+		{"MOBILE_DELIVER_TOKENS", "deliver-tokens", "d1,d2", "d3", func(f flags) string { return string(f.deliverTokens) }},
+		{"MOBILE_AGENT_TOKENS", "agent-tokens", "a1", "a2,a3", func(f flags) string { return string(f.agentTokens) }},
+		{"MOBILE_HOME_DEVICE", "home-device", "tel-home", "tel-other", func(f flags) string { return f.homeDevice }},
+		{"AGENT", "agent", "link", "demo", func(f flags) string { return f.agent }},
+		{"MOBILE_EVENTS_MAX", "events-max", "500", "700", func(f flags) string { return f.eventsMax }},
+		{"MOBILE_LOG_LEVEL", "log-level", "debug", "warn", func(f flags) string { return f.logLevel }},
+		{"MOBILE_PROMPT_TTL", "prompt-ttl", "45", "90", func(f flags) string { return f.promptTTL.String() }},
+	} {
+		t.Run(tc.env, func(t *testing.T) {
+			clearEnv(t)
+			t.Setenv(tc.env, tc.envVal)
+			want := tc.envVal
+			if tc.env == "MOBILE_PROMPT_TTL" {
+				want = "45s"
+			}
+			if got := tc.field(mustParse(t)); got != want {
+				t.Fatalf("$%s=%q → %q, want %q", tc.env, tc.envVal, got, want)
+			}
+			want = tc.flagVal
+			if tc.env == "MOBILE_PROMPT_TTL" {
+				want = "1m30s"
+			}
+			if got := tc.field(mustParse(t, "-"+tc.flag+"="+tc.flagVal)); got != want {
+				t.Fatalf("-%s=%q with $%s=%q → %q, want the flag's %q", tc.flag, tc.flagVal, tc.env, tc.envVal, got, want)
+			}
+		})
+	}
+}
+
+func TestSettings(t *testing.T) {
+	clearEnv(t)
+	for k, v := range map[string]string{
+		"NATS_URL": "nats://n:4222", "REDIS_URL": "redis://r:6379", "MOBILE_DELIVER_TOKENS": " cron-1, cron-2,,",
+		"MOBILE_AGENT_TOKENS": "agent-1", "MOBILE_HOME_DEVICE": "tel-1", "MOBILE_PROMPT_TTL": "45", "AGENT": " Link ",
+		"MOBILE_EVENTS_MAX": "250", "MOBILE_LOG_LEVEL": "debug",
+	} {
+		t.Setenv(k, v)
+	}
+	s, err := mustParse(t).settings()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := settings{level: -4, agent: "link", eventsMax: 250,
+		api:    router.APIConfig{DeliverTokens: []string{"cron-1", "cron-2"}, AgentTokens: []string{"agent-1"}, HomeDevice: "tel-1"},
+		router: router.Config{PromptTTL: 45 * time.Second}}
+	if !reflect.DeepEqual(s, want) {
+		t.Fatalf("settings = %+v, want %+v", s, want)
+	}
+}
+
+func TestRunRejectsBadConfig(t *testing.T) {
+	ok := flags{listen: "127.0.0.1:0", natsURL: "nats://127.0.0.1:1", redisURL: "redis://127.0.0.1:1", agent: "demo", eventsMax: "10", logLevel: "info"}
+	for _, tc := range []struct {
+		name   string
+		mutate func(*flags)
+		want   string
+	}{
+		{"no NATS_URL", func(f *flags) { f.natsURL = "" }, "NATS_URL"},
+		{"no REDIS_URL", func(f *flags) { f.redisURL = "" }, "REDIS_URL"},
+		{"agent", func(f *flags) { f.agent = "smart" }, "AGENT"},
+		{"events max", func(f *flags) { f.eventsMax = "0" }, "MOBILE_EVENTS_MAX"},
+		{"events max not a number", func(f *flags) { f.eventsMax = "many" }, "MOBILE_EVENTS_MAX"},
+		{"log level", func(f *flags) { f.logLevel = "loud" }, "MOBILE_LOG_LEVEL"},
+		{"redis unreachable", func(f *flags) {}, "REDIS_URL"},
+		{"redis URL", func(f *flags) { f.redisURL = "http://x" }, "REDIS_URL"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := ok
+			tc.mutate(&f)
+			var stdout, stderr bytes.Buffer
+			err := run(ctxFor(t, 10*time.Second), f, &stdout, &stderr)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("run = %v, want an error naming %s", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestMainExits: the binary says what is missing and exits non-zero.
+func TestMainExits(t *testing.T) {
+	clearEnv(t)
+	for _, tc := range []struct {
+		env  []string
+		code int
+		want string
+	}{
+		{nil, 1, "NATS_URL is required"},
+		{[]string{"NATS_URL=nats://127.0.0.1:1"}, 1, "REDIS_URL is required"},
+		{[]string{"MOBILE_PROMPT_TTL=soon"}, 2, "MOBILE_PROMPT_TTL"},
+	} {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), append(tc.env, "ROUTER_TEST_RUN_MAIN=1")...)
+		out, err := cmd.CombinedOutput()
+		ee, ok := err.(*exec.ExitError)
+		if !ok || ee.ExitCode() != tc.code || !strings.Contains(string(out), tc.want) {
+			t.Errorf("router with %q: %v, output %q; want exit %d saying %q", tc.env, err, out, tc.code, tc.want)
+		}
+	}
+}
+
+// TestHelpHidesTokens: -help shows the defaults, which come from the
+// environment, but not the tokens.
+func TestHelpHidesTokens(t *testing.T) {
+	clearEnv(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "ROUTER_TEST_RUN_MAIN=1", "ROUTER_TEST_ARGS=-help",
+		"MOBILE_DELIVER_TOKENS=cron-secret", "MOBILE_AGENT_TOKENS=agent-secret")
+	out, _ := cmd.CombinedOutput()
+	if !strings.Contains(string(out), "-agent-tokens") {
+		t.Fatalf("-help printed %q", out)
+	}
+	if strings.Contains(string(out), "secret") {
+		t.Fatalf("-help shows a token:\n%s", out)
+	}
+}
+
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// redisURL is $REDIS_URL or 127.0.0.1:6379; without a Redis the test is
+// skipped, or fails when CI is set.
+func redisURL(t *testing.T) string {
+	t.Helper()
+	url := os.Getenv("REDIS_URL")
+	if url == "" {
+		url = "redis://127.0.0.1:6379"
+	}
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatalf("REDIS_URL: %v", err)
+	}
+	c, err := net.DialTimeout("tcp", opts.Addr, time.Second)
+	if err != nil {
+		msg := "this test needs a Redis (set REDIS_URL or run one on 127.0.0.1:6379): " + err.Error()
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	c.Close()
+	return url
+}
+
+// privateNATS runs a NATS server on a loopback port until t ends. The tests
+// do not use the machine's NATS: a router joins the queue group of every
+// cluster on its NATS, so it would take the device events of other tests
+// running at the same time (and they its own).
+func privateNATS(t *testing.T) string {
+	t.Helper()
+	srv, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start()
+	t.Cleanup(srv.Shutdown)
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server not ready")
+	}
+	return srv.ClientURL()
+}
+
+func uniquePrefix(t *testing.T, url string) string {
+	prefix := "hermes-routermain:" + strings.ReplaceAll(time.Now().Format("150405.000000000"), ".", "") + ":"
+	opts, _ := redis.ParseURL(url)
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() {
+		defer rdb.Close()
+		ctx := context.Background()
+		iter := rdb.Scan(ctx, 0, prefix+"*", 500).Iterator()
+		for iter.Next(ctx) {
+			rdb.Del(ctx, iter.Val())
+		}
+	})
+	return prefix
+}
+
+// syncBuf is an io.Writer the test can wait on while run writes to it.
+type syncBuf struct {
+	mu     sync.Mutex
+	b      bytes.Buffer
+	signal chan struct{}
+}
+
+func newSyncBuf() *syncBuf { return &syncBuf{signal: make(chan struct{}, 1)} }
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, err := s.b.Write(p)
+	select {
+	case s.signal <- struct{}{}:
+	default:
+	}
+	return n, err
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// runRouter runs run(f) in the background and returns the URL of its
+// "router listening" log line, its log, and a function that cancels run
+// and returns its result.
+func runRouter(t *testing.T, f flags) (url string, logs *syncBuf, stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	logs = newSyncBuf()
+	result := make(chan error, 1)
+	go func() { result <- run(ctx, f, io.Discard, logs) }()
+	var once sync.Once
+	var runErr error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case runErr = <-result:
+			case <-time.After(20 * time.Second):
+				t.Errorf("run did not return within 20 s of the cancel; logs:\n%s", logs)
+			}
+		})
+		return runErr
+	}
+	t.Cleanup(func() { stop() })
+	deadline := time.After(15 * time.Second)
+	for {
+		if url = listeningURL(t, logs.String()); url != "" {
+			return url, logs, stop
+		}
+		select {
+		case <-logs.signal:
+		case err := <-result:
+			t.Fatalf("run returned %v before listening; logs:\n%s", err, logs)
+		case <-deadline:
+			t.Fatalf("no \"router listening\" log line; logs:\n%s", logs)
+		}
+	}
+}
+
+// listeningURL finds the url of the "router listening" JSON log line.
+func listeningURL(t *testing.T, logs string) string {
+	sc := bufio.NewScanner(strings.NewReader(logs))
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasSuffix(line, "}") {
+			continue // a line still being written
+		}
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line is not JSON: %q: %v", line, err)
+		}
+		if rec["msg"] == "router listening" {
+			u, _ := rec["url"].(string)
+			if u == "" {
+				t.Fatalf("\"router listening\" has no url: %q", line)
+			}
+			return u
+		}
+	}
+	return ""
+}
+
+func call(t *testing.T, method, url, token, body string) (int, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctxFor(t, 30*time.Second), method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	var m map[string]any
+	data, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(data, &m); err != nil {
+		t.Fatalf("%s %s: %d %q is not JSON", method, url, resp.StatusCode, data)
+	}
+	return resp.StatusCode, m
+}
+
+// TestRunCluster runs the command with AGENT=link next to a gateway node
+// on the same NATS and Redis: the phone's text reaches GET /v1/events, the
+// agent's answer and a cron deliver reach the phone, and a cancel shuts
+// the router down cleanly.
+func TestRunCluster(t *testing.T) {
+	clearEnv(t)
+	rurl := redisURL(t)
+	nurl := privateNATS(t)
+	prefix := uniquePrefix(t, rurl)
+	f := mustParse(t, "-listen=127.0.0.1:0", "-nats-url="+nurl, "-redis-url="+rurl, "-redis-prefix="+prefix,
+		"-agent=link", "-deliver-tokens=cron-token", "-agent-tokens=agent-token", "-log-level=debug")
+	url, logs, stop := runRouter(t, f)
+	if !strings.HasPrefix(url, "http://127.0.0.1:") || strings.HasSuffix(url, ":0") {
+		t.Fatalf("listening url %q, want http://127.0.0.1:<port>", url)
+	}
+
+	if code, _ := call(t, "GET", url+"/healthz", "", ""); code != 200 {
+		t.Fatalf("healthz: %d", code)
+	}
+	if code, m := call(t, "GET", url+"/readyz", "", ""); code != 200 || m["ok"] != true {
+		t.Fatalf("readyz: %d %v", code, m)
+	}
+	if code, m := call(t, "POST", url+"/v1/deliver", "", `{"target":"x","text":"y"}`); code != 401 || m["error"] != "auth_failed" {
+		t.Fatalf("deliver without a token: %d %v", code, m)
+	}
+	if code, m := call(t, "POST", url+"/v1/deliver", "cron-token", `{"target":"nobody","text":"y"}`); code != 404 || m["error"] != "device_offline" {
+		t.Fatalf("deliver to an offline device: %d %v", code, m)
+	}
+
+	node, err := gateway.Start(context.Background(), gateway.Config{
+		Listen: "127.0.0.1:0", NATSURL: nurl, RedisURL: rurl, RedisPrefix: prefix,
+		Edge: edge.Config{Auth: edge.AuthConfig{Token: "phone-token"}},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node.Close()
+	phone, err := client.Dial(ctxFor(t, 10*time.Second), node.URL(), client.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer phone.CloseNow()
+	if _, err := phone.Hello(ctxFor(t, 10*time.Second), "phone-token", protocol.Device{ID: "tel-1"}, protocol.User{ID: "u-1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := phone.Text("m-1", "hello router"); err != nil {
+		t.Fatal(err)
+	}
+	code, m := call(t, "GET", url+"/v1/events?wait=10", "agent-token", "")
+	evs, _ := m["events"].([]any)
+	if code != 200 || len(evs) != 1 {
+		t.Fatalf("events: %d %v", code, m)
+	}
+	ev := evs[0].(map[string]any)["event"].(map[string]any)
+	if ev["text"] != "hello router" || ev["session"] != "mobile:tel-1" {
+		t.Fatalf("event %v", ev)
+	}
+
+	if code, m := call(t, "POST", url+"/v1/sessions/mobile:tel-1/messages", "agent-token", `{"id":"r-1","text":"hello phone"}`); code != 200 || m["id"] != "r-1" {
+		t.Fatalf("message: %d %v", code, m)
+	}
+	if text, _, err := phone.CollectMessage(ctxFor(t, 10*time.Second), "r-1"); err != nil || text != "hello phone" {
+		t.Fatalf("the phone got %q, %v", text, err)
+	}
+	if code, m := call(t, "POST", url+"/v1/deliver", "cron-token", `{"target":"mobile:tel-1","id":"c-1","text":"from cron"}`); code != 200 {
+		t.Fatalf("deliver: %d %v", code, m)
+	}
+	if text, _, err := phone.CollectMessage(ctxFor(t, 10*time.Second), "c-1"); err != nil || text != "from cron" {
+		t.Fatalf("the phone got %q, %v", text, err)
+	}
+
+	// An open event stream does not hold up the shutdown.
+	req, _ := http.NewRequest("GET", url+"/v1/events", nil)
+	req.Header.Set("Authorization", "Bearer agent-token")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("event stream: %v %v", resp, err)
+	}
+	defer resp.Body.Close()
+	start := time.Now()
+	if err := stop(); err != nil {
+		t.Fatalf("run = %v after cancel, want nil; logs:\n%s", err, logs)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("shutdown took %v", d)
+	}
+	if !strings.Contains(logs.String(), `"msg":"shutting down"`) {
+		t.Fatalf("no shutdown log line:\n%s", logs)
+	}
+	if strings.Contains(logs.String(), "agent-token") || strings.Contains(logs.String(), "cron-token") {
+		t.Fatalf("a token in the logs:\n%s", logs)
+	}
+	if _, err := http.Get(url + "/healthz"); err == nil {
+		t.Fatal("the API still answers after run returned")
+	}
+}
