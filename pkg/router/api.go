@@ -97,7 +97,7 @@ type API struct {
 func NewAPI(r *Router, cfg APIConfig) *API {
 	cfg.setDefaults()
 	a := &API{
-		r: r, cfg: cfg, log: r.log.With("component", "api"),
+		r: r, cfg: cfg, log: r.log, // the router's: the API is a part of it
 		mux:           http.NewServeMux(),
 		deliverTokens: digests(cfg.DeliverTokens),
 		agentTokens:   digests(cfg.AgentTokens),

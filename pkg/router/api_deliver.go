@@ -57,31 +57,38 @@ func (a *API) deliver(w http.ResponseWriter, req *http.Request) error {
 		id = newID("d")
 	}
 	offline := apiErr(http.StatusNotFound, protocol.CodeDeviceOffline, "device "+target+" is not online")
-	var outs []wire.Output
+	send := func(out wire.Output) error {
+		err := a.r.sender.Send(ctx, out)
+		if errors.Is(err, dispatch.ErrOffline) {
+			return offline
+		}
+		return err
+	}
+	// The text first, then the file, as the edge's deliver does.
 	if body.Text != "" {
-		outs = append(outs, wire.Output{Op: wire.OpMessage, Device: target, ID: id, Text: body.Text, Final: true})
+		if err := send(wire.Output{Op: wire.OpMessage, Device: target, ID: id, Text: body.Text, Final: true}); err != nil {
+			return err
+		}
 	}
 	if m := body.Media; m != nil {
-		// Do not keep 8 MiB for a device that is not there.
-		if _, err := a.r.store.DeviceOwner(ctx, target); errors.Is(err, store.ErrNotFound) {
-			return offline
-		} else if err != nil {
-			return err
+		if body.Text == "" {
+			// Do not keep up to 8 MiB for a device that has no owner
+			// record. (Right after a Redis restart a connected device may
+			// lack one until its edge's next heartbeat: cron is told to
+			// retry, which it would be told anyway while Redis is away.)
+			if _, err := a.r.store.DeviceOwner(ctx, target); errors.Is(err, store.ErrNotFound) {
+				return offline
+			} else if err != nil {
+				return err
+			}
 		}
 		key, err := a.r.store.PutBlob(ctx, m.Data, a.r.cfg.BlobTTL)
 		if err != nil {
 			return err
 		}
-		outs = append(outs, wire.Output{Op: wire.OpMedia, Device: target, ID: id + "-media", Media: &wire.MediaRef{
+		if err := send(wire.Output{Op: wire.OpMedia, Device: target, ID: id + "-media", Media: &wire.MediaRef{
 			Kind: m.Kind, Mime: m.Mime, Filename: m.Filename, Size: len(m.Data), Blob: key,
-		}})
-	}
-	for _, out := range outs {
-		err := a.r.sender.Send(ctx, out)
-		if errors.Is(err, dispatch.ErrOffline) {
-			return offline
-		}
-		if err != nil {
+		}}); err != nil {
 			return err
 		}
 	}

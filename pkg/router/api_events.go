@@ -52,7 +52,7 @@ func (a *API) events(w http.ResponseWriter, req *http.Request) error {
 	if id := strings.TrimSpace(req.Header.Get("Last-Event-ID")); id != "" {
 		cursor = id
 	}
-	if wantsJSON(req) {
+	if wantsJSON(req) || req.Method == http.MethodHead { // HEAD: never an endless stream
 		return a.eventsJSON(w, req, cursor)
 	}
 	return a.eventsStream(w, req, cursor)

@@ -80,3 +80,39 @@ func TestNotReady(t *testing.T) {
 		}
 	})
 }
+
+// TestUnavailable: when Redis cannot be reached, the API says so with 503
+// internal_error and Retry-After, which a client retries.
+func TestUnavailable(t *testing.T) {
+	url := sharedRedis(t)
+	st, err := redisstore.New(t.Context(), redisstore.Options{URL: url, Prefix: "hermes-routertest:" + randomHex(6) + ":"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	b, err := natsbus.Embedded(natsbus.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	// Retried for RetryFor before the outbox is tried (and fails too).
+	r := router.New(router.Config{RetryFor: 300 * time.Millisecond}, st, b, agent.NewLink(st, 0), testLogger(t, "router"))
+	api := startHTTP(t, router.NewAPI(r, apiConfig(nil)))
+	for _, c := range []struct {
+		method, path, token string
+		body                any
+	}{
+		{"POST", "/v1/deliver", deliverToken, map[string]any{"target": "tel-1", "text": "x"}},
+		{"POST", "/v1/sessions/tel-1/messages", agentToken, map[string]any{"text": "x"}},
+		{"POST", "/v1/sessions/tel-1/prompts", agentToken, map[string]any{"kind": "slash_confirm", "text": "x"}},
+		{"GET", "/v1/events?wait=1", agentToken, nil},
+		{"GET", "/v1/events", agentToken, nil},
+		{"GET", "/v1/blobs/0123456789abcdef0123456789abcdef", agentToken, nil},
+	} {
+		res := callURL(t, api, c.method, c.path, c.token, c.body, nil)
+		wantError(t, res, http.StatusServiceUnavailable, "internal_error")
+		if res.header.Get("Retry-After") == "" {
+			t.Errorf("%s %s: 503 without Retry-After", c.method, c.path)
+		}
+	}
+}

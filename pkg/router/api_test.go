@@ -2,20 +2,17 @@ package router_test
 
 // The tests of the router's HTTP API run over real sockets: a gateway node
 // that phones connect to (pkg/client), and a router with the link agent
-// whose API is served by an httptest server. Every test runs twice:
+// and its API. Every test runs twice:
 //
 //   - single: one node with its own router, embedded NATS and the memory
-//     store; the API is served on the node's router.
+//     store, serving the API itself (gateway.Config.APIListen).
 //   - cluster: the node without a router, and a router of its own, sharing
-//     a Redis (REDIS_URL or 127.0.0.1:6379, under a key prefix of the test's
-//     own) and a NATS server over TCP. Without a Redis the variant is
-//     skipped, or fails when CI is set.
-//
-// The NATS server of the cluster variant is started by the test (on a
-// loopback port), not the machine's: routers take device events as a queue
-// group on a subject that is the same for every cluster sharing a NATS, so
-// a router of another test (or of another package's tests running at the
-// same time) would take this test's events, and this test's router theirs.
+//     a Redis (REDIS_URL or 127.0.0.1:6379) and a NATS (NATS_URL or
+//     127.0.0.1:4222) with a Redis key prefix and a NATS subject prefix of
+//     the test's own, so tests running at the same time, here or in other
+//     packages, do not take each other's events. The API is served by an
+//     httptest server. Without NATS or Redis the variant is skipped, or
+//     fails when CI is set.
 
 import (
 	"bufio"
@@ -36,7 +33,6 @@ import (
 	"testing"
 	"time"
 
-	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hermes-mobile/gateway/pkg/agent"
@@ -124,13 +120,14 @@ func startSingle(t *testing.T, cfg router.APIConfig) *env {
 func startCluster(t *testing.T, cfg router.APIConfig) *env {
 	t.Helper()
 	redisURL := sharedRedis(t)
-	natsURL := privateNATS(t)
+	natsURL := sharedNATS(t)
 	prefix := "hermes-routertest:" + randomHex(6) + ":"
 	cleanRedis(t, redisURL, prefix)
 	log := testLogger(t, "router")
 
+	natsPrefix := "rt" + randomHex(3) + "." // the router and the edge must agree
 	nc := nodeConfig()
-	nc.NATSURL, nc.RedisURL, nc.RedisPrefix = natsURL, redisURL, prefix
+	nc.NATSURL, nc.NATSPrefix, nc.RedisURL, nc.RedisPrefix = natsURL, natsPrefix, redisURL, prefix
 	g, err := gateway.Start(t.Context(), nc, testLogger(t, "node"))
 	if err != nil {
 		t.Fatalf("start node: %v", err)
@@ -142,7 +139,7 @@ func startCluster(t *testing.T, cfg router.APIConfig) *env {
 		t.Fatalf("redisstore: %v", err)
 	}
 	t.Cleanup(func() { st.Close() })
-	b, err := natsbus.Connect(natsURL, natsbus.Options{Logger: log, Name: "router-test"})
+	b, err := natsbus.Connect(natsURL, natsbus.Options{Logger: log, Name: "router-test", SubjectPrefix: natsPrefix})
 	if err != nil {
 		t.Fatalf("natsbus: %v", err)
 	}
@@ -210,20 +207,24 @@ func cleanRedis(t *testing.T, url, prefix string) {
 	})
 }
 
-// privateNATS runs a NATS server in the process, on a loopback TCP port,
-// until t ends, and returns its URL.
-func privateNATS(t *testing.T) string {
+// sharedNATS is $NATS_URL or 127.0.0.1:4222; without one the test is
+// skipped, or fails under CI.
+func sharedNATS(t *testing.T) string {
 	t.Helper()
-	srv, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	url := os.Getenv("NATS_URL")
+	if url == "" {
+		url = "nats://127.0.0.1:4222"
+	}
+	b, err := natsbus.Connect(url, natsbus.Options{Name: "router-test-probe"})
 	if err != nil {
-		t.Fatalf("nats server: %v", err)
+		msg := "the cluster tests need a NATS (set NATS_URL or run one on 127.0.0.1:4222): " + err.Error()
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
 	}
-	go srv.Start()
-	t.Cleanup(srv.Shutdown)
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server not ready within 10 s")
-	}
-	return srv.ClientURL()
+	b.Close()
+	return url
 }
 
 func randomHex(n int) string {

@@ -35,7 +35,8 @@ const shutdownTimeout = 10 * time.Second
 
 // flags is the command line; every flag falls back to its env var.
 type flags struct {
-	listen, natsURL, redisURL, redisPrefix string
+	listen, natsURL, natsPrefix            string
+	redisURL, redisPrefix                  string
 	deliverTokens, agentTokens             secret
 	homeDevice, agent, eventsMax, logLevel string
 	promptTTL                              time.Duration
@@ -44,6 +45,7 @@ type flags struct {
 func (f *flags) register(fs *flag.FlagSet) {
 	config.String(fs, &f.listen, "listen", "MOBILE_ROUTER_LISTEN", "127.0.0.1:8788", "HTTP API listen address")
 	config.String(fs, &f.natsURL, "nats-url", "NATS_URL", "", "the cluster's NATS (required)")
+	config.String(fs, &f.natsPrefix, "nats-prefix", "NATS_PREFIX", "", "prefix of every NATS subject, as the cluster's edges have it (e.g. gw1.)")
 	config.String(fs, &f.redisURL, "redis-url", "REDIS_URL", "", "the cluster's Redis, redis://[user:pass@]host:port[/db] (required)")
 	config.String(fs, &f.redisPrefix, "redis-prefix", "REDIS_PREFIX", "hermes:", "prefix of every Redis key")
 	secretFlag(fs, &f.deliverTokens, "deliver-tokens", "MOBILE_DELIVER_TOKENS", "`tokens` that may call POST /v1/deliver, comma-separated")
@@ -127,7 +129,7 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) (err error) {
 		return fmt.Errorf("REDIS_URL: %w", err)
 	}
 	defer func() { err = errors.Join(err, st.Close()) }()
-	b, err := natsbus.Connect(f.natsURL, natsbus.Options{Name: "hermes-router", Logger: log})
+	b, err := natsbus.Connect(f.natsURL, natsbus.Options{Name: "hermes-router", Logger: log, SubjectPrefix: f.natsPrefix})
 	if err != nil {
 		return fmt.Errorf("NATS_URL: %w", err)
 	}
