@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"strconv"
 	"time"
@@ -60,4 +61,30 @@ func parseSeconds(s string) (time.Duration, error) {
 		return 0, fmt.Errorf("%q: want a positive number of seconds", s)
 	}
 	return d, nil
+}
+
+// Secret is a flag value that never prints: not in -help (as a default from
+// the environment), not in logs. Its value is read with string(s).
+type Secret string
+
+// String shows that a value is set, never the value.
+func (s *Secret) String() string {
+	if s == nil || *s == "" {
+		return ""
+	}
+	return "[redacted]"
+}
+
+// Set implements flag.Value.
+func (s *Secret) Set(v string) error { *s = Secret(v); return nil }
+
+// LogValue keeps the value out of logs.
+func (s Secret) LogValue() slog.Value { return slog.StringValue("[redacted]") }
+
+// SecretVar registers a secret flag whose default comes from env.
+func SecretVar(fs *flag.FlagSet, p *Secret, name, env, usage string) {
+	if v, ok := os.LookupEnv(env); ok {
+		*p = Secret(v)
+	}
+	fs.Var(p, name, usage+" ($"+env+")")
 }

@@ -26,19 +26,20 @@ import (
 
 // flags is the command line; every flag falls back to its env var.
 type flags struct {
-	listen, token, extraTokens, allowedDevices, deliverTokens string
-	homeDevice, avatarURL, trustedProxies, natsURL, redisURL  string
-	redisPrefix, natsPrefix                                   string
-	router, logLevel                                          string
-	promptTTL                                                 time.Duration
+	token, extraTokens, deliverTokens                        config.Secret
+	listen, allowedDevices                                   string
+	homeDevice, avatarURL, trustedProxies, natsURL, redisURL string
+	redisPrefix, natsPrefix                                  string
+	router, logLevel                                         string
+	promptTTL                                                time.Duration
 }
 
 func (f *flags) register(fs *flag.FlagSet) {
 	config.String(fs, &f.listen, "listen", "MOBILE_LISTEN", "127.0.0.1:8787", "WebSocket listen address")
-	config.String(fs, &f.token, "token", "MOBILE_TOKEN", "", "app token; a random one is generated and printed when empty")
-	config.String(fs, &f.extraTokens, "extra-tokens", "MOBILE_EXTRA_TOKENS", "", "device-bound tokens, device_id=token,…")
+	config.SecretVar(fs, &f.token, "token", "MOBILE_TOKEN", "app token; a random one is generated and printed when empty")
+	config.SecretVar(fs, &f.extraTokens, "extra-tokens", "MOBILE_EXTRA_TOKENS", "device-bound tokens, device_id=token,…")
 	config.String(fs, &f.allowedDevices, "allowed-devices", "MOBILE_ALLOWED_DEVICES", "", "only these device ids may connect, comma-separated")
-	config.String(fs, &f.deliverTokens, "deliver-tokens", "MOBILE_DELIVER_TOKENS", "", "tokens allowed to send deliver frames from anywhere, comma-separated")
+	config.SecretVar(fs, &f.deliverTokens, "deliver-tokens", "MOBILE_DELIVER_TOKENS", "tokens allowed to send deliver frames from anywhere, comma-separated")
 	config.String(fs, &f.homeDevice, "home-device", "MOBILE_HOME_DEVICE", "", "target of a deliver without one")
 	config.Seconds(fs, &f.promptTTL, "prompt-ttl", "MOBILE_PROMPT_TTL", protocol.DefaultPromptTTL, "prompt card lifetime")
 	config.String(fs, &f.avatarURL, "avatar-url", "MOBILE_AVATAR_URL", "", "avatar page URL sent in ready")
@@ -108,7 +109,7 @@ func (f flags) gatewayConfig() (gateway.Config, error) {
 	default:
 		return cfg, fmt.Errorf("MOBILE_ROUTER: %q is not on, off or auto", f.router)
 	}
-	extra, err := edge.ParseExtraTokens(f.extraTokens)
+	extra, err := edge.ParseExtraTokens(string(f.extraTokens))
 	if err != nil {
 		return cfg, err
 	}
@@ -116,11 +117,11 @@ func (f flags) gatewayConfig() (gateway.Config, error) {
 	if err != nil {
 		return cfg, err
 	}
-	auth := edge.AuthConfig{Token: edge.Secret(f.token), ExtraTokens: extra, TrustedProxies: proxies}
+	auth := edge.AuthConfig{Token: edge.Secret(string(f.token)), ExtraTokens: extra, TrustedProxies: proxies}
 	for _, d := range split(f.allowedDevices) {
 		auth.AllowedDevices = append(auth.AllowedDevices, d)
 	}
-	for _, t := range split(f.deliverTokens) {
+	for _, t := range split(string(f.deliverTokens)) {
 		auth.DeliverTokens = append(auth.DeliverTokens, edge.Secret(t))
 	}
 	cfg.Edge = edge.Config{Auth: auth, HomeDevice: f.homeDevice, AvatarURL: f.avatarURL}

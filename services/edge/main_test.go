@@ -77,10 +77,10 @@ func TestEnvAndFlags(t *testing.T) {
 		envVal, flagVal string
 		field           func(flags) string
 	}{
-		{"MOBILE_TOKEN", "token", "env-token", "flag-token", func(f flags) string { return f.token }},
-		{"MOBILE_EXTRA_TOKENS", "extra-tokens", "tel-1=a", "tel-2=b", func(f flags) string { return f.extraTokens }},
+		{"MOBILE_TOKEN", "token", "env-token", "flag-token", func(f flags) string { return string(f.token) }},
+		{"MOBILE_EXTRA_TOKENS", "extra-tokens", "tel-1=a", "tel-2=b", func(f flags) string { return string(f.extraTokens) }},
 		{"MOBILE_ALLOWED_DEVICES", "allowed-devices", "tel-1,tel-2", "tel-3", func(f flags) string { return f.allowedDevices }},
-		{"MOBILE_DELIVER_TOKENS", "deliver-tokens", "d1,d2", "d3", func(f flags) string { return f.deliverTokens }},
+		{"MOBILE_DELIVER_TOKENS", "deliver-tokens", "d1,d2", "d3", func(f flags) string { return string(f.deliverTokens) }},
 		{"MOBILE_HOME_DEVICE", "home-device", "tel-home", "tel-other", func(f flags) string { return f.homeDevice }},
 		{"MOBILE_LISTEN", "listen", "0.0.0.0:9000", "127.0.0.1:9001", func(f flags) string { return f.listen }},
 		{"MOBILE_AVATAR_URL", "avatar-url", "https://env.example/avatar/", "https://flag.example/a/", func(f flags) string { return f.avatarURL }},
@@ -464,5 +464,27 @@ func TestRunWithTokenPrintsNothing(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Fatalf("run = %v, want nil", err)
+	}
+}
+
+// TestHelpHidesTokens: -help shows flag defaults, and the defaults come from
+// the environment; tokens must not be among them.
+func TestHelpHidesTokens(t *testing.T) {
+	t.Setenv("MOBILE_TOKEN", "app-secret-123")
+	t.Setenv("MOBILE_EXTRA_TOKENS", "tel-1=bound-secret-456")
+	t.Setenv("MOBILE_DELIVER_TOKENS", "cron-secret-789")
+	var f flags
+	fs := flag.NewFlagSet("edge", flag.ContinueOnError)
+	var out strings.Builder
+	fs.SetOutput(&out)
+	f.register(fs)
+	fs.PrintDefaults()
+	for _, s := range []string{"app-secret-123", "bound-secret-456", "cron-secret-789"} {
+		if strings.Contains(out.String(), s) {
+			t.Errorf("-help shows the token %q:\n%s", s, out.String())
+		}
+	}
+	if string(f.token) != "app-secret-123" {
+		t.Errorf("token from the environment = %q", f.token)
 	}
 }

@@ -37,7 +37,7 @@ const shutdownTimeout = 10 * time.Second
 type flags struct {
 	listen, natsURL, natsPrefix            string
 	redisURL, redisPrefix                  string
-	deliverTokens, agentTokens             secret
+	deliverTokens, agentTokens             config.Secret
 	homeDevice, agent, eventsMax, logLevel string
 	promptTTL                              time.Duration
 }
@@ -48,8 +48,8 @@ func (f *flags) register(fs *flag.FlagSet) {
 	config.String(fs, &f.natsPrefix, "nats-prefix", "NATS_PREFIX", "", "prefix of every NATS subject, as the cluster's edges have it (e.g. gw1.)")
 	config.String(fs, &f.redisURL, "redis-url", "REDIS_URL", "", "the cluster's Redis, redis://[user:pass@]host:port[/db] (required)")
 	config.String(fs, &f.redisPrefix, "redis-prefix", "REDIS_PREFIX", "hermes:", "prefix of every Redis key")
-	secretFlag(fs, &f.deliverTokens, "deliver-tokens", "MOBILE_DELIVER_TOKENS", "`tokens` that may call POST /v1/deliver, comma-separated")
-	secretFlag(fs, &f.agentTokens, "agent-tokens", "MOBILE_AGENT_TOKENS", "`tokens` of the agent link (sessions, events, blobs), comma-separated")
+	config.SecretVar(fs, &f.deliverTokens, "deliver-tokens", "MOBILE_DELIVER_TOKENS", "`tokens` that may call POST /v1/deliver, comma-separated")
+	config.SecretVar(fs, &f.agentTokens, "agent-tokens", "MOBILE_AGENT_TOKENS", "`tokens` of the agent link (sessions, events, blobs), comma-separated")
 	config.String(fs, &f.homeDevice, "home-device", "MOBILE_HOME_DEVICE", "", "target of a deliver without one")
 	config.Seconds(fs, &f.promptTTL, "prompt-ttl", "MOBILE_PROMPT_TTL", protocol.DefaultPromptTTL, "prompt card lifetime")
 	config.String(fs, &f.agent, "agent", "AGENT", "demo", "the agent: demo, or link (an outside agent reads GET /v1/events)")
@@ -193,28 +193,4 @@ func split(s string) []string {
 		}
 	}
 	return out
-}
-
-// secret is a flag value that never prints: not in -help (as the default
-// taken from the environment), not in logs.
-type secret string
-
-func (s *secret) String() string {
-	if s == nil || *s == "" {
-		return ""
-	}
-	return "[redacted]"
-}
-
-func (s *secret) Set(v string) error { *s = secret(v); return nil }
-
-// LogValue keeps the value out of logs.
-func (s secret) LogValue() slog.Value { return slog.StringValue("[redacted]") }
-
-// secretFlag registers a secret flag whose default comes from env.
-func secretFlag(fs *flag.FlagSet, p *secret, name, env, usage string) {
-	if v, ok := os.LookupEnv(env); ok {
-		*p = secret(v)
-	}
-	fs.Var(p, name, usage+" ($"+env+")")
 }
