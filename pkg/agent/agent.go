@@ -15,6 +15,14 @@ type Agent interface {
 	Handle(ctx context.Context, ev wire.Event, out Output) error
 }
 
+// Acceptor is an Agent that takes an event durably and at once (Link
+// appends it to the event log). The router calls Accept before it
+// acknowledges the event to the edge, so a router that dies right after the
+// acknowledgement loses nothing, and events keep their arrival order.
+type Acceptor interface {
+	Accept(ctx context.Context, ev wire.Event) error
+}
+
 // Func adapts a function to Agent.
 type Func func(ctx context.Context, ev wire.Event, out Output) error
 

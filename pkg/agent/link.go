@@ -79,3 +79,6 @@ func (l *Link) Handle(ctx context.Context, ev wire.Event, _ Output) error {
 		delay = min(2*delay, linkRetryMax)
 	}
 }
+
+// Accept implements Acceptor: the event is in the log when it returns.
+func (l *Link) Accept(ctx context.Context, ev wire.Event) error { return l.Handle(ctx, ev, nil) }

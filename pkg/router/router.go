@@ -153,6 +153,13 @@ func (r *Router) onEvent(m *bus.Msg) {
 		reply(m, errors.New("unreadable event"))
 		return
 	}
+	if acc, ok := r.agent.(agent.Acceptor); ok {
+		// Durable at once: acknowledged only once the agent has it.
+		ctx, cancel := context.WithTimeout(r.ctx, 5*time.Second)
+		defer cancel()
+		reply(m, acc.Accept(ctx, ev))
+		return
+	}
 	reply(m, r.enqueue(ev))
 }
 
