@@ -19,6 +19,9 @@ import (
 // ErrOffline: no edge holds the device, or the one that did could not write.
 var ErrOffline = errors.New("device offline")
 
+// ErrGone: the output refers to media that no longer exists in the store.
+var ErrGone = errors.New("media no longer exists")
+
 // DefaultTimeout bounds one delivery: the owning edge answers once the
 // frames are written, so this is the edge's write timeout plus slack.
 const DefaultTimeout = 15 * time.Second
@@ -86,6 +89,9 @@ func (d *Dispatcher) send(ctx context.Context, out wire.Output) error {
 	}
 	if r.Moved {
 		return errMoved
+	}
+	if r.Gone {
+		return fmt.Errorf("%w: %s", ErrGone, r.Error)
 	}
 	if !r.OK {
 		return fmt.Errorf("%w: %s", ErrOffline, r.Error)

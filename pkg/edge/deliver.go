@@ -3,10 +3,12 @@ package edge
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/hermes-mobile/gateway/pkg/bus"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
+	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/wire"
 )
 
@@ -44,7 +46,7 @@ func (s *Server) onDelivery(m *bus.Msg) {
 		return
 	}
 	done := func(err error) {
-		r := wire.Reply{OK: err == nil}
+		r := wire.Reply{OK: err == nil, Gone: errors.Is(err, store.ErrNotFound)}
 		if err != nil {
 			r.Error = err.Error()
 		}

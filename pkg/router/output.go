@@ -41,6 +41,9 @@ func (o *output) send(ctx context.Context, out wire.Output) error {
 		if errors.Is(err, dispatch.ErrOffline) {
 			break
 		}
+		if errors.Is(err, dispatch.ErrGone) {
+			return err // no outbox: it would fail again on the next connect
+		}
 		if moment {
 			return nil
 		}

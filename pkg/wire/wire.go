@@ -96,4 +96,7 @@ type Reply struct {
 	// Moved: this edge holds the device under a newer epoch than the
 	// output's; the sender reads the owner again and resends.
 	Moved bool `json:"moved,omitempty"`
+	// Gone: the output refers to media that no longer exists; resending
+	// cannot help.
+	Gone bool `json:"gone,omitempty"`
 }
