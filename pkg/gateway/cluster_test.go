@@ -3,8 +3,7 @@ package gateway_test
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"net"
-	"os"
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"strings"
 	"testing"
 	"time"
@@ -14,34 +13,10 @@ import (
 )
 
 // clusterURLs returns the external NATS and Redis for in-process cluster
-// tests: NATS_URL / REDIS_URL, else the standard local ports. Without them
-// the test is skipped, or fails when CI is set.
+// tests (see internal/testsvc).
 func clusterURLs(t *testing.T) (natsURL, redisURL string) {
 	t.Helper()
-	natsURL, redisURL = os.Getenv("NATS_URL"), os.Getenv("REDIS_URL")
-	if natsURL == "" {
-		natsURL = "nats://127.0.0.1:4222"
-	}
-	if redisURL == "" {
-		redisURL = "redis://127.0.0.1:6379"
-	}
-	for _, u := range []string{natsURL, redisURL} {
-		host := u[strings.Index(u, "//")+2:]
-		if i := strings.LastIndex(host, "@"); i >= 0 {
-			host = host[i+1:]
-		}
-		host, _, _ = strings.Cut(host, "/")
-		c, err := net.DialTimeout("tcp", host, time.Second)
-		if err != nil {
-			msg := "cluster test needs NATS and Redis (set NATS_URL and REDIS_URL, or run them on 127.0.0.1:4222 and :6379): " + err.Error()
-			if os.Getenv("CI") != "" {
-				t.Fatal(msg)
-			}
-			t.Skip(msg)
-		}
-		c.Close()
-	}
-	return natsURL, redisURL
+	return testsvc.NATSURL(t), testsvc.RedisURL(t)
 }
 
 // startClusterNode starts a node on the shared NATS and Redis under prefix.

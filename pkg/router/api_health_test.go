@@ -1,6 +1,7 @@
 package router_test
 
 import (
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"net/http"
 	"strings"
 	"testing"
@@ -61,7 +62,7 @@ func TestNotReady(t *testing.T) {
 		}
 	})
 	t.Run("store and bus", func(t *testing.T) {
-		url := sharedRedis(t)
+		url := testsvc.RedisURL(t)
 		st, err := redisstore.New(t.Context(), redisstore.Options{URL: url, Prefix: "hermes-routertest:" + randomHex(6) + ":"})
 		if err != nil {
 			t.Fatal(err)
@@ -84,7 +85,7 @@ func TestNotReady(t *testing.T) {
 // TestUnavailable: when Redis cannot be reached, the API says so with 503
 // internal_error and Retry-After, which a client retries.
 func TestUnavailable(t *testing.T) {
-	url := sharedRedis(t)
+	url := testsvc.RedisURL(t)
 	st, err := redisstore.New(t.Context(), redisstore.Options{URL: url, Prefix: "hermes-routertest:" + randomHex(6) + ":"})
 	if err != nil {
 		t.Fatal(err)

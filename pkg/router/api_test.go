@@ -22,12 +22,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -119,8 +118,8 @@ func startSingle(t *testing.T, cfg router.APIConfig) *env {
 // shared Redis and a NATS server of the test's.
 func startCluster(t *testing.T, cfg router.APIConfig) *env {
 	t.Helper()
-	redisURL := sharedRedis(t)
-	natsURL := sharedNATS(t)
+	redisURL := testsvc.RedisURL(t)
+	natsURL := testsvc.NATSURL(t)
 	prefix := "hermes-routertest:" + randomHex(6) + ":"
 	cleanRedis(t, redisURL, prefix)
 	log := testLogger(t, "router")
@@ -168,30 +167,6 @@ func startHTTP(t *testing.T, h *router.API) string {
 	return srv.URL
 }
 
-// sharedRedis is $REDIS_URL or 127.0.0.1:6379; without one the test is
-// skipped, or fails under CI.
-func sharedRedis(t *testing.T) string {
-	t.Helper()
-	url := os.Getenv("REDIS_URL")
-	if url == "" {
-		url = "redis://127.0.0.1:6379"
-	}
-	opts, err := redis.ParseURL(url)
-	if err != nil {
-		t.Fatalf("REDIS_URL: %v", err)
-	}
-	c, err := net.DialTimeout("tcp", opts.Addr, time.Second)
-	if err != nil {
-		msg := "the cluster tests need a Redis (set REDIS_URL or run one on 127.0.0.1:6379): " + err.Error()
-		if os.Getenv("CI") != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	c.Close()
-	return url
-}
-
 // cleanRedis deletes the keys under prefix when t ends.
 func cleanRedis(t *testing.T, url, prefix string) {
 	opts, _ := redis.ParseURL(url)
@@ -205,26 +180,6 @@ func cleanRedis(t *testing.T, url, prefix string) {
 			rdb.Del(ctx, iter.Val())
 		}
 	})
-}
-
-// sharedNATS is $NATS_URL or 127.0.0.1:4222; without one the test is
-// skipped, or fails under CI.
-func sharedNATS(t *testing.T) string {
-	t.Helper()
-	url := os.Getenv("NATS_URL")
-	if url == "" {
-		url = "nats://127.0.0.1:4222"
-	}
-	b, err := natsbus.Connect(url, natsbus.Options{Name: "router-test-probe"})
-	if err != nil {
-		msg := "the cluster tests need a NATS (set NATS_URL or run one on 127.0.0.1:4222): " + err.Error()
-		if os.Getenv("CI") != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	b.Close()
-	return url
 }
 
 func randomHex(n int) string {

@@ -8,8 +8,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"flag"
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -21,7 +21,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/hermes-mobile/gateway/pkg/bus/natsbus"
 	"github.com/hermes-mobile/gateway/pkg/client"
 	"github.com/hermes-mobile/gateway/pkg/edge"
 	"github.com/hermes-mobile/gateway/pkg/gateway"
@@ -217,52 +216,6 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-// redisURL is $REDIS_URL or 127.0.0.1:6379; without a Redis the test is
-// skipped, or fails when CI is set.
-func redisURL(t *testing.T) string {
-	t.Helper()
-	url := os.Getenv("REDIS_URL")
-	if url == "" {
-		url = "redis://127.0.0.1:6379"
-	}
-	opts, err := redis.ParseURL(url)
-	if err != nil {
-		t.Fatalf("REDIS_URL: %v", err)
-	}
-	c, err := net.DialTimeout("tcp", opts.Addr, time.Second)
-	if err != nil {
-		msg := "this test needs a Redis (set REDIS_URL or run one on 127.0.0.1:6379): " + err.Error()
-		if os.Getenv("CI") != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	c.Close()
-	return url
-}
-
-// natsURL is $NATS_URL or 127.0.0.1:4222; without a NATS the test is
-// skipped, or fails when CI is set. Each test gives its cluster subjects of
-// its own (NATS_PREFIX): a router takes the device events of every edge on
-// its subjects.
-func natsURL(t *testing.T) string {
-	t.Helper()
-	url := os.Getenv("NATS_URL")
-	if url == "" {
-		url = "nats://127.0.0.1:4222"
-	}
-	b, err := natsbus.Connect(url, natsbus.Options{Name: "router-main-test-probe"})
-	if err != nil {
-		msg := "this test needs a NATS (set NATS_URL or run one on 127.0.0.1:4222): " + err.Error()
-		if os.Getenv("CI") != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	b.Close()
-	return url
-}
-
 func uniquePrefix(t *testing.T, url string) string {
 	b := make([]byte, 6)
 	rand.Read(b)
@@ -395,8 +348,8 @@ func call(t *testing.T, method, url, token, body string) (int, map[string]any) {
 // the router down cleanly.
 func TestRunCluster(t *testing.T) {
 	clearEnv(t)
-	rurl := redisURL(t)
-	nurl := natsURL(t)
+	rurl := testsvc.RedisURL(t)
+	nurl := testsvc.NATSURL(t)
 	prefix := uniquePrefix(t, rurl)
 	subjects := "rm" + strings.Trim(strings.TrimPrefix(prefix, "hermes-routermain"), ":") + "."
 	// The subjects of this cluster are its own (NATS_PREFIX), as the
