@@ -9,7 +9,6 @@ package gateway_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/base64"
 	"net/http"
 	"net/netip"
@@ -17,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hermes-mobile/gateway/pkg/agent"
 	"github.com/hermes-mobile/gateway/pkg/client"
 	"github.com/hermes-mobile/gateway/pkg/edge"
 	"github.com/hermes-mobile/gateway/pkg/gateway"
@@ -223,7 +221,7 @@ func dlvNothingBefore(t *testing.T, dev, sender *client.Conn, target string) {
 }
 
 func TestDeliverTextToMobileTarget(t *testing.T) {
-	n := dlvStartNode(t, nil)
+	n := startNode(t, nil)
 	dev, _ := n.connect(t, "tel-1")
 	cron := dlvCron(t, n)
 	if err := cron.SendRaw([]byte(`{"t":"deliver","id":"d1","target":"mobile:tel-1","text":"hi"}`)); err != nil {
@@ -248,7 +246,7 @@ func TestDeliverTextToMobileTarget(t *testing.T) {
 }
 
 func TestDeliverBareTarget(t *testing.T) {
-	n := dlvStartNode(t, nil)
+	n := startNode(t, nil)
 	dev, _ := n.connect(t, "tel-1")
 	cron := dlvCron(t, n)
 	if err := cron.Deliver("d1", "tel-1", "bare target", nil); err != nil {
@@ -259,7 +257,7 @@ func TestDeliverBareTarget(t *testing.T) {
 }
 
 func TestDeliverEmptyTargetGoesHome(t *testing.T) {
-	n := dlvStartNode(t, func(c *gateway.Config) { c.Edge.HomeDevice = "tel-home" })
+	n := startNode(t, func(c *gateway.Config) { c.Edge.HomeDevice = "tel-home" })
 	home, _ := n.connect(t, "tel-home")
 	other, _ := n.connect(t, "tel-other")
 	cron := dlvCron(t, n)
@@ -273,7 +271,7 @@ func TestDeliverEmptyTargetGoesHome(t *testing.T) {
 }
 
 func TestDeliverEmptyTargetWithoutHomeIsBadFrame(t *testing.T) {
-	n := dlvStartNode(t, nil) // no HomeDevice
+	n := startNode(t, nil) // no HomeDevice
 	dev, _ := n.connect(t, "tel-1")
 	cron := dlvCron(t, n)
 	if err := cron.SendRaw([]byte(`{"t":"deliver","id":"d1","text":"nowhere"}`)); err != nil {
@@ -288,7 +286,7 @@ func TestDeliverEmptyTargetWithoutHomeIsBadFrame(t *testing.T) {
 }
 
 func TestDeliverWithoutTextOrMediaIsBadFrame(t *testing.T) {
-	n := dlvStartNode(t, nil)
+	n := startNode(t, nil)
 	dev, _ := n.connect(t, "tel-1")
 	cron := dlvCron(t, n)
 	for _, raw := range []string{
@@ -304,7 +302,7 @@ func TestDeliverWithoutTextOrMediaIsBadFrame(t *testing.T) {
 }
 
 func TestDeliverMedia(t *testing.T) {
-	n := dlvStartNode(t, nil)
+	n := startNode(t, nil)
 	dev, _ := n.connect(t, "tel-1")
 	cron := dlvCron(t, n)
 	png := append([]byte("\x89PNG\r\n\x1a\n"), bytes.Repeat([]byte{0, 1, 2, 0xff}, 1000)...)
@@ -340,7 +338,7 @@ func dlvDecode(t *testing.T, f client.Frame) []byte {
 }
 
 func TestDeliverTextAndMedia(t *testing.T) {
-	n := dlvStartNode(t, nil)
+	n := startNode(t, nil)
 	dev, _ := n.connect(t, "tel-1")
 	cron := dlvCron(t, n)
 	doc := []byte("%PDF-1.4 report")
@@ -374,7 +372,7 @@ func TestDeliverTextAndMedia(t *testing.T) {
 }
 
 func TestDeliverMediaKindNotInMediaOut(t *testing.T) {
-	n := dlvStartNode(t, nil)
+	n := startNode(t, nil)
 	dev, ready := n.connect(t, "tel-1")
 	out := ready.Map("capabilities").Slice("media_out")
 	for _, kind := range []string{"audio", "sticker"} {
@@ -396,7 +394,7 @@ func TestDeliverMediaKindNotInMediaOut(t *testing.T) {
 }
 
 func TestDeliverTextLimit(t *testing.T) {
-	n := dlvStartNode(t, nil)
+	n := startNode(t, nil)
 	dev, _ := n.connect(t, "tel-1")
 	cron := dlvCron(t, n)
 
@@ -428,7 +426,7 @@ func TestDeliverTextLimit(t *testing.T) {
 }
 
 func TestDeliverToOfflineDevice(t *testing.T) {
-	n := dlvStartNode(t, nil)
+	n := startNode(t, nil)
 	dev, _ := n.connect(t, "tel-1")
 	cron := dlvCron(t, n)
 	if err := cron.Deliver("d1", "mobile:tel-nobody", "anyone?", nil); err != nil {
@@ -452,7 +450,7 @@ func TestDeliverToDisconnectedDevice(t *testing.T) {
 		{"close handshake", (*client.Conn).Close},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			n := dlvStartNode(t, nil)
+			n := startNode(t, nil)
 			dev, _ := n.connect(t, "tel-1")
 			cron := dlvCron(t, n)
 			if err := cron.Deliver("d1", "mobile:tel-1", "while online", nil); err != nil {
@@ -496,44 +494,11 @@ func dlvWaitConns(n *node, want int) bool {
 	return true
 }
 
-// dlvStartNode is startNode with a bounded shutdown: if the node does not
-// close within 10 s the test fails (and leaves it running) instead of hanging
-// the whole package. (An earlier edge deadlocked tearing down a connection
-// that closed while a close frame was still queued; see
-// TestDeliverToDisconnectedDevice/close_handshake.)
-func dlvStartNode(t *testing.T, mutate func(*gateway.Config)) *node {
-	t.Helper()
-	rec := &recorder{next: agent.Demo{}}
-	cfg := gateway.Config{
-		Listen: "127.0.0.1:0",
-		Router: true,
-		Agent:  rec,
-		Edge:   edge.Config{Auth: edge.AuthConfig{Token: testToken}},
-	}
-	if mutate != nil {
-		mutate(&cfg)
-	}
-	g, err := gateway.Start(context.Background(), cfg, testLogger(t))
-	if err != nil {
-		t.Fatalf("start gateway: %v", err)
-	}
-	t.Cleanup(func() {
-		done := make(chan struct{})
-		go func() { g.Close(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Errorf("gateway.Close did not return within 10 s: the node hangs on shutdown (left running)")
-		}
-	})
-	return &node{Gateway: g, agent: rec}
-}
-
 // Permissions. In these nodes every connection from 127.0.0.0/8 is a
 // trusted reverse proxy, so the forwarding headers name the client.
 
 func dlvProxyNode(t *testing.T) *node {
-	return dlvStartNode(t, func(c *gateway.Config) {
+	return startNode(t, func(c *gateway.Config) {
 		c.Edge.Auth.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
 		c.Edge.Auth.DeliverTokens = []edge.Secret{dlvToken}
 	})
@@ -614,7 +579,7 @@ func TestDeliverAllowedForLoopbackBehindProxy(t *testing.T) {
 
 func TestDeliverAllowedForXFFLoopbackThroughProxy(t *testing.T) {
 	// Only 127.0.0.2 is a proxy. It forwards a client at 127.0.0.1: loopback.
-	n := dlvStartNode(t, func(c *gateway.Config) {
+	n := startNode(t, func(c *gateway.Config) {
 		c.Edge.Auth.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")}
 	})
 	dev, _ := n.connect(t, "tel-1")
@@ -646,7 +611,7 @@ func dlvDialFrom(t *testing.T, n *node, local string, header http.Header, device
 }
 
 func TestDeliverHeadersIgnoredWithoutTrustedProxies(t *testing.T) {
-	n := dlvStartNode(t, nil) // TrustedProxies empty
+	n := startNode(t, nil) // TrustedProxies empty
 	dev, _ := n.connect(t, "tel-1")
 	cron := dlvService(t, n, client.Options{Header: http.Header{
 		"X-Forwarded-For": {"203.0.113.9"},
@@ -658,7 +623,7 @@ func TestDeliverHeadersIgnoredWithoutTrustedProxies(t *testing.T) {
 func TestDeliverHeadersIgnoredFromUntrustedPeer(t *testing.T) {
 	// Only 127.0.0.1 is a proxy; a connection from 127.0.0.2 is not, so its
 	// X-Forwarded-For is ignored and its own (loopback) address counts.
-	n := dlvStartNode(t, func(c *gateway.Config) {
+	n := startNode(t, func(c *gateway.Config) {
 		c.Edge.Auth.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
 	})
 	dev, _ := n.connect(t, "tel-1")

@@ -49,7 +49,17 @@ func startNode(t testing.TB, mutate func(*gateway.Config)) *node {
 	if err != nil {
 		t.Fatalf("start gateway: %v", err)
 	}
-	t.Cleanup(func() { g.Close() })
+	t.Cleanup(func() {
+		// A node that hangs on shutdown fails its test instead of hanging
+		// the whole package (it is left running).
+		done := make(chan struct{})
+		go func() { g.Close(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Errorf("gateway.Close did not return within 10 s: the node hangs on shutdown")
+		}
+	})
 	return &node{Gateway: g, agent: rec}
 }
 

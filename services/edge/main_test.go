@@ -1,18 +1,17 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/hex"
 	"encoding/json"
 	"flag"
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"io"
 	"net/netip"
 	"os"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -250,92 +249,15 @@ func TestRunRejectsBadConfig(t *testing.T) {
 	}
 }
 
-// syncBuf is an io.Writer the test can wait on while run writes to it.
-type syncBuf struct {
-	mu     sync.Mutex
-	b      bytes.Buffer
-	signal chan struct{}
-}
-
-func newSyncBuf() *syncBuf { return &syncBuf{signal: make(chan struct{}, 1)} }
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n, err := s.b.Write(p)
-	select {
-	case s.signal <- struct{}{}:
-	default:
-	}
-	return n, err
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // runNode runs run(f) in the background and returns the WebSocket URL from
 // the "gateway listening" log line, the captured stdout, and a function that
 // cancels run and returns its result.
-func runNode(t *testing.T, f flags) (url string, stdout *syncBuf, stop func() error) {
+func runNode(t *testing.T, f flags) (url string, stdout *testsvc.Buffer, stop func() error) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	stdout, stderr := newSyncBuf(), newSyncBuf()
-	result := make(chan error, 1)
-	go func() { result <- run(ctx, f, stdout, stderr) }()
-	var once sync.Once
-	var runErr error
-	stop = func() error {
-		once.Do(func() {
-			cancel()
-			select {
-			case runErr = <-result:
-			case <-time.After(15 * time.Second):
-				t.Errorf("run did not return within 15 s of the cancel; stderr:\n%s", stderr)
-			}
-		})
-		return runErr
-	}
-	t.Cleanup(func() { stop() })
-
-	deadline := time.After(15 * time.Second)
-	for {
-		if url = listeningURL(t, stderr.String()); url != "" {
-			return url, stdout, stop
-		}
-		select {
-		case <-stderr.signal:
-		case err := <-result:
-			t.Fatalf("run returned %v before listening; stderr:\n%s", err, stderr)
-		case <-deadline:
-			t.Fatalf("no \"gateway listening\" log line; stderr:\n%s", stderr)
-		}
-	}
-}
-
-// listeningURL finds the url of the "gateway listening" JSON log line.
-func listeningURL(t *testing.T, logs string) string {
-	sc := bufio.NewScanner(strings.NewReader(logs))
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasSuffix(line, "}") {
-			continue // a line still being written
-		}
-		var rec map[string]any
-		if err := json.Unmarshal([]byte(line), &rec); err != nil {
-			t.Fatalf("stderr log line is not JSON: %q: %v", line, err)
-		}
-		if rec["msg"] == "gateway listening" {
-			u, _ := rec["url"].(string)
-			if u == "" {
-				t.Fatalf("\"gateway listening\" has no url: %q", line)
-			}
-			return u
-		}
-	}
-	return ""
+	url, stdout, _, stop = testsvc.Run(t, "gateway listening", func(ctx context.Context, stdout, stderr io.Writer) error {
+		return run(ctx, f, stdout, stderr)
+	})
+	return url, stdout, stop
 }
 
 func testCtx(t *testing.T) context.Context {

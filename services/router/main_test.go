@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -15,7 +14,6 @@ import (
 	"os/exec"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -233,91 +231,15 @@ func uniquePrefix(t *testing.T, url string) string {
 	return prefix
 }
 
-// syncBuf is an io.Writer the test can wait on while run writes to it.
-type syncBuf struct {
-	mu     sync.Mutex
-	b      bytes.Buffer
-	signal chan struct{}
-}
-
-func newSyncBuf() *syncBuf { return &syncBuf{signal: make(chan struct{}, 1)} }
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n, err := s.b.Write(p)
-	select {
-	case s.signal <- struct{}{}:
-	default:
-	}
-	return n, err
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // runRouter runs run(f) in the background and returns the URL of its
 // "router listening" log line, its log, and a function that cancels run
 // and returns its result.
-func runRouter(t *testing.T, f flags) (url string, logs *syncBuf, stop func() error) {
+func runRouter(t *testing.T, f flags) (url string, logs *testsvc.Buffer, stop func() error) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	logs = newSyncBuf()
-	result := make(chan error, 1)
-	go func() { result <- run(ctx, f, io.Discard, logs) }()
-	var once sync.Once
-	var runErr error
-	stop = func() error {
-		once.Do(func() {
-			cancel()
-			select {
-			case runErr = <-result:
-			case <-time.After(20 * time.Second):
-				t.Errorf("run did not return within 20 s of the cancel; logs:\n%s", logs)
-			}
-		})
-		return runErr
-	}
-	t.Cleanup(func() { stop() })
-	deadline := time.After(15 * time.Second)
-	for {
-		if url = listeningURL(t, logs.String()); url != "" {
-			return url, logs, stop
-		}
-		select {
-		case <-logs.signal:
-		case err := <-result:
-			t.Fatalf("run returned %v before listening; logs:\n%s", err, logs)
-		case <-deadline:
-			t.Fatalf("no \"router listening\" log line; logs:\n%s", logs)
-		}
-	}
-}
-
-// listeningURL finds the url of the "router listening" JSON log line.
-func listeningURL(t *testing.T, logs string) string {
-	sc := bufio.NewScanner(strings.NewReader(logs))
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasSuffix(line, "}") {
-			continue // a line still being written
-		}
-		var rec map[string]any
-		if err := json.Unmarshal([]byte(line), &rec); err != nil {
-			t.Fatalf("log line is not JSON: %q: %v", line, err)
-		}
-		if rec["msg"] == "router listening" {
-			u, _ := rec["url"].(string)
-			if u == "" {
-				t.Fatalf("\"router listening\" has no url: %q", line)
-			}
-			return u
-		}
-	}
-	return ""
+	url, _, logs, stop = testsvc.Run(t, "router listening", func(ctx context.Context, _, stderr io.Writer) error {
+		return run(ctx, f, io.Discard, stderr)
+	})
+	return url, logs, stop
 }
 
 func call(t *testing.T, method, url, token, body string) (int, map[string]any) {

@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"net"
 	"net/url"
 	"os"
@@ -75,7 +76,7 @@ func findRedis() {
 	// and try again if another process took it meanwhile.
 	var errs []string
 	for range 3 {
-		port, err := freePort()
+		port, err := testsvc.FreePort()
 		if err != nil {
 			shared.redisErr = err.Error()
 			return
@@ -174,15 +175,6 @@ func reachable(raw string) error {
 		return err
 	}
 	return c.Close()
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 // randomHex returns n random bytes in hex.

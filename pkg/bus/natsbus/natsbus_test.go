@@ -1,10 +1,10 @@
 package natsbus_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"log/slog"
 	"net"
 	"os"
@@ -206,7 +206,7 @@ func TestHeaderFirstValue(t *testing.T) {
 // TestSlowConsumer: a blocked Handler fills its dispatcher's channel; the
 // overflow is dropped and logged, and the Bus goes on afterwards.
 func TestSlowConsumer(t *testing.T) {
-	var logs syncBuffer
+	var logs testsvc.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	b := embedded(t, natsbus.Options{Logger: log, Dispatchers: 1, Pending: 1})
 	gate := make(chan struct{})
@@ -238,7 +238,7 @@ func TestSlowConsumer(t *testing.T) {
 
 // TestHandlerPanic: a panicking Handler is logged and its dispatcher goes on.
 func TestHandlerPanic(t *testing.T) {
-	var logs syncBuffer
+	var logs testsvc.Buffer
 	b := embedded(t, natsbus.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Dispatchers: 1})
 	var calls atomic.Int32
 	mustSubscribe(t, b, "panic", func(*bus.Msg) {
@@ -401,23 +401,6 @@ func (w *testWriter) stop() {
 	w.mu.Unlock()
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // external servers
 
 // needServer skips the test, or fails it when $CI is true.
@@ -455,24 +438,23 @@ func natsServerBin(t *testing.T) string {
 }
 
 func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := testsvc.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 type natsProc struct {
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *testsvc.Buffer
 	once sync.Once
 }
 
 // startNATS runs nats-server on 127.0.0.1:port until stop or the test's end.
 func startNATS(t *testing.T, bin string, port int) *natsProc {
 	t.Helper()
-	p := &natsProc{out: &syncBuffer{}}
+	p := &natsProc{out: &testsvc.Buffer{}}
 	p.cmd = exec.Command(bin, "-a", "127.0.0.1", "-p", strconv.Itoa(port))
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"slices"
 	"strconv"
 	"strings"
@@ -299,7 +300,7 @@ func TestNew(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	t.Run("Unreachable", func(t *testing.T) {
-		port, err := freePort()
+		port, err := testsvc.FreePort()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,11 +2,11 @@ package redisstore
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"net"
 	"os"
 	"os/exec"
@@ -104,7 +104,7 @@ type redisServer struct {
 	port int
 	dir  string
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *testsvc.Buffer
 }
 
 // startRedis starts redis-server on port (a free one when 0) and waits until
@@ -115,11 +115,11 @@ func startRedis(port int, dir string) (*redisServer, error) {
 		return nil, err
 	}
 	if port == 0 {
-		if port, err = freePort(); err != nil {
+		if port, err = testsvc.FreePort(); err != nil {
 			return nil, err
 		}
 	}
-	srv := &redisServer{port: port, dir: dir, out: new(syncBuffer)}
+	srv := &redisServer{port: port, dir: dir, out: new(testsvc.Buffer)}
 	srv.cmd = exec.Command(bin,
 		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", dir)
@@ -186,33 +186,6 @@ func ping(addr string) error {
 		return fmt.Errorf("PING: %q", strings.TrimSpace(line))
 	}
 	return nil
-}
-
-// freePort returns a TCP port that nothing listened on a moment ago.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // testPrefix returns a key prefix that no other test run uses.
