@@ -1,0 +1,175 @@
+//go:build unix
+
+// Package hermes_test runs the Hermes plugin's Python suite against a real
+// gateway: a router (AGENT=link) and an edge, built from this tree and run
+// as processes on the test's Redis and NATS.
+package hermes_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hermes-mobile/gateway/internal/testsvc"
+)
+
+// python is the interpreter the suite runs with: Debian's, so the packages
+// are python3-pytest and python3-aiohttp.
+const python = "/usr/bin/python3"
+
+func TestHermesPlugin(t *testing.T) {
+	needPython(t)
+	redisURL, natsURL := testsvc.RedisURL(t), testsvc.NATSURL(t)
+	bin := t.TempDir()
+	build(t, bin, "edge", "router")
+
+	id := randomHex(6)
+	agentToken, deliverToken, appToken := "agent-"+randomHex(12), "cron-"+randomHex(12), "app-"+randomHex(12)
+	common := []string{
+		"NATS_URL=" + natsURL,
+		"NATS_PREFIX=hp" + id + ".",
+		"REDIS_URL=" + redisURL,
+		"REDIS_PREFIX=hermes-plugin-test:" + id + ":",
+		"MOBILE_DELIVER_TOKENS=" + deliverToken,
+		"MOBILE_PROMPT_TTL=4", // the expiry tests wait for it
+		"MOBILE_ADMIN_LISTEN=off",
+	}
+	routerURL := start(t, "router", filepath.Join(bin, "router"), "router listening", append(common,
+		"AGENT=link",
+		"MOBILE_AGENT_TOKENS="+agentToken,
+		"MOBILE_ROUTER_LISTEN=127.0.0.1:0",
+	))
+	edgeURL := start(t, "edge", filepath.Join(bin, "edge"), "gateway listening", append(common,
+		"MOBILE_TOKEN="+appToken,
+		"MOBILE_ROUTER=off",
+		"MOBILE_LISTEN=127.0.0.1:0",
+	))
+	if !strings.HasSuffix(edgeURL, "/ws") {
+		edgeURL = strings.TrimSuffix(edgeURL, "/") + "/ws"
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests")
+	cmd.Dir = "."
+	cmd.Env = append(cleanEnv(),
+		"MOBILE_TEST_ROUTER_URL="+strings.TrimSuffix(routerURL, "/"),
+		"MOBILE_TEST_AGENT_TOKEN="+agentToken,
+		"MOBILE_TEST_DELIVER_TOKEN="+deliverToken,
+		"MOBILE_TEST_EDGE_WS="+edgeURL,
+		"MOBILE_TEST_APP_TOKEN="+appToken,
+		"PYTHONDONTWRITEBYTECODE=1",
+	)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the plugin's Python suite failed (%v):\n%s", err, out)
+	}
+	t.Logf("pytest:\n%s", out)
+}
+
+// needPython skips the test without python3, pytest and aiohttp, or fails it
+// in CI, as internal/testsvc does for services.
+func needPython(t *testing.T) {
+	t.Helper()
+	out, err := exec.Command(python, "-c", "import pytest, aiohttp").CombinedOutput()
+	if err == nil {
+		return
+	}
+	msg := "the Hermes plugin tests need " + python + " with pytest and aiohttp " +
+		"(apt-get install python3-pytest python3-aiohttp): " + err.Error() + " " + strings.TrimSpace(string(out))
+	if os.Getenv("CI") != "" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+}
+
+// build compiles services/<name> into dir for each name, without -race: the
+// processes are what is tested.
+func build(t *testing.T, dir string, names ...string) {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
+	}
+	for _, name := range names {
+		cmd := exec.Command(goBin, "build", "-o", filepath.Join(dir, name), "./services/"+name)
+		cmd.Dir = filepath.Join("..", "..")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go build ./services/%s: %v\n%s", name, err, out)
+		}
+	}
+}
+
+// start runs path with env and returns the url of its listening log line;
+// the process is stopped (SIGTERM, then SIGKILL) when the test ends.
+func start(t *testing.T, name, path, listening string, env []string) string {
+	t.Helper()
+	logs := testsvc.NewBuffer()
+	cmd := exec.Command(path)
+	cmd.Env = append(cleanEnv(), env...)
+	cmd.Stdout, cmd.Stderr = logs, logs
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("%s output:\n%s", name, logs)
+		}
+	})
+	deadline := time.After(20 * time.Second)
+	for {
+		if url := testsvc.ListeningURL(t, logs.String(), listening); url != "" {
+			return url
+		}
+		select {
+		case <-logs.Written():
+		case <-exited:
+			t.Fatalf("%s exited before %q:\n%s", name, listening, logs)
+		case <-deadline:
+			t.Fatalf("%s: no %q within 20 s:\n%s", name, listening, logs)
+		}
+	}
+}
+
+// cleanEnv is the test's environment without the variables the binaries and
+// the plugin read, so a developer's shell cannot change what is tested.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "MOBILE_") || strings.HasPrefix(k, "NATS_") || strings.HasPrefix(k, "REDIS_") ||
+			strings.HasPrefix(k, "OTEL_") || k == "AGENT" || k == "HERMES_HOME" {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(errors.New("crypto/rand: " + err.Error()))
+	}
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,118 @@
+"""Stand-in for gateway.platforms.base: the adapter base class, the event and
+result types and the media cache helpers, with Hermes's signatures."""
+
+import os
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import Enum
+from pathlib import Path
+from typing import Any, List, Optional
+
+from gateway.session import SessionSource
+
+calls: list = []  # ("cache_image", path), ("fatal", code), …
+
+
+class MessageType(Enum):
+    TEXT = "text"
+    PHOTO = "photo"
+    VIDEO = "video"
+    AUDIO = "audio"
+    VOICE = "voice"
+    DOCUMENT = "document"
+    COMMAND = "command"
+
+
+@dataclass
+class MessageEvent:
+    text: str
+    message_type: MessageType = MessageType.TEXT
+    source: SessionSource = None
+    raw_message: Any = None
+    message_id: Optional[str] = None
+    media_urls: List[str] = field(default_factory=list)
+    media_types: List[str] = field(default_factory=list)
+    timestamp: datetime = field(default_factory=datetime.now)
+
+
+@dataclass
+class SendResult:
+    success: bool
+    message_id: Optional[str] = None
+    error: Optional[str] = None
+    raw_response: Any = None
+    retryable: bool = False
+
+
+def _cache_dir(name: str) -> Path:
+    d = Path(os.environ["HERMES_HOME"]) / "cache" / name
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _write(kind: str, name: str, data: bytes) -> str:
+    path = _cache_dir(kind) / name
+    path.write_bytes(data)
+    calls.append(("cache_" + kind, str(path)))
+    return str(path)
+
+
+def cache_image_from_bytes(data: bytes, ext: str = ".jpg") -> str:
+    if not (data[:3] == b"\xff\xd8\xff" or data[:8] == b"\x89PNG\r\n\x1a\n"):
+        raise ValueError("Refusing to cache non-image data")
+    return _write("image", f"img_{uuid.uuid4().hex[:12]}{ext}", data)
+
+
+def cache_audio_from_bytes(data: bytes, ext: str = ".ogg") -> str:
+    return _write("audio", f"audio_{uuid.uuid4().hex[:12]}{ext}", data)
+
+
+def cache_video_from_bytes(data: bytes, ext: str = ".mp4") -> str:
+    return _write("video", f"video_{uuid.uuid4().hex[:12]}{ext}", data)
+
+
+def cache_document_from_bytes(data: bytes, filename: str) -> str:
+    return _write("document", f"doc_{uuid.uuid4().hex[:12]}_{Path(filename).name}", data)
+
+
+class BasePlatformAdapter:
+    """What the plugin uses of Hermes's base class. handle_message passes the
+    event to the handler the test set (Hermes would run the agent)."""
+
+    def __init__(self, config, platform):
+        self.config = config
+        self.platform = platform
+        self._message_handler = None
+        self._running = False
+        self._fatal_error_code = None
+        self._fatal_error_message = None
+
+    @property
+    def is_connected(self) -> bool:
+        return self._running
+
+    def set_message_handler(self, handler) -> None:
+        self._message_handler = handler
+
+    def _mark_connected(self) -> None:
+        self._running = True
+
+    def _mark_disconnected(self) -> None:
+        self._running = False
+
+    def _set_fatal_error(self, code: str, message: str, *, retryable: bool) -> None:
+        self._running = False
+        self._fatal_error_code, self._fatal_error_message = code, message
+        calls.append(("fatal", code, retryable))
+
+    async def _notify_fatal_error(self) -> None:
+        calls.append(("notify_fatal",))
+
+    def build_source(self, chat_id, chat_name=None, chat_type="dm", user_id=None, user_name=None, **kwargs):
+        return SessionSource(platform=self.platform, chat_id=str(chat_id), chat_name=chat_name,
+                             chat_type=chat_type, user_id=user_id, user_name=user_name)
+
+    async def handle_message(self, event: MessageEvent) -> None:
+        if self._message_handler:
+            await self._message_handler(event)
