@@ -1,0 +1,212 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/hermes-mobile/gateway/pkg/protocol"
+)
+
+// Metrics are the gateway's instruments, created once per Telemetry. Every
+// method is safe on a nil *Metrics (it does nothing) and allocates nothing:
+// attribute sets are built up front for every frame type and error code, and
+// a value outside those sets is counted under "other", so a client cannot
+// grow the number of series. docs/metrics.md lists the names.
+type Metrics struct {
+	conns       metric.Int64UpDownCounter
+	handshakes  metric.Int64Counter
+	framesIn    metric.Int64Counter
+	framesOut   metric.Int64Counter
+	errors      metric.Int64Counter
+	dedupHits   metric.Int64Counter
+	uploadBytes metric.Int64Counter
+	outboxIn    metric.Int64Counter
+	outboxOut   metric.Int64Counter
+	latency     metric.Float64Histogram
+
+	byType   labelSet // frame type → {type=…}
+	byCode   labelSet // error code → {code=…}
+	byResult labelSet // "ok" or an error code → {result=…}
+}
+
+// labelSet holds the precomputed options of one attribute's values.
+type labelSet struct {
+	add   map[string][]metric.AddOption
+	other []metric.AddOption
+}
+
+func newLabelSet(key string, values ...string) labelSet {
+	opt := func(v string) []metric.AddOption {
+		return []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(attribute.String(key, v)))}
+	}
+	s := labelSet{add: make(map[string][]metric.AddOption, len(values)), other: opt("other")}
+	for _, v := range values {
+		s.add[v] = opt(v)
+	}
+	return s
+}
+
+func (s *labelSet) of(v string) []metric.AddOption {
+	if o, ok := s.add[v]; ok {
+		return o
+	}
+	return s.other
+}
+
+// frameTypes are the type label values: every Protocol v1 frame type, plus
+// "unknown" (a well-formed frame of a type the gateway ignores) and
+// "invalid" (not a decodable frame).
+var frameTypes = []string{
+	protocol.TypeHello, protocol.TypeText, protocol.TypeAudio, protocol.TypeMedia, protocol.TypePrompt,
+	protocol.TypeTyping, protocol.TypePing, protocol.TypeAck, protocol.TypeDeliver, protocol.TypeReady,
+	protocol.TypeMessage, protocol.TypePromptDone, protocol.TypeAvatar, protocol.TypePong, protocol.TypeError,
+	FrameUnknown, FrameInvalid,
+}
+
+// Type label values for frames that have no Protocol v1 type.
+const (
+	FrameUnknown = "unknown"
+	FrameInvalid = "invalid"
+)
+
+var errorCodes = []string{
+	string(protocol.CodeBadFrame), string(protocol.CodeAuthFailed), string(protocol.CodeForbidden),
+	string(protocol.CodeUnsupportedFrame), string(protocol.CodeTooBig), string(protocol.CodeDeviceOffline),
+	string(protocol.CodeAuthRequired), string(protocol.CodeInternalError),
+}
+
+// HandshakeOK is the result label of a hello that ended in ready; a refused
+// hello is labelled with the error code it got.
+const HandshakeOK = "ok"
+
+// latencyBuckets (seconds) cover a loopback write (sub-millisecond) up to
+// the 15 s a delivery may take.
+var latencyBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 15}
+
+func newMetrics(m metric.Meter) (*Metrics, error) {
+	var x Metrics
+	var err, e error
+	check := func(e error) { err = errors.Join(err, e) }
+	x.conns, e = m.Int64UpDownCounter("hermes_connections",
+		metric.WithDescription("Open WebSocket connections on this edge."))
+	check(e)
+	x.handshakes, e = m.Int64Counter("hermes_handshakes",
+		metric.WithDescription("Hellos answered, by result: ok or the error code of the refusal."))
+	check(e)
+	x.framesIn, e = m.Int64Counter("hermes_frames_in",
+		metric.WithDescription("WebSocket messages received from apps, by frame type."))
+	check(e)
+	x.framesOut, e = m.Int64Counter("hermes_frames_out",
+		metric.WithDescription("Frames queued for apps' sockets, by frame type."))
+	check(e)
+	x.errors, e = m.Int64Counter("hermes_errors",
+		metric.WithDescription("Error frames sent to apps, by error code."))
+	check(e)
+	x.dedupHits, e = m.Int64Counter("hermes_dedup_hits",
+		metric.WithDescription("Repeated text, audio and media ids dropped as duplicates."))
+	check(e)
+	x.uploadBytes, e = m.Int64Counter("hermes_upload", metric.WithUnit("By"),
+		metric.WithDescription("Bytes of multi-part media chunks taken into upload buffers."))
+	check(e)
+	x.outboxIn, e = m.Int64Counter("hermes_outbox_queued",
+		metric.WithDescription("Agent outputs kept in an offline device's outbox."))
+	check(e)
+	x.outboxOut, e = m.Int64Counter("hermes_outbox_delivered",
+		metric.WithDescription("Outbox items written to a device after its ready."))
+	check(e)
+	x.latency, e = m.Float64Histogram("hermes_delivery_latency", metric.WithUnit("s"),
+		metric.WithDescription("From the router sending an output to the owning edge acknowledging its write to the socket."),
+		metric.WithExplicitBucketBoundaries(latencyBuckets...))
+	check(e)
+	if err != nil {
+		return nil, err
+	}
+	x.byType = newLabelSet("type", frameTypes...)
+	x.byCode = newLabelSet("code", errorCodes...)
+	x.byResult = newLabelSet("result", append([]string{HandshakeOK}, errorCodes...)...)
+	return &x, nil
+}
+
+var bg = context.Background()
+
+// ConnOpened counts a WebSocket connection that completed its upgrade.
+func (m *Metrics) ConnOpened() {
+	if m != nil {
+		m.conns.Add(bg, 1)
+	}
+}
+
+// ConnClosed counts a connection that ConnOpened counted going away.
+func (m *Metrics) ConnClosed() {
+	if m != nil {
+		m.conns.Add(bg, -1)
+	}
+}
+
+// Handshake counts a hello by its result: HandshakeOK or an error code.
+func (m *Metrics) Handshake(result string) {
+	if m != nil {
+		m.handshakes.Add(bg, 1, m.byResult.of(result)...)
+	}
+}
+
+// FrameIn counts a message from an app by its frame type (FrameUnknown,
+// FrameInvalid for those without one).
+func (m *Metrics) FrameIn(frameType string) {
+	if m != nil {
+		m.framesIn.Add(bg, 1, m.byType.of(frameType)...)
+	}
+}
+
+// FrameOut counts n frames of one type queued for an app.
+func (m *Metrics) FrameOut(frameType string, n int) {
+	if m != nil && n > 0 {
+		m.framesOut.Add(bg, int64(n), m.byType.of(frameType)...)
+	}
+}
+
+// Error counts an error frame sent to an app.
+func (m *Metrics) Error(code string) {
+	if m != nil {
+		m.errors.Add(bg, 1, m.byCode.of(code)...)
+	}
+}
+
+// DedupHit counts a repeated id that was dropped.
+func (m *Metrics) DedupHit() {
+	if m != nil {
+		m.dedupHits.Add(bg, 1)
+	}
+}
+
+// UploadBytes counts n bytes of a media chunk taken into an upload buffer.
+func (m *Metrics) UploadBytes(n int) {
+	if m != nil && n > 0 {
+		m.uploadBytes.Add(bg, int64(n))
+	}
+}
+
+// OutboxQueued counts an output kept for an offline device.
+func (m *Metrics) OutboxQueued() {
+	if m != nil {
+		m.outboxIn.Add(bg, 1)
+	}
+}
+
+// OutboxDelivered counts n outbox items written after a ready.
+func (m *Metrics) OutboxDelivered(n int) {
+	if m != nil && n > 0 {
+		m.outboxOut.Add(bg, int64(n))
+	}
+}
+
+// DeliveryLatency records how long an acknowledged delivery took.
+func (m *Metrics) DeliveryLatency(d time.Duration) {
+	if m != nil {
+		m.latency.Record(bg, d.Seconds())
+	}
+}

@@ -1,0 +1,201 @@
+// Package telemetry sets up what a node reports about itself: OpenTelemetry
+// traces and metrics, a Prometheus /metrics handler, and OTLP/HTTP export
+// when OTEL_EXPORTER_OTLP_ENDPOINT is set.
+//
+// Metrics always go to a private Prometheus registry, which also holds the
+// Go and process collectors (go_goroutines, process_resident_memory_bytes).
+// Traces are recorded only when there is somewhere to send them (an OTLP
+// endpoint, or a span processor given in Config); otherwise the tracer is
+// the no-op one and a span costs nothing beyond passing a context along.
+//
+// Trace context crosses the bus as W3C traceparent headers: natsbus injects
+// it on Publish and Request, and handlers continue it with Extract. Frame
+// contents and tokens are never put in spans or metric attributes.
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/metric"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+)
+
+// Env vars read by FromEnv (the standard OpenTelemetry names).
+const (
+	EnvEndpoint    = "OTEL_EXPORTER_OTLP_ENDPOINT"
+	EnvServiceName = "OTEL_SERVICE_NAME"
+)
+
+// Config of a node's telemetry.
+type Config struct {
+	// ServiceName is the service.name resource attribute (OTEL_SERVICE_NAME
+	// wins over it, as the OpenTelemetry spec says).
+	ServiceName string
+	// Endpoint is the OTLP/HTTP base URL (OTEL_EXPORTER_OTLP_ENDPOINT), e.g.
+	// http://collector:4318; traces go to /v1/traces and metrics to
+	// /v1/metrics under it. Empty: no OTLP export.
+	Endpoint string
+	// SpanProcessor, when set, receives every span as well (tests use an
+	// in-memory recorder). It turns tracing on like Endpoint does.
+	SpanProcessor sdktrace.SpanProcessor
+}
+
+// FromEnv is the Config of a service named service, with the endpoint from
+// OTEL_EXPORTER_OTLP_ENDPOINT.
+func FromEnv(service string) Config {
+	return Config{ServiceName: service, Endpoint: strings.TrimSpace(os.Getenv(EnvEndpoint))}
+}
+
+// Telemetry is a node's tracer and meter providers, its Prometheus registry
+// and the gateway's instruments. A nil *Telemetry is valid: it traces with
+// the no-op tracer and records no metrics.
+type Telemetry struct {
+	tracerProvider trace.TracerProvider
+	meterProvider  metric.MeterProvider
+	registry       *prometheus.Registry
+	metrics        *Metrics
+	shutdown       []func(context.Context) error
+}
+
+// New sets up telemetry as cfg says. The caller must Shutdown it, which
+// flushes what the exporters still hold.
+func New(ctx context.Context, cfg Config) (_ *Telemetry, err error) {
+	t := &Telemetry{registry: prometheus.NewRegistry()}
+	defer func() {
+		if err != nil {
+			t.Shutdown(context.WithoutCancel(ctx))
+		}
+	}()
+	if err := t.registry.Register(collectors.NewGoCollector()); err != nil {
+		return nil, err
+	}
+	if err := t.registry.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+		return nil, err
+	}
+	res, err := newResource(ctx, cfg.ServiceName)
+	if err != nil {
+		return nil, err
+	}
+
+	promExp, err := otelprom.New(otelprom.WithRegisterer(t.registry), otelprom.WithoutScopeInfo())
+	if err != nil {
+		return nil, err
+	}
+	mopts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithReader(promExp)}
+	if cfg.Endpoint != "" {
+		exp, err := otlpmetrichttp.New(ctx, otlpmetrichttp.WithEndpointURL(signalURL(cfg.Endpoint, "metrics")))
+		if err != nil {
+			return nil, err
+		}
+		mopts = append(mopts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(exp)))
+	}
+	mp := sdkmetric.NewMeterProvider(mopts...)
+	t.meterProvider = mp
+	t.shutdown = append(t.shutdown, mp.Shutdown)
+
+	if cfg.Endpoint == "" && cfg.SpanProcessor == nil {
+		t.tracerProvider = noop.NewTracerProvider()
+	} else {
+		topts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
+		if cfg.Endpoint != "" {
+			exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(signalURL(cfg.Endpoint, "traces")))
+			if err != nil {
+				return nil, err
+			}
+			topts = append(topts, sdktrace.WithBatcher(exp))
+		}
+		if cfg.SpanProcessor != nil {
+			topts = append(topts, sdktrace.WithSpanProcessor(cfg.SpanProcessor))
+		}
+		tp := sdktrace.NewTracerProvider(topts...)
+		t.tracerProvider = tp
+		t.shutdown = append(t.shutdown, tp.Shutdown)
+	}
+
+	if t.metrics, err = newMetrics(mp.Meter(instrumentationName)); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// instrumentationName names the gateway's meter and tracers.
+const instrumentationName = "github.com/hermes-mobile/gateway"
+
+// signalURL is the OTLP/HTTP URL of one signal under a base endpoint.
+func signalURL(base, signal string) string {
+	return strings.TrimRight(base, "/") + "/v1/" + signal
+}
+
+func newResource(ctx context.Context, service string) (*resource.Resource, error) {
+	var attrs []attribute.KeyValue
+	if service != "" {
+		attrs = append(attrs, attribute.String("service.name", service))
+	}
+	// Later options win: OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES
+	// override the built-in name.
+	return resource.New(ctx, resource.WithTelemetrySDK(), resource.WithAttributes(attrs...), resource.WithFromEnv())
+}
+
+// Tracer returns the tracer for the part of the gateway called name (the
+// no-op tracer on a nil Telemetry).
+func (t *Telemetry) Tracer(name string) trace.Tracer {
+	if t == nil {
+		return noop.NewTracerProvider().Tracer(name)
+	}
+	return t.tracerProvider.Tracer(name)
+}
+
+// TracerProvider is the provider behind Tracer.
+func (t *Telemetry) TracerProvider() trace.TracerProvider {
+	if t == nil {
+		return noop.NewTracerProvider()
+	}
+	return t.tracerProvider
+}
+
+// Metrics returns the gateway's instruments; nil (every method a no-op) on
+// a nil Telemetry.
+func (t *Telemetry) Metrics() *Metrics {
+	if t == nil {
+		return nil
+	}
+	return t.metrics
+}
+
+// Handler serves the Prometheus text format of every metric: the gateway's
+// and the Go and process collectors'.
+func (t *Telemetry) Handler() http.Handler {
+	if t == nil {
+		return http.NotFoundHandler()
+	}
+	return promhttp.HandlerFor(t.registry, promhttp.HandlerOpts{})
+}
+
+// Shutdown flushes and stops the exporters. Spans and metrics recorded
+// afterwards are dropped.
+func (t *Telemetry) Shutdown(ctx context.Context) error {
+	if t == nil {
+		return nil
+	}
+	var errs []error
+	for i := len(t.shutdown) - 1; i >= 0; i-- {
+		errs = append(errs, t.shutdown[i](ctx))
+	}
+	t.shutdown = nil
+	return errors.Join(errs...)
+}

@@ -1,0 +1,181 @@
+package telemetry_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/hermes-mobile/gateway/pkg/telemetry"
+)
+
+func scrape(t *testing.T, h http.Handler) string {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET /metrics: %s", resp.Status)
+	}
+	return string(b)
+}
+
+func TestHandlerExposesNamesAndRuntime(t *testing.T) {
+	tel, err := telemetry.New(context.Background(), telemetry.Config{ServiceName: "hermes-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tel.Shutdown(context.Background())
+	m := tel.Metrics()
+	m.ConnOpened()
+	m.Handshake(telemetry.HandshakeOK)
+	m.Handshake("auth_failed")
+	m.FrameIn("text")
+	m.FrameIn("no-such-type") // counted as other: a client cannot add series
+	m.FrameOut("message", 3)
+	m.Error("too_big")
+	m.DedupHit()
+	m.UploadBytes(10)
+	m.OutboxQueued()
+	m.OutboxDelivered(2)
+	m.DeliveryLatency(3 * time.Millisecond)
+
+	body := scrape(t, tel.Handler())
+	for _, want := range []string{
+		"hermes_connections 1",
+		`hermes_handshakes_total{result="ok"} 1`,
+		`hermes_handshakes_total{result="auth_failed"} 1`,
+		`hermes_frames_in_total{type="text"} 1`,
+		`hermes_frames_in_total{type="other"} 1`,
+		`hermes_frames_out_total{type="message"} 3`,
+		`hermes_errors_total{code="too_big"} 1`,
+		"hermes_dedup_hits_total 1",
+		"hermes_upload_bytes_total 10",
+		"hermes_outbox_queued_total 1",
+		"hermes_outbox_delivered_total 2",
+		"hermes_delivery_latency_seconds_count 1",
+		`hermes_delivery_latency_seconds_bucket{le="0.005"} 1`,
+		`hermes_delivery_latency_seconds_bucket{le="0.0025"} 0`,
+		"go_goroutines ",
+		"process_resident_memory_bytes ",
+		`service_name="hermes-test"`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if strings.Contains(body, "no-such-type") {
+		t.Error("a client-chosen frame type became a label value")
+	}
+	if t.Failed() {
+		t.Log(body)
+	}
+}
+
+func TestNilTelemetryIsANoOp(t *testing.T) {
+	var tel *telemetry.Telemetry
+	tel.Metrics().FrameIn("text")
+	tel.Metrics().DeliveryLatency(time.Second)
+	_, span := tel.Tracer("x").Start(context.Background(), "s")
+	if span.IsRecording() {
+		t.Error("a nil Telemetry records spans")
+	}
+	span.End()
+	if err := tel.Shutdown(context.Background()); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestNoExporterMeansNoTracing(t *testing.T) {
+	tel, err := telemetry.New(context.Background(), telemetry.Config{ServiceName: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tel.Shutdown(context.Background())
+	ctx, span := tel.Tracer("x").Start(context.Background(), "s")
+	defer span.End()
+	if span.IsRecording() {
+		t.Error("without an endpoint spans are recorded")
+	}
+	if h := telemetry.Inject(ctx, nil); h != nil {
+		t.Errorf("an untraced message got headers %v", h)
+	}
+}
+
+func TestInjectExtractRoundTrip(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tel, err := telemetry.New(context.Background(), telemetry.Config{ServiceName: "x", SpanProcessor: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tel.Shutdown(context.Background())
+	ctx, span := tel.Tracer("x").Start(context.Background(), "parent")
+	orig := map[string]string{"k": "v"}
+	h := telemetry.Inject(ctx, orig)
+	span.End()
+	if len(orig) != 1 {
+		t.Error("Inject changed the caller's header map")
+	}
+	if h["k"] != "v" || !strings.HasPrefix(h["traceparent"], "00-"+span.SpanContext().TraceID().String()) {
+		t.Fatalf("headers %v", h)
+	}
+	_, child := tel.Tracer("x").Start(telemetry.Extract(context.Background(), h), "child")
+	child.End()
+	if child.SpanContext().TraceID() != span.SpanContext().TraceID() {
+		t.Error("the extracted context did not continue the trace")
+	}
+}
+
+// TestOTLPExport points OTEL_EXPORTER_OTLP_ENDPOINT at a loopback HTTP
+// server and checks that spans and metrics arrive there as OTLP.
+func TestOTLPExport(t *testing.T) {
+	var mu sync.Mutex
+	got := map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		if r.Method == http.MethodPost && r.Header.Get("Content-Type") == "application/x-protobuf" && len(body) > 0 {
+			got[r.URL.Path]++
+		}
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	defer srv.Close()
+	t.Setenv(telemetry.EnvEndpoint, srv.URL)
+
+	cfg := telemetry.FromEnv("hermes-test")
+	if cfg.Endpoint != srv.URL {
+		t.Fatalf("FromEnv endpoint %q", cfg.Endpoint)
+	}
+	tel, err := telemetry.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, span := tel.Tracer("x").Start(context.Background(), "exported")
+	if !span.IsRecording() {
+		t.Error("with an endpoint spans are not recorded")
+	}
+	span.End()
+	tel.Metrics().FrameIn("text")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := tel.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if got["/v1/traces"] == 0 || got["/v1/metrics"] == 0 {
+		t.Errorf("OTLP requests received: %v; want POST /v1/traces and /v1/metrics", got)
+	}
+}
