@@ -1,7 +1,7 @@
 // Package store is the contract for the state that must outlive one
 // connection: deduplication keys, multi-part upload buffers, prompt cards,
-// device ownership, the offline outbox, media blobs and the event log of the
-// agent link.
+// device ownership, the offline outbox, media blobs, the event log of the
+// agent link and the conversation history of a built-in agent.
 //
 // Two implementations satisfy it: memstore (one process, the default) and
 // redisstore (a cluster). storetest is the one conformance suite both run.
@@ -43,6 +43,7 @@ type Store interface {
 	Outbox
 	Blobs
 	Events
+	History
 	Close() error
 }
 
@@ -200,4 +201,27 @@ type Events interface {
 	// must stop promptly waits in short steps. A malformed after gives
 	// ErrBadCursor.
 	ReadEvents(ctx context.Context, after string, max int, wait time.Duration) ([]EventEntry, error)
+}
+
+// HistoryLimits bound one session's history.
+type HistoryLimits struct {
+	MaxItems int           // items kept, newest first
+	MaxBytes int           // the sum of the kept items' lengths
+	TTL      time.Duration // the history is forgotten this long after its last append
+}
+
+// History keeps the recent conversation of each session, so that any router
+// node can continue it. Items are opaque to the store.
+type History interface {
+	// AppendHistory appends items to session's history in one atomic step
+	// (items appended by one call stay together and in order), then drops the
+	// oldest items until at most lim.MaxItems remain and their lengths sum to
+	// at most lim.MaxBytes; an item longer than lim.MaxBytes is therefore
+	// never kept. The history is forgotten lim.TTL after this call.
+	// lim.MaxItems and lim.MaxBytes below 1 keep nothing; a lim.TTL that is
+	// not positive is an error.
+	AppendHistory(ctx context.Context, session string, items [][]byte, lim HistoryLimits) error
+	// History returns session's items, oldest first; none for a session
+	// without history.
+	History(ctx context.Context, session string) ([][]byte, error)
 }

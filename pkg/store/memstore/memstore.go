@@ -14,7 +14,8 @@
 //
 // Memory is bounded by Options.MaxBlobBytes (blobs) and Options.MaxDedupKeys
 // (dedup keys); upload buffers are bounded per device by the caller's
-// store.UploadLimits and outboxes per device by PushOutbox's max.
+// store.UploadLimits, outboxes per device by PushOutbox's max and histories
+// per session by AppendHistory's limits.
 package memstore
 
 import (
@@ -62,6 +63,7 @@ type Store struct {
 	outbox  outboxes
 	blobs   blobs
 	events  eventLog
+	history histories
 
 	done      chan struct{} // closed by Close to stop the sweeper
 	swept     chan struct{} // closed when the sweeper has returned
@@ -88,6 +90,7 @@ func New(opts Options) *Store {
 		owners:  newOwners(),
 		outbox:  newOutboxes(),
 		blobs:   newBlobs(opts.MaxBlobBytes),
+		history: newHistories(),
 		done:    make(chan struct{}),
 		swept:   make(chan struct{}),
 	}
@@ -125,4 +128,5 @@ func (s *Store) expire(now time.Time) {
 	s.owners.expire(now)
 	s.outbox.expire(now)
 	s.blobs.expire(now)
+	s.history.expire(now)
 }

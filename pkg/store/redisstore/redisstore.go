@@ -7,7 +7,8 @@
 // Every operation that reads and then writes runs as one Lua script, so it is
 // atomic across nodes: Claim, Release, PutPart, DropUploads, TakePrompt,
 // TakeExpired, ClaimDevice, RefreshDevices (one script per device, pipelined),
-// ReleaseDevice, PushOutbox, TakeOutbox and the blob accounting of PutBlob.
+// ReleaseDevice, PushOutbox, TakeOutbox, AppendHistory and the blob
+// accounting of PutBlob.
 // The keys one script touches share a Redis Cluster hash tag ({device},
 // {prompts} or {blobs}), so the layout is ready for Redis Cluster through
 // Options.Client; only a single Redis server is tested. Device ids must not be
@@ -17,7 +18,7 @@
 //
 // Every key starts with Options.Prefix (P, "hermes:" by default) and every key
 // has a TTL, so nothing outlives the state it holds. D is a device, C a
-// connection, F a file id, len(x) the byte length of x in decimal:
+// connection, F a file id, S a session, len(x) the byte length of x in decimal:
 //
 //	P dedup:<key>                         string  the attempt holding key; PX the Claim ttl
 //	P uploads:{D}                         hash    <upload> -> bytes buffered; PX UploadTTL from D's last part
@@ -33,6 +34,7 @@
 //	P {blobs}:due                         zset    "<size>:<32 hex>" scored by deadline (unix ms); PX its longest blob's;
 //	                                              only with MaxBlobBytes
 //	P {blobs}:bytes                       string  bytes of the blobs in {blobs}:due; as {blobs}:due
+//	P history:{S}                         list    session S's conversation items, oldest first; PX the TTL of its last append
 //
 // # Expiry
 //

@@ -41,6 +41,8 @@ func testContextCanceled(t *testing.T, s store.Store) {
 		{"TakeOutbox", func() error { _, err := s.TakeOutbox(ctx, dev); return err }},
 		{"PutBlob", func() error { _, err := s.PutBlob(ctx, []byte("x"), time.Minute); return err }},
 		{"GetBlob", func() error { _, err := s.GetBlob(ctx, "0123456789abcdef"); return err }},
+		{"AppendHistory", func() error { return s.AppendHistory(ctx, dev, [][]byte{[]byte("x")}, roomyHistory) }},
+		{"History", func() error { _, err := s.History(ctx, dev); return err }},
 	}
 	for _, c := range calls {
 		if err := c.call(); !errors.Is(err, context.Canceled) {

@@ -45,6 +45,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Outbox", outboxTests},
 		{"Blobs", blobTests},
 		{"Events", eventTests},
+		{"History", historyTests},
 		{"Context", contextTests},
 	}
 	for _, g := range groups {
