@@ -1,0 +1,156 @@
+// A k6 soak test of the Hermes mobile gateway, with k6's own websockets
+// module (k6 v1 or newer; for older k6 import from
+// 'k6/experimental/websockets' instead).
+//
+// Every virtual user is one phone: it connects, says hello, waits for ready,
+// sends a text every MESSAGE_EVERY seconds and times the demo agent's final
+// answer ("You said: <text>") from the timestamp inside the text. After
+// SESSION seconds it stops sending, waits ANSWER_WAIT seconds for the last
+// answers, counts what is missing as lost, closes and starts over (a
+// reconnection).
+//
+//   MOBILE_TOKEN=… k6 run -e URL=ws://127.0.0.1:8787/ws -e VUS=500 -e DURATION=30m loadtest/k6/soak.js
+//
+// Settings (k6 -e NAME=value): URL, MOBILE_TOKEN (also read from the
+// environment), VUS, DURATION, SESSION, MESSAGE_EVERY, ANSWER_WAIT, RUN.
+// k6 itself does not bind 127.0.0.x source addresses: one k6 process holds
+// up to about 28,000 connections to one edge (the ephemeral ports of one
+// source address); the Go load generator (go run ./loadtest) goes further.
+
+import { WebSocket } from 'k6/websockets';
+import { check } from 'k6';
+import exec from 'k6/execution';
+import { Counter, Trend } from 'k6/metrics';
+import { clearInterval, setInterval, setTimeout } from 'k6/timers';
+
+const URL = __ENV.URL || 'ws://127.0.0.1:8787/ws';
+const TOKEN = __ENV.MOBILE_TOKEN || '';
+const VUS = parseInt(__ENV.VUS || '100', 10);
+const DURATION = __ENV.DURATION || '10m';
+const SESSION = parseFloat(__ENV.SESSION || '300'); // seconds one connection lives
+const MESSAGE_EVERY = parseFloat(__ENV.MESSAGE_EVERY || '30'); // seconds between a phone's texts
+const ANSWER_WAIT = parseFloat(__ENV.ANSWER_WAIT || '10'); // seconds an answer may take
+const RUN = __ENV.RUN || Math.random().toString(16).slice(2, 8);
+
+const answerMs = new Trend('hermes_answer_ms', true);
+const handshakeMs = new Trend('hermes_handshake_ms', true);
+const sent = new Counter('hermes_sent');
+const answered = new Counter('hermes_answered');
+const lost = new Counter('hermes_lost');
+const errors = new Counter('hermes_errors');
+
+export const options = {
+  scenarios: {
+    soak: { executor: 'constant-vus', vus: VUS, duration: DURATION, gracefulStop: `${ANSWER_WAIT + 5}s` },
+  },
+  thresholds: {
+    checks: ['rate==1.0'],
+    hermes_lost: ['count==0'],
+    hermes_errors: ['count==0'],
+    hermes_answer_ms: ['p(99)<2000'],
+  },
+};
+
+export function setup() {
+  if (!TOKEN) {
+    throw new Error('set MOBILE_TOKEN (k6 run -e MOBILE_TOKEN=… or in the environment)');
+  }
+}
+
+export default function () {
+  const device = `k6-${RUN}-${exec.vu.idInTest}`;
+  const prefix = `k6 ${device} `;
+  const pending = new Map(); // seq -> send time (ms)
+  const opened = Date.now();
+  let seq = 0;
+  let ticker = null;
+  let closing = false;
+
+  const ws = new WebSocket(URL);
+
+  const send = () => {
+    seq += 1;
+    const now = Date.now();
+    pending.set(seq, now);
+    ws.send(JSON.stringify({ t: 'text', id: `${device}-${seq}`, text: `${prefix}${seq} ${now}` }));
+    sent.add(1);
+  };
+
+  ws.onopen = () => {
+    ws.send(JSON.stringify({
+      t: 'hello',
+      token: TOKEN,
+      device: { id: device, name: `k6 ${device}`, platform: 'k6', app_version: '1' },
+      user: { id: `k6-${RUN}`, name: 'k6' },
+    }));
+  };
+
+  ws.onmessage = (event) => {
+    let f;
+    try {
+      f = JSON.parse(event.data);
+    } catch {
+      errors.add(1, { kind: 'not_json' });
+      return;
+    }
+    switch (f.t) {
+      case 'ready':
+        handshakeMs.add(Date.now() - opened);
+        check(f, {
+          'ready is protocol v1': (r) => r.v === 1,
+          'ready names the session': (r) => r.session === `mobile:${device}`,
+        });
+        send();
+        ticker = setInterval(send, MESSAGE_EVERY * 1000);
+        break;
+      case 'message': {
+        const answer = `You said: ${prefix}`;
+        if (!f.final || typeof f.text !== 'string' || !f.text.startsWith(answer)) {
+          break;
+        }
+        const [n, ts] = f.text.slice(answer.length).split(' ').map(Number);
+        if (pending.delete(n)) {
+          answered.add(1);
+          answerMs.add(Date.now() - ts);
+        } else {
+          errors.add(1, { kind: 'unexpected_answer' });
+        }
+        break;
+      }
+      case 'error':
+        errors.add(1, { kind: `error:${f.code}` });
+        break;
+      default: // avatar, typing, pong: not timed
+    }
+  };
+
+  ws.onerror = (e) => {
+    if (!closing) {
+      errors.add(1, { kind: 'socket' });
+      console.error(`${device}: ${e.error}`);
+    }
+  };
+
+  ws.onclose = () => {
+    if (!closing) {
+      errors.add(1, { kind: 'unexpected_close' });
+    }
+    if (ticker !== null) {
+      clearInterval(ticker);
+    }
+  };
+
+  // Stop sending, give the last answers their time, then close.
+  setTimeout(() => {
+    if (ticker !== null) {
+      clearInterval(ticker);
+      ticker = null;
+    }
+    setTimeout(() => {
+      check(pending, { 'every text answered': (p) => p.size === 0 });
+      lost.add(pending.size);
+      closing = true;
+      ws.close();
+    }, ANSWER_WAIT * 1000);
+  }, Math.max(1, SESSION - ANSWER_WAIT) * 1000);
+}

@@ -1,0 +1,308 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+)
+
+// Report is the outcome of a run, or of several runs merged. Counts add up
+// when runs are merged; rates add up (the runs ran side by side); phase
+// durations take the longest.
+type Report struct {
+	Runs    []string  `json:"runs"` // run ids
+	Started time.Time `json:"started"`
+	Targets []string  `json:"targets"`
+
+	Settings struct {
+		Conns       int     `json:"conns"`
+		SoakSec     float64 `json:"soak_s"`
+		DurationSec float64 `json:"duration_s"`
+		Rate        float64 `json:"rate"`
+		DeliverRate float64 `json:"deliver_rate,omitempty"`
+		Storm       float64 `json:"storm"`
+	} `json:"settings"`
+
+	Connect struct {
+		Wanted    int        `json:"wanted"`
+		Held      int        `json:"held"` // connections open after the soak
+		Failed    int        `json:"failed"`
+		Seconds   float64    `json:"seconds"`
+		Rate      float64    `json:"handshakes_per_s"`
+		Handshake *Histogram `json:"handshake"` // dial to ready
+	} `json:"connect"`
+
+	Messages struct {
+		Sent     int        `json:"sent"`
+		Answered int        `json:"answered"`
+		Lost     int        `json:"lost"`
+		Seconds  float64    `json:"seconds"`
+		Rate     float64    `json:"sent_per_s"`
+		Latency  *Histogram `json:"latency"` // text sent to the final answer
+	} `json:"messages"`
+
+	Deliveries struct {
+		Sent     int        `json:"sent"`
+		Received int        `json:"received"`
+		Lost     int        `json:"lost"`
+		Rate     float64    `json:"sent_per_s"`
+		Latency  *Histogram `json:"latency"` // POST /v1/deliver to the phone's message
+	} `json:"deliveries"`
+
+	Storm struct {
+		Dropped   int        `json:"dropped"`
+		Back      int        `json:"back"`
+		Seconds   float64    `json:"seconds"` // from the drop until the last one is back
+		Rate      float64    `json:"handshakes_per_s"`
+		Handshake *Histogram `json:"handshake"`
+	} `json:"storm"`
+
+	Held int `json:"held_at_end"` // connections open just before the end
+
+	// Errors counts what went wrong by kind: "error:<code>" (an error frame),
+	// "close:<code>" (a close the run did not ask for), "lost" (a connection
+	// gone without a close frame), "dial", "hello", "write", "duplicate",
+	// "deliver:<status>:<code>".
+	Errors map[string]int `json:"errors"`
+
+	Server         []ServerSample `json:"server"`
+	RequireMetrics bool           `json:"require_metrics"`
+
+	OK       bool     `json:"ok"`
+	Failures []string `json:"failures"`
+}
+
+// newReport returns an empty report with its histograms.
+func newReport() *Report {
+	r := &Report{Errors: map[string]int{}}
+	r.Connect.Handshake = new(Histogram)
+	r.Messages.Latency = new(Histogram)
+	r.Deliveries.Latency = new(Histogram)
+	r.Storm.Handshake = new(Histogram)
+	return r
+}
+
+// judge decides OK: no failed connection, every connection held, nothing
+// lost, every dropped connection back, no error of any kind, and the
+// server metrics when they are required.
+func (r *Report) judge() {
+	var f []string
+	if r.Connect.Failed > 0 {
+		f = append(f, fmt.Sprintf("%d connections failed", r.Connect.Failed))
+	}
+	if r.Connect.Held < r.Connect.Wanted {
+		f = append(f, fmt.Sprintf("%d of %d connections held after the soak", r.Connect.Held, r.Connect.Wanted))
+	}
+	if r.Messages.Lost > 0 {
+		f = append(f, fmt.Sprintf("%d messages lost", r.Messages.Lost))
+	}
+	if r.Deliveries.Lost > 0 {
+		f = append(f, fmt.Sprintf("%d deliveries lost", r.Deliveries.Lost))
+	}
+	if r.Storm.Back < r.Storm.Dropped {
+		f = append(f, fmt.Sprintf("%d of %d dropped connections came back", r.Storm.Back, r.Storm.Dropped))
+	}
+	if n := sumValues(r.Errors); n > 0 {
+		f = append(f, fmt.Sprintf("%d errors", n))
+	}
+	if r.RequireMetrics {
+		for _, s := range r.Server {
+			if s.Error != "" {
+				f = append(f, fmt.Sprintf("metrics %s (%s): %s", s.URL, s.When, s.Error))
+			}
+		}
+	}
+	r.Failures, r.OK = f, len(f) == 0
+}
+
+func sumValues(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// Merge adds o, a run that ran side by side with r, into r.
+func (r *Report) Merge(o *Report) {
+	if r.Started.IsZero() || (!o.Started.IsZero() && o.Started.Before(r.Started)) {
+		r.Started = o.Started
+	}
+	r.Runs = append(r.Runs, o.Runs...)
+	for _, t := range o.Targets {
+		if !slices.Contains(r.Targets, t) {
+			r.Targets = append(r.Targets, t)
+		}
+	}
+	s, so := &r.Settings, o.Settings
+	s.Conns += so.Conns
+	s.SoakSec, s.DurationSec = max(s.SoakSec, so.SoakSec), max(s.DurationSec, so.DurationSec)
+	s.Rate += so.Rate
+	s.DeliverRate += so.DeliverRate
+	s.Storm = max(s.Storm, so.Storm)
+
+	c, oc := &r.Connect, o.Connect
+	c.Wanted += oc.Wanted
+	c.Held += oc.Held
+	c.Failed += oc.Failed
+	c.Seconds = max(c.Seconds, oc.Seconds)
+	c.Rate += oc.Rate
+	c.Handshake.Merge(oc.Handshake)
+
+	m, om := &r.Messages, o.Messages
+	m.Sent += om.Sent
+	m.Answered += om.Answered
+	m.Lost += om.Lost
+	m.Seconds = max(m.Seconds, om.Seconds)
+	m.Rate += om.Rate
+	m.Latency.Merge(om.Latency)
+
+	d, od := &r.Deliveries, o.Deliveries
+	d.Sent += od.Sent
+	d.Received += od.Received
+	d.Lost += od.Lost
+	d.Rate += od.Rate
+	d.Latency.Merge(od.Latency)
+
+	st, ost := &r.Storm, o.Storm
+	st.Dropped += ost.Dropped
+	st.Back += ost.Back
+	st.Seconds = max(st.Seconds, ost.Seconds)
+	st.Rate += ost.Rate
+	st.Handshake.Merge(ost.Handshake)
+
+	r.Held += o.Held
+	for k, v := range o.Errors {
+		r.Errors[k] += v
+	}
+	r.Server = append(r.Server, o.Server...)
+	r.RequireMetrics = r.RequireMetrics || o.RequireMetrics
+	r.judge()
+}
+
+// readReport reads a report written with -json.
+func readReport(path string) (*Report, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	r := newReport()
+	if err := json.Unmarshal(b, r); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	for _, h := range []**Histogram{&r.Connect.Handshake, &r.Messages.Latency, &r.Deliveries.Latency, &r.Storm.Handshake} {
+		if *h == nil {
+			*h = new(Histogram)
+		}
+	}
+	if r.Errors == nil {
+		r.Errors = map[string]int{}
+	}
+	return r, nil
+}
+
+// writeJSON writes r, indented, to path.
+func (r *Report) writeJSON(path string) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// WriteTable writes the report for people.
+func (r *Report) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	// Every row has all seven cells: a shorter one would end the
+	// alignment of the columns.
+	row := func(cells ...string) {
+		for len(cells) < 7 {
+			cells = append(cells, "")
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
+	}
+	s := r.Settings
+	fmt.Fprintf(tw, "Hermes load test, run %s: %d connections to %s; soak %gs; messages %gs at %g/s; storm %g%%\n",
+		strings.Join(r.Runs, "+"), s.Conns, strings.Join(r.Targets, ", "), s.SoakSec, s.DurationSec, s.Rate, s.Storm*100)
+	row("", "count", "rate/s", "p50 ms", "p99 ms", "p99.9 ms", "max ms")
+	lat := func(h *Histogram) []string {
+		sm := h.Summary()
+		if sm.Count == 0 {
+			return []string{"-", "-", "-", "-"}
+		}
+		return []string{f2(sm.P50), f2(sm.P99), f2(sm.P999), f2(sm.Max)}
+	}
+	c := r.Connect
+	row(append([]string{"handshakes", fmt.Sprintf("%d of %d (%d failed)", c.Wanted-c.Failed, c.Wanted, c.Failed), f1(c.Rate)}, lat(c.Handshake)...)...)
+	row("connections held", fmt.Sprintf("%d after the soak, %d at the end", c.Held, r.Held))
+	m := r.Messages
+	row(append([]string{"messages", fmt.Sprintf("%d sent, %d answered, %d lost", m.Sent, m.Answered, m.Lost), f1(m.Rate)}, lat(m.Latency)...)...)
+	if d := r.Deliveries; d.Sent > 0 || s.DeliverRate > 0 {
+		row(append([]string{"deliveries", fmt.Sprintf("%d sent, %d received, %d lost", d.Sent, d.Received, d.Lost), f1(d.Rate)}, lat(d.Latency)...)...)
+	}
+	if st := r.Storm; st.Dropped > 0 {
+		row(append([]string{"reconnect storm", fmt.Sprintf("%d dropped, %d back in %.2fs", st.Dropped, st.Back, st.Seconds), f1(st.Rate)}, lat(st.Handshake)...)...)
+	}
+	if len(r.Errors) == 0 {
+		row("errors", "none")
+	}
+	for _, k := range slices.Sorted(maps.Keys(r.Errors)) {
+		row("errors", fmt.Sprintf("%s: %d", k, r.Errors[k]))
+	}
+	for _, sv := range r.Server {
+		row("server "+sv.When, sv.URL, "rss "+mib(sv.RSSBytes), "goroutines "+num(sv.Goroutines))
+	}
+	if r.OK {
+		row("result", "PASS")
+	} else {
+		row("result", "FAIL: "+strings.Join(r.Failures, "; "))
+	}
+	return tw.Flush()
+}
+
+func f1(v float64) string { return fmt.Sprintf("%.1f", v) }
+func f2(v float64) string { return fmt.Sprintf("%.2f", v) }
+
+func mib(v *float64) string {
+	if v == nil {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.1f MiB", *v/(1<<20))
+}
+
+func num(v *float64) string {
+	if v == nil {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.0f", *v)
+}
+
+// errCounter counts errors by kind; safe for concurrent use.
+type errCounter struct {
+	mu sync.Mutex
+	m  map[string]int
+}
+
+func (e *errCounter) add(kind string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.m == nil {
+		e.m = map[string]int{}
+	}
+	e.m[kind]++
+}
+
+func (e *errCounter) snapshot() map[string]int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make(map[string]int, len(e.m))
+	maps.Copy(out, e.m)
+	return out
+}

@@ -1,0 +1,491 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hermes-mobile/gateway/pkg/client"
+	"github.com/hermes-mobile/gateway/pkg/protocol"
+)
+
+const (
+	// connectTimeout bounds one dial, WebSocket handshake and hello.
+	connectTimeout = 15 * time.Second
+	// writeTimeout bounds one frame written to a server.
+	writeTimeout = 10 * time.Second
+	// frameBuffer is how many received frames wait for a connection's
+	// consumer (the client's default of 1,024 costs 8 KiB per connection).
+	frameBuffer = 64
+	// closeConcurrency bounds the closing handshakes at the end of a run.
+	closeConcurrency = 200
+	// runSlack is what a run may take beyond its soak and message phase
+	// (connecting, waiting for answers, the storm, closing) before it is
+	// cut short.
+	runSlack = 10 * time.Minute
+)
+
+// The texts a run sends. The demo agent answers a text with its final edit
+// "You said: <text>"; a delivery arrives as it was sent. Both carry the run
+// id, a sequence number and the send time in Unix nanoseconds.
+const (
+	msgPrefix     = "lt "
+	answerPrefix  = "You said: " + msgPrefix
+	deliverPrefix = "ld "
+)
+
+// runner is one run: its devices and what it counts.
+type runner struct {
+	cfg      Config
+	progress io.Writer
+	rep      *Report
+	errs     errCounter
+	devs     []*device
+	seq      atomic.Uint64
+
+	mu        sync.Mutex
+	pending   map[uint64]struct{} // messages sent and not answered
+	pendingD  map[uint64]struct{} // deliveries accepted by the router and not received
+	lastSend  time.Time
+	answered  int
+	received  int
+	consumers sync.WaitGroup
+}
+
+// device is one phone: its id, the edge it talks to and its current
+// connection (nil while it has none).
+type device struct {
+	id   string
+	url  string
+	src  net.Addr
+	link atomic.Pointer[link]
+}
+
+// link is one connection of a device.
+type link struct {
+	c *client.Conn
+	// closing is set before the run closes the connection itself, so its
+	// end is not counted as an error.
+	closing atomic.Bool
+}
+
+func newRunner(cfg Config, progress io.Writer) *runner {
+	r := &runner{cfg: cfg, progress: progress, rep: newReport(),
+		pending: map[uint64]struct{}{}, pendingD: map[uint64]struct{}{}}
+	for i := range cfg.Conns {
+		u := cfg.URLs[i%len(cfg.URLs)]
+		r.devs = append(r.devs, &device{id: fmt.Sprintf("lt-%s-%d", cfg.RunID, i), url: u, src: cfg.sourceAddr(i, u)})
+	}
+	return r
+}
+
+func (r *runner) logf(format string, a ...any) {
+	fmt.Fprintf(r.progress, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, a...)...)
+}
+
+// run connects, soaks, sends messages (and deliveries), runs the storm and
+// closes, and returns the judged report. An error means the run could not
+// start; what goes wrong during it is in the report.
+func run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := checkFiles(cfg.Conns); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.Soak+cfg.Duration+runSlack)
+	defer cancel()
+	r := newRunner(cfg, progress)
+	rep := r.rep
+	rep.Runs, rep.Started, rep.Targets = []string{cfg.RunID}, time.Now(), cfg.URLs
+	s := &rep.Settings
+	s.Conns, s.SoakSec, s.DurationSec, s.Rate, s.Storm = cfg.Conns, cfg.Soak.Seconds(), cfg.Duration.Seconds(), cfg.Rate, cfg.Storm
+	if cfg.DeliverURL != "" {
+		s.DeliverRate = cfg.DeliverRate
+	}
+	rep.RequireMetrics = cfg.RequireMetrics
+
+	r.logf("connecting %d devices (run %s) to %s", cfg.Conns, cfg.RunID, strings.Join(cfg.URLs, ", "))
+	ok, took := r.connectAll(ctx, r.devs, rep.Connect.Handshake)
+	c := &rep.Connect
+	c.Wanted, c.Failed, c.Seconds, c.Rate = cfg.Conns, cfg.Conns-ok, took.Seconds(), perSecond(ok, took)
+	r.logf("%d connected in %.2fs (%.0f/s); holding them idle for %s", ok, took.Seconds(), c.Rate, cfg.Soak)
+
+	sleep(ctx, cfg.Soak)
+	c.Held = r.held()
+	rep.Server = append(rep.Server, r.scrapeAll(ctx, "idle")...)
+
+	r.logf("%d held; sending %g messages/s for %s", c.Held, cfg.Rate, cfg.Duration)
+	r.messagePhase(ctx)
+	r.drain(ctx)
+
+	if cfg.Storm > 0 && ctx.Err() == nil {
+		r.storm(ctx)
+	}
+
+	rep.Held = r.held()
+	rep.Server = append(rep.Server, r.scrapeAll(ctx, "end")...)
+	r.closeAll()
+	r.mu.Lock()
+	rep.Messages.Answered, rep.Deliveries.Received = r.answered, r.received
+	r.mu.Unlock()
+	rep.Errors = r.errs.snapshot()
+	rep.judge()
+	return rep, nil
+}
+
+func perSecond(n int, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// held counts the devices that have a connection.
+func (r *runner) held() int {
+	n := 0
+	for _, d := range r.devs {
+		if d.link.Load() != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// connectAll connects devs, DialConcurrency at a time and at most DialRate
+// per second, recording each handshake in h. It returns how many connected
+// and how long it took until the last one did.
+func (r *runner) connectAll(ctx context.Context, devs []*device, h *Histogram) (int, time.Duration) {
+	var (
+		wg   sync.WaitGroup
+		ok   atomic.Int64
+		last atomic.Int64 // nanoseconds from start to the last success
+		next atomic.Int64
+	)
+	start := time.Now()
+	for range min(r.cfg.DialConcurrency, len(devs)) {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(devs) || ctx.Err() != nil {
+					return
+				}
+				if r.cfg.DialRate > 0 {
+					sleep(ctx, time.Until(start.Add(time.Duration(float64(i)/r.cfg.DialRate*float64(time.Second)))))
+				}
+				if r.connect(ctx, devs[i], h) == nil {
+					ok.Add(1)
+					last.Store(int64(time.Since(start)))
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return int(ok.Load()), time.Duration(last.Load())
+}
+
+// connect dials d's edge, says hello and starts the connection's consumer.
+func (r *runner) connect(ctx context.Context, d *device, h *Histogram) error {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	c, err := client.Dial(ctx, d.url, client.Options{LocalAddr: d.src, Timeout: connectTimeout,
+		WriteTimeout: writeTimeout, Buffer: frameBuffer})
+	if err != nil {
+		var refused *client.HandshakeError
+		if errors.As(err, &refused) {
+			r.errs.add(fmt.Sprintf("dial:http %d", refused.Status))
+		} else if ctx.Err() == nil || time.Since(start) >= connectTimeout {
+			r.errs.add("dial")
+		}
+		return err
+	}
+	_, err = c.Hello(ctx, r.cfg.Token, protocol.Device{ID: d.id, Name: "Load " + d.id, Platform: "loadtest", AppVersion: "1"},
+		protocol.User{ID: "lt-" + r.cfg.RunID, Name: "Load test"})
+	if err != nil {
+		var se *client.ServerError
+		if errors.As(err, &se) {
+			r.errs.add("error:" + string(se.Code))
+		} else {
+			r.errs.add("hello")
+		}
+		c.CloseNow()
+		return err
+	}
+	h.Record(time.Since(start))
+	l := &link{c: c}
+	d.link.Store(l)
+	r.consumers.Add(1)
+	go r.consume(d, l)
+	return nil
+}
+
+// consume reads l's frames until the connection ends, counting answers,
+// deliveries, error frames and ends the run did not ask for.
+func (r *runner) consume(d *device, l *link) {
+	defer r.consumers.Done()
+	defer d.link.CompareAndSwap(l, nil)
+	for {
+		f, err := l.c.Next(context.Background())
+		if f == nil {
+			if !l.closing.Load() {
+				r.errs.add("lost")
+			}
+			return
+		}
+		if err != nil {
+			r.errs.add("bad_frame_from_server")
+			continue
+		}
+		if ci := f.Close(); ci != nil {
+			if !l.closing.Swap(true) {
+				r.errs.add(fmt.Sprintf("close:%d", ci.Code))
+			}
+			d.link.CompareAndSwap(l, nil)
+			l.c.CloseNow()
+			return
+		}
+		r.handle(f)
+	}
+}
+
+// handle reads one frame: a final answer, a delivery, or an error.
+func (r *runner) handle(f client.Frame) {
+	switch f.T() {
+	case protocol.TypeMessage:
+		if !f.Bool("final") {
+			return
+		}
+		text := f.Str("text")
+		if rest, ok := strings.CutPrefix(text, answerPrefix); ok {
+			r.arrived(rest, r.pending, &r.answered, r.rep.Messages.Latency)
+		} else if rest, ok := strings.CutPrefix(text, deliverPrefix); ok {
+			r.arrived(rest, r.pendingD, &r.received, r.rep.Deliveries.Latency)
+		}
+	case protocol.TypeError:
+		r.errs.add("error:" + f.Str("code"))
+	}
+}
+
+// arrived takes "<run> <seq> <unix ns>" of an answer or a delivery off
+// pending and records its latency. Texts of other runs are ignored; one
+// that is not pending (twice, or after it counted as lost) is an error.
+func (r *runner) arrived(s string, pending map[uint64]struct{}, count *int, h *Histogram) {
+	now := time.Now()
+	fields := strings.Fields(s)
+	if len(fields) != 3 || fields[0] != r.cfg.RunID {
+		return
+	}
+	seq, err1 := strconv.ParseUint(fields[1], 10, 64)
+	ts, err2 := strconv.ParseInt(fields[2], 10, 64)
+	if err1 != nil || err2 != nil {
+		r.errs.add("garbled")
+		return
+	}
+	r.mu.Lock()
+	_, ok := pending[seq]
+	delete(pending, seq)
+	if ok {
+		*count++
+	}
+	r.mu.Unlock()
+	if !ok {
+		r.errs.add("unexpected")
+		return
+	}
+	h.Record(now.Sub(time.Unix(0, ts)))
+}
+
+// text is what a run sends: prefix, run id, sequence number, time.
+func (r *runner) text(prefix string, seq uint64, at time.Time) string {
+	return prefix + r.cfg.RunID + " " + strconv.FormatUint(seq, 10) + " " + strconv.FormatInt(at.UnixNano(), 10)
+}
+
+// messagePhase sends texts at cfg.Rate, round-robin over the connected
+// devices, for cfg.Duration, with deliveries beside it when configured.
+func (r *runner) messagePhase(ctx context.Context) {
+	var wg sync.WaitGroup
+	if r.cfg.DeliverURL != "" && r.cfg.Duration > 0 {
+		wg.Go(func() { r.deliveries(ctx) })
+	}
+	m := &r.rep.Messages
+	start := time.Now()
+	next := 0
+	pace(ctx, r.cfg.Rate, r.cfg.Duration, func() bool {
+		_, l := r.pick(&next)
+		if l == nil {
+			return false
+		}
+		if r.send(l) {
+			m.Sent++
+		}
+		return true
+	})
+	took := time.Since(start)
+	m.Seconds, m.Rate = took.Seconds(), perSecond(m.Sent, took)
+	wg.Wait()
+}
+
+// pace calls send rate times a second for d (or until ctx ends, or send
+// says there is nothing to send with), catching up after a slow call.
+func pace(ctx context.Context, rate float64, d time.Duration, send func() bool) {
+	if rate <= 0 || d <= 0 {
+		return
+	}
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	start := time.Now()
+	done := 0
+	for {
+		elapsed := min(time.Since(start), d)
+		due := int(rate * elapsed.Seconds())
+		for ; done < due; done++ {
+			if ctx.Err() != nil || !send() {
+				return
+			}
+		}
+		if elapsed >= d {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// pick returns the next device with a connection after *next.
+func (r *runner) pick(next *int) (*device, *link) {
+	for range len(r.devs) {
+		d := r.devs[*next%len(r.devs)]
+		*next++
+		if l := d.link.Load(); l != nil {
+			return d, l
+		}
+	}
+	return nil, nil
+}
+
+// send sends one text on l; false when the write failed.
+func (r *runner) send(l *link) bool {
+	seq := r.seq.Add(1)
+	now := time.Now()
+	r.mu.Lock()
+	r.pending[seq] = struct{}{}
+	r.lastSend = now
+	r.mu.Unlock()
+	if err := l.c.Text("m"+strconv.FormatUint(seq, 10), r.text(msgPrefix, seq, now)); err != nil {
+		r.mu.Lock()
+		delete(r.pending, seq)
+		r.mu.Unlock()
+		if !l.closing.Load() {
+			r.errs.add("write")
+		}
+		return false
+	}
+	return true
+}
+
+// drain waits until every message and delivery has arrived, or until
+// AnswerWait has passed since the last send; what is still missing then is
+// lost.
+func (r *runner) drain(ctx context.Context) {
+	for {
+		r.mu.Lock()
+		left := len(r.pending) + len(r.pendingD)
+		since := time.Since(r.lastSend)
+		r.mu.Unlock()
+		if left == 0 || since > r.cfg.AnswerWait || ctx.Err() != nil {
+			break
+		}
+		sleep(ctx, 20*time.Millisecond)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.rep.Messages.Lost += len(r.pending)
+	r.rep.Deliveries.Lost += len(r.pendingD)
+	clear(r.pending)
+	clear(r.pendingD)
+}
+
+// storm drops a fraction of the connections at once, without a close frame
+// as a network loss would, reconnects them all and sends one message on
+// each, which must be answered like any other.
+func (r *runner) storm(ctx context.Context) {
+	st := &r.rep.Storm
+	n := int(math.Round(r.cfg.Storm * float64(len(r.devs))))
+	var dropped []*device
+	for _, d := range r.devs {
+		if len(dropped) == n {
+			break
+		}
+		if l := d.link.Swap(nil); l != nil {
+			l.closing.Store(true)
+			l.c.CloseNow()
+			dropped = append(dropped, d)
+		}
+	}
+	st.Dropped = len(dropped)
+	r.logf("storm: dropped %d connections; reconnecting", st.Dropped)
+	ok, took := r.connectAll(ctx, dropped, st.Handshake)
+	st.Back, st.Seconds, st.Rate = ok, took.Seconds(), perSecond(ok, took)
+	r.logf("storm: %d back in %.2fs (%.0f/s); one message on each", ok, took.Seconds(), st.Rate)
+	for _, d := range dropped {
+		if l := d.link.Load(); l != nil && r.send(l) {
+			r.rep.Messages.Sent++
+		}
+	}
+	r.drain(ctx)
+}
+
+// closeAll closes every connection with a closing handshake and waits for
+// the consumers.
+func (r *runner) closeAll() {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, closeConcurrency)
+	for _, d := range r.devs {
+		l := d.link.Swap(nil)
+		if l == nil {
+			continue
+		}
+		l.closing.Store(true)
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			l.c.Close()
+		})
+	}
+	wg.Wait()
+	r.consumers.Wait()
+}
+
+// scrapeAll reads every metrics URL.
+func (r *runner) scrapeAll(ctx context.Context, when string) []ServerSample {
+	var out []ServerSample
+	for _, u := range r.cfg.MetricsURLs {
+		s := scrape(ctx, u, when)
+		if s.Error != "" {
+			r.logf("metrics %s: %s", u, s.Error)
+		}
+		out = append(out, s)
+	}
+	return out
+}
