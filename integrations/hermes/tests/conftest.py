@@ -66,7 +66,7 @@ class Phone:
 
     async def __aenter__(self):
         self.http = aiohttp.ClientSession()
-        self.ws = await self.http.ws_connect(env("MOBILE_TEST_EDGE_WS"))
+        self.ws = await self.http.ws_connect(env("MOBILE_TEST_EDGE_WS"), max_msg_size=16 * 1024 * 1024)
         await self.send(t="hello", token=env("MOBILE_TEST_APP_TOKEN"),
                         device={"id": self.device, "name": "Phone", "platform": "android", "app_version": "1.0.0"},
                         user={"id": "u-" + self.device, "name": "Ann"})
@@ -105,7 +105,9 @@ class Phone:
             except asyncio.TimeoutError:
                 continue
             if msg.type != aiohttp.WSMsgType.TEXT:
-                raise AssertionError(f"{self.device}: socket ended: {msg.type} {msg.data}")
+                kinds = [(f["t"], f.get("kind"), f.get("part"), f.get("code")) for f in self.frames[-6:]]
+                raise AssertionError(f"{self.device}: socket ended: {msg.type} {msg.data} "
+                                     f"{self.ws.close_code} {self.ws.exception()!r}; last frames {kinds}")
             self.frames.append(json.loads(msg.data))
 
 
