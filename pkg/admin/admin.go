@@ -1,0 +1,229 @@
+// Package admin is a service's operations port (MOBILE_ADMIN_LISTEN): a
+// small HTTP server, apart from the traffic a service carries, that answers
+// /healthz (the process is alive), /readyz (it should get traffic) and
+// whatever else is mounted on it with Handle, such as /metrics.
+//
+// /readyz follows the service's state. A Server starts in StateStarting
+// and answers 503 until MarkReady; once ready it answers 200 when every
+// check registered with AddCheck passes (Redis, NATS), 503 naming the
+// failed ones otherwise; after MarkDraining it answers 503 at once, without
+// running the checks, so a load balancer stops sending new connections
+// the moment shutdown begins.
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Off is the listen address that disables the admin port.
+const Off = "off"
+
+// CheckTimeout bounds all checks of one /readyz request together.
+const CheckTimeout = 2 * time.Second
+
+// State is where a service is in its life, as /readyz reports it.
+type State string
+
+// The states, in the order a service goes through them.
+const (
+	StateStarting State = "starting" // not ready yet: dependencies are being set up
+	StateReady    State = "ready"    // serving; /readyz runs the checks
+	StateDraining State = "draining" // shutting down: no new traffic
+)
+
+// Check reports whether one dependency works; nil means it does.
+type Check func(ctx context.Context) error
+
+// Server is the admin HTTP server. The zero value is not usable; call New.
+// Its methods are safe for concurrent use; Handle and AddCheck may be
+// called before or after Start.
+type Server struct {
+	log   *slog.Logger
+	mux   *http.ServeMux
+	state atomic.Value // State
+
+	mu     sync.Mutex
+	checks map[string]Check
+	srv    *http.Server
+	url    string
+	served chan error
+}
+
+// New returns a Server in StateStarting that serves /healthz and /readyz.
+func New(log *slog.Logger) *Server {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{log: log, mux: http.NewServeMux(), checks: make(map[string]Check)}
+	s.state.Store(StateStarting)
+	s.mux.HandleFunc("GET /healthz", s.healthz)
+	s.mux.HandleFunc("GET /readyz", s.readyz)
+	return s
+}
+
+// Handle mounts h on pattern (http.ServeMux patterns).
+func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+
+// AddCheck adds (or, under the same name, replaces) a readiness check.
+func (s *Server) AddCheck(name string, c Check) {
+	s.mu.Lock()
+	s.checks[name] = c
+	s.mu.Unlock()
+}
+
+// MarkReady moves a starting server to StateReady. A draining server stays
+// draining.
+func (s *Server) MarkReady() { s.state.CompareAndSwap(StateStarting, StateReady) }
+
+// MarkDraining moves the server to StateDraining for good.
+func (s *Server) MarkDraining() { s.state.Store(StateDraining) }
+
+// State is the current state.
+func (s *Server) State() State { return s.state.Load().(State) }
+
+// Start listens on addr and serves in the background. An empty addr or
+// Off serves nothing (URL is then ""), though Handle and the states still
+// work.
+func (s *Server) Start(addr string) error {
+	if addr == "" || strings.EqualFold(addr, Off) {
+		return nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	s.Serve(ln)
+	return nil
+}
+
+// Serve serves on ln in the background; Close stops it.
+func (s *Server) Serve(ln net.Listener) {
+	srv := &http.Server{
+		Handler:           s.mux,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       time.Minute,
+		MaxHeaderBytes:    16 << 10,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	served := make(chan error, 1)
+	s.mu.Lock()
+	s.srv, s.url, s.served = srv, "http://"+ln.Addr().String(), served
+	s.mu.Unlock()
+	go func() { served <- srv.Serve(ln) }()
+}
+
+// URL is the base URL served, "http://host:port", or "" when nothing is.
+func (s *Server) URL() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.url
+}
+
+// Close stops serving, giving requests in flight a moment to finish.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	srv, served := s.srv, s.served
+	s.srv = nil
+	s.mu.Unlock()
+	if srv == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	err := srv.Shutdown(ctx)
+	if err != nil {
+		srv.Close()
+	}
+	if serr := <-served; !errors.Is(serr, http.ErrServerClosed) {
+		err = errors.Join(err, serr)
+	}
+	return err
+}
+
+// health is the body of /healthz and /readyz.
+type health struct {
+	OK     bool              `json:"ok"`
+	State  State             `json:"state"`
+	Checks map[string]string `json:"checks,omitempty"` // name → "ok" or what failed
+	Reason string            `json:"reason,omitempty"` // why not ready
+}
+
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, health{OK: true, State: s.State()})
+}
+
+func (s *Server) readyz(w http.ResponseWriter, req *http.Request) {
+	st := s.State()
+	switch st {
+	case StateStarting:
+		writeJSON(w, http.StatusServiceUnavailable, health{State: st, Reason: "starting"})
+		return
+	case StateDraining:
+		writeJSON(w, http.StatusServiceUnavailable, health{State: st, Reason: "draining: shutting down"})
+		return
+	}
+	results := s.runChecks(req.Context())
+	body := health{OK: true, State: st, Checks: make(map[string]string, len(results))}
+	var failed []string
+	for name, err := range results {
+		if err == nil {
+			body.Checks[name] = "ok"
+			continue
+		}
+		body.OK = false
+		body.Checks[name] = err.Error()
+		failed = append(failed, name+": "+err.Error())
+	}
+	if body.OK {
+		writeJSON(w, http.StatusOK, body)
+		return
+	}
+	sort.Strings(failed)
+	body.Reason = strings.Join(failed, "; ")
+	s.log.Warn("not ready", "reason", body.Reason)
+	writeJSON(w, http.StatusServiceUnavailable, body)
+}
+
+// runChecks runs every check at once, within CheckTimeout.
+func (s *Server) runChecks(ctx context.Context) map[string]error {
+	ctx, cancel := context.WithTimeout(ctx, CheckTimeout)
+	defer cancel()
+	s.mu.Lock()
+	checks := make(map[string]Check, len(s.checks))
+	for name, c := range s.checks {
+		checks[name] = c
+	}
+	s.mu.Unlock()
+	results := make(map[string]error, len(checks))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for name, c := range checks {
+		wg.Go(func() {
+			err := c(ctx)
+			mu.Lock()
+			results[name] = err
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return results
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
