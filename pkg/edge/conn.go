@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -447,8 +448,7 @@ func (c *conn) flush() {
 			bufs = append(bufs, it.frame)
 			size += len(it.frame)
 		}
-		c.nc.SetWriteDeadline(time.Now().Add(c.srv.cfg.WriteTimeout))
-		_, err := bufs.WriteTo(c.nc)
+		err := c.writeBuffers(&bufs)
 		c.mu.Lock()
 		c.outBytes -= size
 		c.mu.Unlock()
@@ -460,6 +460,20 @@ func (c *conn) flush() {
 		if err != nil {
 			c.teardown(err)
 			return
+		}
+	}
+}
+
+// writeBuffers writes bufs to the socket. WriteTimeout bounds the time
+// without progress, not the whole write: a phone on a slow link may take a
+// minute over an 8 MiB file, but one that reads nothing for WriteTimeout is
+// cut off.
+func (c *conn) writeBuffers(bufs *net.Buffers) error {
+	for {
+		c.nc.SetWriteDeadline(time.Now().Add(c.srv.cfg.WriteTimeout))
+		n, err := bufs.WriteTo(c.nc) // consumes what it wrote
+		if err == nil || n == 0 || len(*bufs) == 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+			return err
 		}
 	}
 }

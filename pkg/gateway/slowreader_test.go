@@ -1,0 +1,146 @@
+package gateway_test
+
+// A phone on a slow link must get its file, however long the whole write
+// takes, while one that stops reading is cut off after WriteTimeout without
+// progress. The phone here is a raw socket with a small receive buffer whose
+// reads are throttled, so the edge's writes really wait on it.
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gobwas/ws"
+	"github.com/gobwas/ws/wsutil"
+
+	"github.com/hermes-mobile/gateway/pkg/gateway"
+)
+
+// srConn is a client socket whose reads return at most chunk bytes, each
+// after pause: about chunk/pause bytes a second.
+type srConn struct {
+	net.Conn
+	chunk int
+	pause time.Duration
+}
+
+func (c *srConn) Read(p []byte) (int, error) {
+	time.Sleep(c.pause)
+	return c.Conn.Read(p[:min(len(p), c.chunk)])
+}
+
+// srDial opens a WebSocket to n with a 16 KiB receive buffer, says hello
+// as device and waits for ready.
+func srDial(t *testing.T, n *node, device string) (net.Conn, *wsutil.Reader) {
+	t.Helper()
+	d := ws.Dialer{NetDial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		nd := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+			var err error
+			rc.Control(func(fd uintptr) { err = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 16<<10) })
+			return err
+		}}
+		return nd.DialContext(ctx, network, addr)
+	}}
+	nc, _, _, err := d.Dial(testCtx(t), n.URL())
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	hello, _ := json.Marshal(map[string]any{"t": "hello", "token": testToken,
+		"device": map[string]any{"id": device, "name": "Slow", "platform": "android", "app_version": "1.0.0"}})
+	if err := wsutil.WriteClientText(nc, hello); err != nil {
+		t.Fatalf("hello: %v", err)
+	}
+	r := wsutil.NewClientSideReader(nc)
+	if f := srNext(t, r); f["t"] != "ready" {
+		t.Fatalf("after hello got %v, want ready", f["t"])
+	}
+	return nc, r
+}
+
+// srNext reads the next text frame as JSON, skipping control frames.
+func srNext(t *testing.T, r *wsutil.Reader) map[string]any {
+	t.Helper()
+	for {
+		h, err := r.NextFrame()
+		if err != nil {
+			t.Fatalf("read: %v", err)
+		}
+		if h.OpCode.IsControl() {
+			if _, err := io.Copy(io.Discard, r); err != nil {
+				t.Fatalf("read control frame: %v", err)
+			}
+			continue
+		}
+		b, err := io.ReadAll(r)
+		if err != nil {
+			t.Fatalf("read frame: %v", err)
+		}
+		var f map[string]any
+		if err := json.Unmarshal(b, &f); err != nil {
+			t.Fatalf("frame is not JSON: %v", err)
+		}
+		return f
+	}
+}
+
+// TestSlowReaderGetsWholeFile: the echo of an 8 MiB file is about 11 MiB
+// of frames; read at roughly 4 MiB/s it takes several times WriteTimeout,
+// and still arrives whole.
+func TestSlowReaderGetsWholeFile(t *testing.T) {
+	const writeTimeout = 500 * time.Millisecond
+	n := startNode(t, func(c *gateway.Config) { c.Edge.WriteTimeout = writeTimeout })
+	nc, r := srDial(t, n, "tel-slow")
+	data := mdBytes(mdMax, 7)
+	if err := wsutil.WriteClientText(nc, mdRaw(map[string]any{"t": "media", "id": "slow-1", "kind": "document",
+		"mime": "application/octet-stream", "filename": "big.bin"}, data)); err != nil {
+		t.Fatalf("upload: %v", err)
+	}
+	// From here on the phone reads 64 KiB per 16 ms at most.
+	r.Source = &srConn{Conn: nc, chunk: 64 << 10, pause: 16 * time.Millisecond}
+	start := time.Now()
+	got := 0
+	for got < len(data) {
+		f := srNext(t, r)
+		if f["t"] != "media" {
+			continue
+		}
+		s, _ := f["data"].(string)
+		got += len(s) / 4 * 3
+		if f["final"] == true {
+			break
+		}
+	}
+	took := time.Since(start)
+	if got < len(data)-2 {
+		t.Fatalf("got %d bytes of the file, want %d", got, len(data))
+	}
+	if took < 2*writeTimeout {
+		t.Fatalf("the file arrived in %v: the reader was not slow enough to test anything", took)
+	}
+	t.Logf("%d bytes in %v with WriteTimeout %v", got, took, writeTimeout)
+}
+
+// TestStalledReaderIsCutOff: a phone that stops reading is disconnected
+// once the edge's write has made no progress for WriteTimeout.
+func TestStalledReaderIsCutOff(t *testing.T) {
+	const writeTimeout = 500 * time.Millisecond
+	n := startNode(t, func(c *gateway.Config) { c.Edge.WriteTimeout = writeTimeout })
+	nc, _ := srDial(t, n, "tel-stalled")
+	if err := wsutil.WriteClientText(nc, mdRaw(map[string]any{"t": "media", "id": "stall-1", "kind": "document",
+		"mime": "application/octet-stream", "filename": "big.bin"}, mdBytes(mdMax, 8))); err != nil {
+		t.Fatalf("upload: %v", err)
+	}
+	// The phone reads nothing more: the edge must let go of it.
+	deadline := time.Now().Add(10 * time.Second)
+	for n.Edge.Conns() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("a phone that stopped reading is still connected after 10 s (WriteTimeout %v)", writeTimeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
