@@ -138,6 +138,7 @@ func (s *Server) handshake(nc net.Conn) {
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()
 	s.nConns.Add(1)
+	s.tel.m.ConnOpened()
 	c.helloTimer = time.AfterFunc(s.cfg.HelloTimeout, c.helloTimeout)
 	if s.poller != nil {
 		onReadable := func() { s.tracked(c.onReadable) }
@@ -341,6 +342,7 @@ func (c *conn) onPeerClose(p []byte) {
 func (c *conn) fatal(e *protocol.Error) {
 	e.Fatal = true
 	c.log.Info("closing connection", "code", e.Code, "why", e.Message)
+	c.srv.tel.fatal(c, e.Code)
 	c.closeWith(protocol.CloseCode, string(e.Code), e)
 }
 
@@ -414,6 +416,7 @@ func (c *conn) pushLocked(frame []byte, done func(error)) {
 		return
 	}
 	c.out = append(c.out, outItem{frame, done})
+	c.srv.tel.frameOut(frame)
 	c.outBytes += len(frame)
 	start := !c.writing
 	c.writing = true
@@ -513,6 +516,7 @@ func (c *conn) teardown(reason error) {
 	}
 	c.srv.unregister(c)
 	c.srv.nConns.Add(-1)
+	c.srv.tel.m.ConnClosed()
 	if helloed {
 		c.log.Debug("connection closed", "reason", reason)
 		c.srv.goFunc(c.releaseState)

@@ -55,6 +55,7 @@ func (s *Server) onDelivery(m *bus.Msg) {
 			m.Respond(data)
 		}
 	}
+	done = s.tel.traceDelivery(m.Header, out.Op, done)
 	c.mu.Lock()
 	if !c.ready {
 		c.held = append(c.held, heldItem{out, done})

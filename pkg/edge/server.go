@@ -24,6 +24,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/dispatch"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/store"
+	"github.com/hermes-mobile/gateway/pkg/telemetry"
 )
 
 // Config of an edge node. Zero durations and sizes take the defaults below.
@@ -55,6 +56,8 @@ type Config struct {
 	BlobTTL time.Duration
 	// OpTimeout bounds one store or bus call made for a frame (5 s).
 	OpTimeout time.Duration
+	// Telemetry receives the edge's metrics and spans; nil records nothing.
+	Telemetry *telemetry.Telemetry
 }
 
 func (c *Config) setDefaults() {
@@ -88,6 +91,7 @@ type Server struct {
 	auth   *authenticator
 	poller *poller // nil: every connection gets a reading goroutine
 	sender *dispatch.Dispatcher
+	tel    edgeTelemetry
 
 	ctx     context.Context // cancelled by Close
 	cancel  context.CancelFunc
@@ -123,6 +127,7 @@ func New(cfg Config, st store.Store, b bus.Bus, log *slog.Logger) *Server {
 		bus:     b,
 		auth:    newAuthenticator(cfg.Auth),
 		sender:  &dispatch.Dispatcher{Owners: st, Bus: b},
+		tel:     newEdgeTelemetry(cfg.Telemetry),
 		devices: make(map[string]*deviceSlot),
 		conns:   make(map[*conn]struct{}),
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/dispatch"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/store"
+	"github.com/hermes-mobile/gateway/pkg/telemetry"
 	"github.com/hermes-mobile/gateway/pkg/wire"
 )
 
@@ -26,6 +27,7 @@ func (c *conn) handle(msg []byte) {
 		}
 	}()
 	f, perr := protocol.Decode(msg)
+	c.srv.tel.frameIn(f, perr != nil)
 	c.mu.Lock()
 	helloed := c.helloed
 	c.mu.Unlock()
@@ -72,6 +74,7 @@ func (c *conn) handle(msg []byte) {
 }
 
 func (c *conn) sendError(e *protocol.Error) {
+	c.srv.tel.m.Error(string(e.Code))
 	c.send(protocol.AppendError(newFrame(128), e))
 }
 
@@ -202,6 +205,7 @@ func (c *conn) hello(h *protocol.Hello) {
 	c.send(protocol.AppendReady(newFrame(512), protocol.Ready{
 		Session: c.session, DeviceID: dev.ID, DeviceName: dev.Name, AvatarURL: s.cfg.AvatarURL,
 	}))
+	c.srv.tel.m.Handshake(telemetry.HandshakeOK)
 	c.log.Debug("session ready", "epoch", epoch)
 	c.flushOutbox(ctx)
 }
@@ -213,6 +217,7 @@ func (c *conn) flushOutbox(ctx context.Context) {
 	if err != nil {
 		c.log.Warn("reading outbox failed", "err", err)
 	}
+	c.srv.tel.m.OutboxDelivered(len(items))
 	for _, it := range items {
 		var out wire.Output
 		if err := json.Unmarshal(it, &out); err != nil {
@@ -241,6 +246,8 @@ func (c *conn) flushOutbox(ctx context.Context) {
 func (c *conn) submit(ev wire.Event, blob []byte) {
 	ctx, cancel := c.opContext()
 	defer cancel()
+	ctx, span := c.srv.tel.startEvent(ctx, ev.Kind)
+	defer span.End()
 	st := c.srv.store
 	key := c.device + ":" + ev.ID
 	attempt := c.attemptFor(key)
@@ -254,6 +261,7 @@ func (c *conn) submit(ev wire.Event, blob []byte) {
 		return
 	}
 	if !first {
+		c.srv.tel.m.DedupHit()
 		c.log.Debug("dropping duplicate", "id", ev.ID)
 		return
 	}
@@ -328,6 +336,7 @@ func (c *conn) onMedia(f *protocol.MediaUp) {
 	if f.Parts > 1 {
 		seen, err := c.srv.store.Seen(ctx, key)
 		if err == nil && seen {
+			c.srv.tel.m.DedupHit()
 			cancel()
 			return // a file already delivered: judged by the whole file
 		}
@@ -344,6 +353,9 @@ func (c *conn) onMedia(f *protocol.MediaUp) {
 		MaxOpen: protocol.MaxOpenUploads, MaxFileBytes: protocol.MaxMediaBytes, MaxBytes: protocol.MaxUploadBufferBytes,
 	})
 	cancel()
+	if err == nil && f.Parts > 1 {
+		c.srv.tel.m.UploadBytes(len(f.Data))
+	}
 	switch {
 	case errors.Is(err, store.ErrTooManyUploads):
 		c.sendError(protocol.NewError(protocol.CodeTooBig, "too many unfinished uploads (at most 8 per device)"))
@@ -376,6 +388,8 @@ func (c *conn) onPromptAnswer(f *protocol.PromptAnswer) {
 	st := c.srv.store
 	ctx, cancel := c.opContext()
 	defer cancel()
+	ctx, span := c.srv.tel.startEvent(ctx, wire.EventPrompt)
+	defer span.End()
 	rec, err := st.TakePrompt(ctx, f.PromptID, c.device)
 	switch {
 	case errors.Is(err, store.ErrNotFound):

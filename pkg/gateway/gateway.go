@@ -21,6 +21,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/store/memstore"
 	"github.com/hermes-mobile/gateway/pkg/store/redisstore"
+	"github.com/hermes-mobile/gateway/pkg/telemetry"
 )
 
 // Config of a node.
@@ -49,6 +50,9 @@ type Config struct {
 
 	Edge      edge.Config
 	RouterCfg router.Config
+	// Telemetry receives the node's metrics and spans (unless Edge or
+	// RouterCfg name their own); nil records nothing.
+	Telemetry *telemetry.Telemetry
 }
 
 // Gateway is a running node.
@@ -72,6 +76,12 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err e
 		log = slog.New(slog.DiscardHandler)
 	}
 	g := &Gateway{served: make(chan error, 1)}
+	if cfg.Edge.Telemetry == nil {
+		cfg.Edge.Telemetry = cfg.Telemetry
+	}
+	if cfg.RouterCfg.Telemetry == nil {
+		cfg.RouterCfg.Telemetry = cfg.Telemetry
+	}
 	defer func() {
 		if err != nil {
 			g.Close()

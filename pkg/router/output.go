@@ -34,8 +34,12 @@ func (o *output) send(ctx context.Context, out wire.Output) error {
 	deadline := time.Now().Add(o.r.cfg.RetryFor)
 	backoff := 100 * time.Millisecond
 	for {
-		err := o.r.sender.Send(ctx, out)
+		start := time.Now()
+		sctx, span := o.r.tel.start(ctx, "router.deliver", out.Op)
+		err := o.r.sender.Send(sctx, out)
+		end(span, err)
 		if err == nil {
+			o.r.tel.m.DeliveryLatency(time.Since(start))
 			return nil
 		}
 		if errors.Is(err, dispatch.ErrOffline) {
@@ -67,7 +71,11 @@ func (o *output) send(ctx context.Context, out wire.Output) error {
 	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	return o.r.store.PushOutbox(pctx, o.device, data, o.r.cfg.OutboxMax, o.r.cfg.OutboxTTL)
+	if err := o.r.store.PushOutbox(pctx, o.device, data, o.r.cfg.OutboxMax, o.r.cfg.OutboxTTL); err != nil {
+		return err
+	}
+	o.r.tel.m.OutboxQueued()
+	return nil
 }
 
 func (o *output) Message(ctx context.Context, id, text string, edit, final bool) error {

@@ -13,11 +13,14 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/hermes-mobile/gateway/pkg/agent"
 	"github.com/hermes-mobile/gateway/pkg/bus"
 	"github.com/hermes-mobile/gateway/pkg/dispatch"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/store"
+	"github.com/hermes-mobile/gateway/pkg/telemetry"
 	"github.com/hermes-mobile/gateway/pkg/wire"
 )
 
@@ -42,6 +45,8 @@ type Config struct {
 	// RetryFor is how long a delivery is retried while the bus or the store
 	// fails before the output goes to the outbox (30 s).
 	RetryFor time.Duration
+	// Telemetry receives the router's metrics and spans; nil records nothing.
+	Telemetry *telemetry.Telemetry
 }
 
 func (c *Config) setDefaults() {
@@ -79,6 +84,7 @@ type Router struct {
 	bus    bus.Bus
 	agent  agent.Agent
 	sender *dispatch.Dispatcher
+	tel    routerTelemetry
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -91,8 +97,15 @@ type Router struct {
 
 // sessionQueue runs one session's events in order.
 type sessionQueue struct {
-	events  []wire.Event
+	events  []queuedEvent
 	running bool
+}
+
+// queuedEvent is an event waiting for the agent, with the span context of
+// the message that brought it (empty when untraced).
+type queuedEvent struct {
+	ev    wire.Event
+	trace trace.SpanContext
 }
 
 // New returns a router; Start begins taking events.
@@ -104,6 +117,7 @@ func New(cfg Config, st store.Store, b bus.Bus, a agent.Agent, log *slog.Logger)
 	r := &Router{
 		cfg: cfg, log: log, store: st, bus: b, agent: a,
 		sender:   &dispatch.Dispatcher{Owners: st, Bus: b},
+		tel:      newRouterTelemetry(cfg.Telemetry),
 		sessions: make(map[string]*sessionQueue),
 	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
@@ -147,6 +161,8 @@ var errBusy = errors.New("the agent is busy with this session; retry")
 
 // onEvent takes one device event: it is acknowledged once queued.
 func (r *Router) onEvent(m *bus.Msg) {
+	tctx, span := r.tel.startEvent(r.ctx, m)
+	defer span.End()
 	var ev wire.Event
 	if err := json.Unmarshal(m.Data, &ev); err != nil || ev.Device == "" {
 		r.log.Warn("unreadable event", "err", err)
@@ -155,15 +171,17 @@ func (r *Router) onEvent(m *bus.Msg) {
 	}
 	if acc, ok := r.agent.(agent.Acceptor); ok {
 		// Durable at once: acknowledged only once the agent has it.
-		ctx, cancel := context.WithTimeout(r.ctx, 5*time.Second)
+		ctx, cancel := context.WithTimeout(tctx, 5*time.Second)
 		defer cancel()
 		reply(m, acc.Accept(ctx, ev))
 		return
 	}
-	reply(m, r.enqueue(ev))
+	reply(m, r.enqueue(tctx, ev))
 }
 
-func (r *Router) enqueue(ev wire.Event) error {
+// enqueue queues ev for its session; ctx's span becomes the parent of the
+// agent's handling.
+func (r *Router) enqueue(ctx context.Context, ev wire.Event) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.ctx.Err() != nil {
@@ -177,7 +195,7 @@ func (r *Router) enqueue(ev wire.Event) error {
 	if len(q.events) >= r.cfg.SessionQueue {
 		return errBusy
 	}
-	q.events = append(q.events, ev)
+	q.events = append(q.events, queuedEvent{ev, trace.SpanContextFromContext(ctx)})
 	if !q.running {
 		q.running = true
 		r.wg.Go(func() { r.run(ev.Device, q) })
@@ -195,16 +213,19 @@ func (r *Router) run(device string, q *sessionQueue) {
 			r.mu.Unlock()
 			return
 		}
-		ev := q.events[0]
+		qe := q.events[0]
 		q.events = q.events[1:]
 		r.mu.Unlock()
-		r.handle(ev)
+		r.handle(qe)
 	}
 }
 
-func (r *Router) handle(ev wire.Event) {
+func (r *Router) handle(qe queuedEvent) {
+	ev := qe.ev
 	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.HandleTimeout)
 	defer cancel()
+	ctx, span := r.tel.start(withParent(ctx, qe.trace), "agent.handle", ev.Kind)
+	defer span.End()
 	out := &output{r: r, device: ev.Device}
 	defer func() {
 		if p := recover(); p != nil {
@@ -213,6 +234,7 @@ func (r *Router) handle(ev wire.Event) {
 	}()
 	if err := r.agent.Handle(ctx, ev, out); err != nil {
 		r.log.Warn("agent failed", "device", ev.Device, "kind", ev.Kind, "err", err)
+		span.RecordError(err)
 		// Never leave the avatar hanging.
 		out.Typing(ctx, true)
 	}
@@ -243,7 +265,7 @@ func (r *Router) sweep() {
 			}
 			ev := wire.Event{Kind: wire.EventPrompt, Session: protocol.Session(rec.Device), Device: rec.Device,
 				Prompt: &wire.PromptRef{ID: rec.ID, Kind: rec.Kind, Option: safe, Expired: true}}
-			if err := r.enqueue(ev); err != nil {
+			if err := r.enqueue(ctx, ev); err != nil {
 				r.log.Warn("telling the agent of an expiry failed", "err", err)
 			}
 		}

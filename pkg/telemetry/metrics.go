@@ -59,7 +59,7 @@ func (s *labelSet) of(v string) []metric.AddOption {
 
 // frameTypes are the type label values: every Protocol v1 frame type, plus
 // "unknown" (a well-formed frame of a type the gateway ignores) and
-// "invalid" (not a decodable frame).
+// "invalid" (a frame that failed decoding or validation).
 var frameTypes = []string{
 	protocol.TypeHello, protocol.TypeText, protocol.TypeAudio, protocol.TypeMedia, protocol.TypePrompt,
 	protocol.TypeTyping, protocol.TypePing, protocol.TypeAck, protocol.TypeDeliver, protocol.TypeReady,
@@ -167,6 +167,18 @@ func (m *Metrics) FrameOut(frameType string, n int) {
 	if m != nil && n > 0 {
 		m.framesOut.Add(bg, int64(n), m.byType.of(frameType)...)
 	}
+}
+
+// FrameOutBytes is FrameOut(string(frameType), 1) without the conversion.
+func (m *Metrics) FrameOutBytes(frameType []byte) {
+	if m == nil {
+		return
+	}
+	opts, ok := m.byType.add[string(frameType)] // no allocation for a map index
+	if !ok {
+		opts = m.byType.other
+	}
+	m.framesOut.Add(bg, 1, opts...)
 }
 
 // Error counts an error frame sent to an app.

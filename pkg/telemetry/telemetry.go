@@ -69,6 +69,7 @@ type Telemetry struct {
 	meterProvider  metric.MeterProvider
 	registry       *prometheus.Registry
 	metrics        *Metrics
+	tracing        bool // spans are recorded (an exporter or processor is set)
 	shutdown       []func(context.Context) error
 }
 
@@ -123,6 +124,7 @@ func New(ctx context.Context, cfg Config) (_ *Telemetry, err error) {
 			topts = append(topts, sdktrace.WithSpanProcessor(cfg.SpanProcessor))
 		}
 		tp := sdktrace.NewTracerProvider(topts...)
+		t.tracing = true
 		t.tracerProvider = tp
 		t.shutdown = append(t.shutdown, tp.Shutdown)
 	}
@@ -159,6 +161,10 @@ func (t *Telemetry) Tracer(name string) trace.Tracer {
 	}
 	return t.tracerProvider.Tracer(name)
 }
+
+// Tracing reports whether spans are recorded; without, instrumented code
+// may skip starting them.
+func (t *Telemetry) Tracing() bool { return t != nil && t.tracing }
 
 // TracerProvider is the provider behind Tracer.
 func (t *Telemetry) TracerProvider() trace.TracerProvider {

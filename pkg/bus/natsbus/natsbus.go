@@ -58,6 +58,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/hermes-mobile/gateway/pkg/bus"
+	"github.com/hermes-mobile/gateway/pkg/telemetry"
 )
 
 var _ bus.Bus = (*Bus)(nil)
@@ -211,6 +212,7 @@ func (b *Bus) Publish(ctx context.Context, subject string, data []byte, header m
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	header = telemetry.Inject(ctx, header) // the W3C trace context, when ctx has a span
 	m := &nats.Msg{Subject: b.prefix + subject, Data: data, Header: toNATSHeader(header)}
 	if err := b.nc.PublishMsg(m); err != nil {
 		return opErr("publish", subject, err)
@@ -223,6 +225,7 @@ func (b *Bus) Request(ctx context.Context, subject string, data []byte, header m
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	header = telemetry.Inject(ctx, header)
 	m := &nats.Msg{Subject: b.prefix + subject, Data: data, Header: toNATSHeader(header)}
 	ctx, done := b.trackRequest(ctx)
 	defer done()
