@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -190,6 +191,17 @@ func (t *Telemetry) Handler() http.Handler {
 		return http.NotFoundHandler()
 	}
 	return promhttp.HandlerFor(t.registry, promhttp.HandlerOpts{})
+}
+
+// CloseTimeout bounds Close.
+const CloseTimeout = 5 * time.Second
+
+// Close is Shutdown bounded by CloseTimeout, for a service's deferred
+// clean-up (its own context is done by then).
+func (t *Telemetry) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), CloseTimeout)
+	defer cancel()
+	return t.Shutdown(ctx)
 }
 
 // Shutdown flushes and stops the exporters. Spans and metrics recorded
