@@ -9,12 +9,16 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"go.yaml.in/yaml/v3"
 )
 
 const chart = root + "/charts/hermes-gateway"
+
+// kubeVersion is the oldest Kubernetes the chart supports (Chart.yaml).
+const kubeVersion = "1.30.0"
 
 // helm finds the helm binary: $HELM, then PATH, then /tmp/helmbin/helm
 // (where .ci/helm.sh installs it).
@@ -54,7 +58,7 @@ func (o object) decode(t *testing.T, v any) {
 // render runs helm template with args and returns the manifests by kind.
 func render(t *testing.T, args ...string) map[string][]object {
 	t.Helper()
-	cmd := exec.Command(helm(t), append([]string{"template", "hermes", chart, "--namespace", "gw"}, args...)...)
+	cmd := exec.Command(helm(t), append([]string{"template", "hermes", chart, "--namespace", "gw", "--kube-version", kubeVersion}, args...)...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -294,7 +298,6 @@ func TestChart(t *testing.T) {
 }
 
 func checkEdge(t *testing.T, objs map[string][]object, vals map[string]any) {
-	t.Helper()
 	d, c := workload(t, objs, "edge")
 	checkPod(t, "edge", d, c, "/usr/local/bin/hermes-edge", 8789)
 	if v, _ := c.env("MOBILE_ROUTER"); v != "off" {
@@ -311,11 +314,14 @@ func checkEdge(t *testing.T, objs map[string][]object, vals map[string]any) {
 		t.Errorf("edge MOBILE_DRAIN_WINDOW=%q, want edge.drainWindowSeconds %d", v, drain)
 	}
 	if p := c.Lifecycle.PreStop; p == nil || p.Sleep == nil || p.Sleep.Seconds != preStop || preStop <= 0 {
-		t.Errorf("edge preStop %+v: want a sleep of edge.preStopSleepSeconds (%d)", p, preStop)
+		t.Errorf("edge preStop %s: want a sleep of edge.preStopSleepSeconds (%d)", mustYAML(p), preStop)
 	}
-	grace := d.Spec.Template.Spec.TerminationGracePeriodSeconds
-	if want := preStop + drain + margin; grace == nil || *grace != want || margin <= 0 {
-		t.Errorf("edge terminationGracePeriodSeconds %v, want preStop %d + drain window %d + margin %d", grace, preStop, drain, margin)
+	grace := -1
+	if g := d.Spec.Template.Spec.TerminationGracePeriodSeconds; g != nil {
+		grace = *g
+	}
+	if want := preStop + drain + margin; grace != want || margin <= 0 {
+		t.Errorf("edge terminationGracePeriodSeconds %d, want preStop %d + drain window %d + margin %d", grace, preStop, drain, margin)
 	}
 
 	for _, s := range objs["Service"] {
@@ -374,7 +380,6 @@ func checkEdge(t *testing.T, objs map[string][]object, vals map[string]any) {
 }
 
 func checkRouter(t *testing.T, objs map[string][]object) {
-	t.Helper()
 	d, c := workload(t, objs, "router")
 	checkPod(t, "router", d, c, "/usr/local/bin/hermes-router", 8790)
 	if v, _ := c.env("MOBILE_ROUTER_LISTEN"); v != "0.0.0.0:"+strconv.Itoa(c.port("api")) {
@@ -385,7 +390,6 @@ func checkRouter(t *testing.T, objs map[string][]object) {
 // checkPod checks what edges and routers share: the command, the admin
 // port and its probes, security, resources, the variables.
 func checkPod(t *testing.T, service string, d podTemplate, c container, command string, adminPort int) {
-	t.Helper()
 	if !slices.Equal(c.Command, []string{command}) {
 		t.Errorf("%s command %v, want %s", service, c.Command, command)
 	}
@@ -399,8 +403,10 @@ func checkPod(t *testing.T, service string, d podTemplate, c container, command 
 		probe *probeSpec
 		path  string
 	}{"liveness": {c.LivenessProbe, "/healthz"}, "readiness": {c.ReadinessProbe, "/readyz"}} {
-		if p.probe == nil || p.probe.HTTPGet == nil || p.probe.HTTPGet.Path != p.path || p.probe.HTTPGet.Port != "admin" {
-			t.Errorf("%s %s probe %+v: want GET %s on port admin", service, name, p.probe, p.path)
+		if p.probe == nil || p.probe.HTTPGet == nil {
+			t.Errorf("%s has no HTTP %s probe", service, name)
+		} else if get := *p.probe.HTTPGet; get.Path != p.path || get.Port != "admin" {
+			t.Errorf("%s %s probe GET %s on port %s, want GET %s on port admin", service, name, get.Path, get.Port, p.path)
 		}
 	}
 	sc := c.SecurityContext
@@ -427,7 +433,6 @@ func checkPod(t *testing.T, service string, d podTemplate, c container, command 
 // (with no Secret rendered) or the chart's, whose keys are then the
 // variables' names.
 func checkSecretRefs(t *testing.T, objs map[string][]object, existing string) {
-	t.Helper()
 	var refs int
 	for _, component := range []string{"edge", "router"} {
 		d, c := workload(t, objs, component)
@@ -470,7 +475,6 @@ func checkSecretRefs(t *testing.T, objs map[string][]object, existing string) {
 }
 
 func checkServiceMonitor(t *testing.T, objs map[string][]object) {
-	t.Helper()
 	var sm struct {
 		Spec struct {
 			Selector struct {
@@ -508,4 +512,9 @@ func matches(selector, labels map[string]string) bool {
 		}
 	}
 	return true
+}
+
+func mustYAML(v any) string {
+	b, _ := yaml.Marshal(v)
+	return strings.TrimSpace(string(b))
 }

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Checks the deployment files: helm lint and helm template of
+# charts/hermes-gateway with the default and the production values, then the
+# Go tests of ./deploy, which render the chart again and check the manifests
+# (kinds, probes, preStop, terminationGracePeriodSeconds = preStop + drain
+# window + margin, existingSecret) and docker-compose.yml against the
+# services' flags; docker-compose.yml is also validated by docker-compose.
+# Fails on the first error.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="/usr/local/go/bin:$PATH"
+
+HELM_VERSION=v3.22.0
+HELM_BIN=/tmp/helmbin/helm
+CHART=charts/hermes-gateway
+# The oldest Kubernetes the chart supports (Chart.yaml kubeVersion).
+KUBE_VERSION=1.30.0
+
+# helm: from PATH when it is the version we test with, else built once into
+# /tmp/helmbin (the first build takes minutes; later runs reuse it).
+if command -v helm >/dev/null && helm version --short 2>/dev/null | grep -q "^${HELM_VERSION%.0}"; then
+  HELM="$(command -v helm)"
+else
+  if ! { [ -x "$HELM_BIN" ] && "$HELM_BIN" version --short 2>/dev/null | grep -q "^${HELM_VERSION%.0}"; }; then
+    echo "building helm $HELM_VERSION into $(dirname "$HELM_BIN")"
+    GOBIN="$(dirname "$HELM_BIN")" GOFLAGS= go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+  fi
+  HELM="$HELM_BIN"
+fi
+export HELM
+"$HELM" version --short
+
+out="$(mktemp -d)"
+trap 'rm -rf "$out"' EXIT
+
+"$HELM" lint --strict "$CHART"
+"$HELM" lint --strict "$CHART" -f "$CHART/values-production.yaml"
+"$HELM" template hermes "$CHART" --kube-version "$KUBE_VERSION" >"$out/default.yaml"
+"$HELM" template hermes "$CHART" --kube-version "$KUBE_VERSION" -f "$CHART/values-production.yaml" >"$out/production.yaml"
+"$HELM" template hermes "$CHART" --kube-version "$KUBE_VERSION" --set auth.existingSecret=my-tokens >"$out/existing-secret.yaml"
+# Without a Redis or a NATS the chart refuses to render, saying what to set.
+for svc in redis nats; do
+  if err="$("$HELM" template hermes "$CHART" --kube-version "$KUBE_VERSION" --set "$svc.bundled=false" 2>&1 >/dev/null)"; then
+    echo "helm template rendered without a $svc URL" >&2; exit 1
+  fi
+  grep -q "set $svc.url" <<<"$err" || { echo "unexpected error without a $svc URL: $err" >&2; exit 1; }
+done
+wc -l "$out"/*.yaml
+
+# docker-compose.yml, validated by compose itself (no engine needed).
+if docker compose version >/dev/null 2>&1; then
+  docker compose -f docker-compose.yml config -q
+else
+  if ! command -v docker-compose >/dev/null; then
+    if command -v apt-get >/dev/null; then
+      apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker-compose >/dev/null
+    fi
+  fi
+  if command -v docker-compose >/dev/null; then
+    docker-compose -f docker-compose.yml config -q
+  else
+    echo "no docker compose and docker-compose could not be installed" >&2; exit 1
+  fi
+fi
+echo "docker-compose.yml: valid"
+
+# The manifests' and compose file's contents, against the built services.
+go test -count=1 -v -run 'TestChart|TestCompose|TestDockerfile' ./deploy | tee "$out/test.log"
+if grep -q -- '--- SKIP' "$out/test.log"; then
+  echo "a deploy test was skipped: helm or docker-compose is missing" >&2; exit 1
+fi
