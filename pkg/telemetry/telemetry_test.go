@@ -179,3 +179,27 @@ func TestOTLPExport(t *testing.T) {
 		t.Errorf("OTLP requests received: %v; want POST /v1/traces and /v1/metrics", got)
 	}
 }
+
+// TestHotPathAllocatesNothing: the calls made per frame cost no allocation.
+func TestHotPathAllocatesNothing(t *testing.T) {
+	tel, err := telemetry.New(context.Background(), telemetry.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tel.Shutdown(context.Background())
+	m := tel.Metrics()
+	typ := []byte("message")
+	for name, f := range map[string]func(){
+		"FrameIn":         func() { m.FrameIn("text") },
+		"FrameIn(other)":  func() { m.FrameIn("made-up") },
+		"FrameOutBytes":   func() { m.FrameOutBytes(typ) },
+		"Error":           func() { m.Error("bad_frame") },
+		"Handshake":       func() { m.Handshake(telemetry.HandshakeOK) },
+		"DedupHit":        func() { m.DedupHit() },
+		"DeliveryLatency": func() { m.DeliveryLatency(time.Millisecond) },
+	} {
+		if n := testing.AllocsPerRun(100, f); n != 0 {
+			t.Errorf("%s allocates %v times per call", name, n)
+		}
+	}
+}
