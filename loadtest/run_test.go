@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,9 +25,16 @@ const (
 	testDeliver = "lt-deliver"
 )
 
+// node is a running gateway; stop closes it once (Gateway.Close may not be
+// called twice).
+type node struct {
+	*gateway.Gateway
+	stop func() error
+}
+
 // startNode starts a single node with the router's API; a non-nil a
 // replaces the demo agent.
-func startNode(t *testing.T, a agent.Agent) *gateway.Gateway {
+func startNode(t *testing.T, a agent.Agent) node {
 	t.Helper()
 	g, err := gateway.Start(context.Background(), gateway.Config{
 		Listen:    "127.0.0.1:0",
@@ -39,11 +47,12 @@ func startNode(t *testing.T, a agent.Agent) *gateway.Gateway {
 	if err != nil {
 		t.Fatalf("start gateway: %v", err)
 	}
-	t.Cleanup(func() { g.Close() })
-	return g
+	n := node{Gateway: g, stop: sync.OnceValue(g.Close)}
+	t.Cleanup(func() { n.stop() })
+	return n
 }
 
-func testConfig(g *gateway.Gateway, conns int) Config {
+func testConfig(g node, conns int) Config {
 	return Config{
 		URLs: []string{g.URL()}, Token: testToken, Conns: conns, RunID: "t" + randomHex(2),
 		Soak: 300 * time.Millisecond, Duration: 2 * time.Second, Rate: 100, AnswerWait: 10 * time.Second,
@@ -155,7 +164,7 @@ func TestServerClosesAreCountedByCode(t *testing.T) {
 	if ok, _ := r.connectAll(context.Background(), r.devs, new(Histogram)); ok != 20 {
 		t.Fatalf("%d of 20 connected: %v", ok, r.errs.snapshot())
 	}
-	g.Close() // the edge closes every socket with 1001
+	g.stop() // the edge closes every socket with 1001
 	deadline := time.Now().Add(10 * time.Second)
 	for r.held() > 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
