@@ -43,6 +43,10 @@ type Config struct {
 	// Link makes the router's agent the agent link (AGENT=link) on this
 	// node's store, instead of Agent: see agent.Link.
 	Link bool
+	// OpenAI, when set, makes the router's agent the OpenAI-compatible chat
+	// agent (AGENT=openai) with its histories in this node's store, instead
+	// of Agent: see agent.OpenAI.
+	OpenAI *agent.OpenAIConfig
 	// APIListen, when set with Router, serves the router's HTTP API
 	// (docs/api.md) on this address, configured by API.
 	APIListen string
@@ -110,6 +114,14 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err e
 		switch {
 		case cfg.Link:
 			a = agent.NewLink(g.Store, 0)
+		case cfg.OpenAI != nil:
+			oc := *cfg.OpenAI
+			if oc.Log == nil {
+				oc.Log = log.With("component", "openai")
+			}
+			if a, err = agent.NewOpenAI(oc, g.Store); err != nil {
+				return nil, err
+			}
 		case a == nil:
 			a = agent.Demo{}
 		}
