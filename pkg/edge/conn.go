@@ -63,6 +63,9 @@ type conn struct {
 	pe     *pollEntry
 
 	helloTimer *time.Timer
+	// handleMu is held while a message is handled, so that drainClose
+	// can wait for the one in progress.
+	handleMu sync.Mutex
 
 	// Set by hello on the reading goroutine, before the conn is registered
 	// where deliveries can find it; read-only afterwards.
@@ -130,7 +133,7 @@ func (s *Server) handshake(nc net.Conn) {
 	c := &conn{srv: s, nc: nc, client: client, avatar: protocol.AvatarIdle, dead: make(chan struct{})}
 	c.log = s.log.With("client", client.String())
 	s.mu.Lock()
-	if s.closed {
+	if s.closed || s.draining {
 		s.mu.Unlock()
 		nc.Close()
 		return
@@ -287,7 +290,11 @@ func (c *conn) readMessage(br *bufio.Reader) error {
 	if cap(msg) == smallBufSize {
 		*bp = msg // keep the pooled buffer (it did not grow)
 	}
-	c.handle(msg)
+	c.handleMu.Lock()
+	defer c.handleMu.Unlock()
+	if !c.isClosing() { // after our close frame nothing more is taken
+		c.handle(msg)
+	}
 	return nil
 }
 
@@ -519,7 +526,11 @@ func (c *conn) teardown(reason error) {
 	c.srv.tel.m.ConnClosed()
 	if helloed {
 		c.log.Debug("connection closed", "reason", reason)
-		c.srv.goFunc(c.releaseState)
+		c.srv.releasing.Add(1)
+		c.srv.goFunc(func() {
+			defer c.srv.releasing.Done()
+			c.releaseState()
+		})
 	}
 	close(c.dead)
 }

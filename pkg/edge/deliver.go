@@ -37,8 +37,9 @@ func (s *Server) onDelivery(m *bus.Msg) {
 	if c == nil || out.Epoch != 0 && c.epoch.Load() < out.Epoch {
 		return // not ours (any more): the owner answers
 	}
-	if out.Epoch != 0 && c.epoch.Load() > out.Epoch {
-		// Sent to the socket we took over from: tell the sender to look again.
+	if out.Epoch != 0 && (c.epoch.Load() > out.Epoch || c.isClosing()) {
+		// Sent to the socket we took over from, or to one that is closing
+		// (drain, takeover): tell the sender to look again.
 		if m.Respond != nil {
 			data, _ := json.Marshal(wire.Reply{Moved: true, Error: "device moved"})
 			m.Respond(data)

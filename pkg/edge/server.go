@@ -104,6 +104,11 @@ type Server struct {
 	conns   map[*conn]struct{}
 	lns     []net.Listener
 	closed  bool
+	// draining (under mu): Drain began; no new connections are taken.
+	draining bool
+	// releasing counts the store clean-ups of closed connections, so
+	// that Drain can wait for them.
+	releasing sync.WaitGroup
 
 	nConns atomic.Int64
 }
@@ -191,7 +196,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
-			if s.ctx.Err() != nil {
+			if s.ctx.Err() != nil || s.isDraining() {
 				return nil
 			}
 			var ne net.Error

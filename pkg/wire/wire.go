@@ -94,7 +94,8 @@ type Reply struct {
 	OK    bool   `json:"ok"`
 	Error string `json:"error,omitempty"`
 	// Moved: this edge holds the device under a newer epoch than the
-	// output's; the sender reads the owner again and resends.
+	// output's, or its socket of the device is closing; the sender reads
+	// the owner again and resends.
 	Moved bool `json:"moved,omitempty"`
 	// Gone: the output refers to media that no longer exists; resending
 	// cannot help.

@@ -1,0 +1,92 @@
+package edge
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// Drain takes the edge out of service without a thundering herd. It stops
+// accepting (the listeners close), then closes the connections with 1001
+// (going away) one by one, spread evenly over window with jitter, so their
+// phones reconnect to other edges a few at a time.
+//
+// Nothing a connection was doing is cut off. The frame it is handling is
+// finished first: an event being handed to a router is either taken by it
+// or refused (and the phone told), never abandoned in between. Frames
+// already queued for the socket are written before the close frame, and a
+// delivery written there is acknowledged as usual. A delivery that arrives
+// once the connection is closing is answered "moved", so the router looks
+// for the device's new edge; when the socket is gone the device's owner
+// record is released, and outputs go to its outbox until it reconnects.
+//
+// Drain returns when every connection is closed, no frame is being handled
+// and the devices' owner records are released, or with ctx's error when ctx ends first (the connections not
+// closed yet then get their close frame at once). Close follows Drain.
+func (s *Server) Drain(ctx context.Context, window time.Duration) error {
+	s.mu.Lock()
+	if s.closed || s.draining {
+		s.mu.Unlock()
+		return nil
+	}
+	s.draining = true
+	lns := s.lns
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, ln := range lns {
+		ln.Close()
+	}
+	s.log.Info("draining", "conns", len(conns), "window", window.String())
+
+	var closing sync.WaitGroup
+	slot := window / time.Duration(max(len(conns), 1))
+	start := time.Now()
+	hurry := false
+	for i, c := range conns {
+		if !hurry {
+			// Connection i closes at a random moment of its own slot.
+			at := start.Add(slot*time.Duration(i) + rand.N(slot+1))
+			select {
+			case <-ctx.Done():
+				hurry = true
+			case <-time.After(time.Until(at)):
+			}
+		}
+		closing.Go(c.drainClose)
+	}
+	done := make(chan struct{})
+	go func() {
+		closing.Wait()
+		for _, c := range conns {
+			<-c.dead
+		}
+		s.releasing.Wait() // the owner records are released
+		close(done)
+	}()
+	select {
+	case <-done:
+		s.log.Info("drained", "took", time.Since(start).Round(time.Millisecond).String())
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// isDraining reports whether Drain has begun.
+func (s *Server) isDraining() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.draining
+}
+
+// drainClose closes c with 1001 once the frame it is handling, if any, is
+// finished; after the close frame is queued no further frame is handled.
+func (c *conn) drainClose() {
+	c.handleMu.Lock()
+	defer c.handleMu.Unlock()
+	c.closeWith(closeGoingAway, "server shutting down; reconnect", nil)
+}
