@@ -85,7 +85,7 @@ METRICS=()
 if grep -q MOBILE_ADMIN_LISTEN services/edge/*.go services/router/*.go 2>/dev/null; then
   for name in edge1 edge2 router; do
     url="$(url_of "$name" "admin listening")"
-    METRICS+=("${url%/}/metrics")
+    METRICS+=("$name=${url%/}/metrics")
   done
   METRICS_FLAGS=(-metrics "$(IFS=,; echo "${METRICS[*]}")" -require-metrics)
 else

@@ -86,7 +86,7 @@ func (f *flagSet) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&f.deliverURL, "deliver", "", "router API base URL (e.g. http://127.0.0.1:8788): also time POST /v1/deliver to the phones (loopback only)")
 	config.SecretVar(fs, &f.deliverToken, "deliver-token", "LOADTEST_DELIVER_TOKEN", "a deliver token of the router (MOBILE_DELIVER_TOKENS)")
 	fs.Float64Var(&c.DeliverRate, "deliver-rate", 10, fmt.Sprintf("deliveries per second with -deliver (at most %d)", MaxDeliverRate))
-	fs.StringVar(&f.metrics, "metrics", "", "Prometheus /metrics URLs of the servers, comma-separated (loopback only); unreadable ones show n/a")
+	fs.StringVar(&f.metrics, "metrics", "", "Prometheus /metrics URLs of the servers, comma-separated, each optionally name=url (loopback only); unreadable ones show n/a")
 	fs.BoolVar(&c.RequireMetrics, "require-metrics", false, "fail the run when a -metrics URL cannot be read or lacks process_resident_memory_bytes or go_goroutines")
 	fs.StringVar(&f.jsonPath, "json", "", "also write the report as JSON to this file")
 }
@@ -119,7 +119,8 @@ func (c Config) Validate() error {
 			bad("-url: %w", err)
 		}
 	}
-	for _, u := range c.MetricsURLs {
+	for _, m := range c.MetricsURLs {
+		_, u := metricsTarget(m)
 		if err := checkLoopback(u, "http"); err != nil {
 			bad("-metrics: %w", err)
 		}

@@ -84,6 +84,8 @@ func TestLoopbackOnly(t *testing.T) {
 		{"-url", "http://127.0.0.1:8787/ws", false},
 		{"-metrics", "http://127.0.0.1:8789/metrics", true},
 		{"-metrics", "http://192.168.1.2:8789/metrics", false},
+		{"-metrics", "edge1=http://127.0.0.1:8789/metrics", true},
+		{"-metrics", "edge1=http://192.168.1.2:8789/metrics", false},
 	} {
 		_, err := parse(t, c.flag, c.url)
 		if (err == nil) != c.ok {

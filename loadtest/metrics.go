@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -28,6 +29,7 @@ const metricsMaxBytes = 8 << 20
 // RSS and Goroutines are nil when the page could not be read or lacks them
 // (the table shows n/a).
 type ServerSample struct {
+	Name       string   `json:"name"` // as given in -metrics name=url, else the URL's host:port
 	URL        string   `json:"url"`
 	When       string   `json:"when"` // "idle" (after the soak) or "end"
 	RSSBytes   *float64 `json:"rss_bytes"`
@@ -35,9 +37,10 @@ type ServerSample struct {
 	Error      string   `json:"error,omitempty"`
 }
 
-// scrape reads url's RSS and goroutines.
-func scrape(ctx context.Context, url, when string) ServerSample {
-	s := ServerSample{URL: url, When: when}
+// scrape reads the RSS and goroutines of target, "url" or "name=url".
+func scrape(ctx context.Context, target, when string) ServerSample {
+	name, url := metricsTarget(target)
+	s := ServerSample{Name: name, URL: url, When: when}
 	ctx, cancel := context.WithTimeout(ctx, metricsTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
@@ -108,4 +111,16 @@ func parseMetrics(r io.Reader, names ...string) (map[string]*float64, error) {
 		out[name] = &v
 	}
 	return out, sc.Err()
+}
+
+// metricsTarget splits "name=url" of -metrics; a bare URL is named by its
+// host and port.
+func metricsTarget(target string) (name, rawURL string) {
+	if n, u, ok := strings.Cut(target, "="); ok && !strings.Contains(n, "/") {
+		return n, u
+	}
+	if u, err := url.Parse(target); err == nil && u.Host != "" {
+		return u.Host, target
+	}
+	return target, target
 }

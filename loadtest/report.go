@@ -268,13 +268,20 @@ func (r *Report) writeTable(w io.Writer) {
 	for _, k := range slices.Sorted(maps.Keys(r.Errors)) {
 		row("errors", fmt.Sprintf("%s: %d", k, r.Errors[k]))
 	}
-	for _, sv := range r.Server {
-		row("server "+sv.When, sv.URL, "rss "+mib(sv.RSSBytes), "goroutines "+num(sv.Goroutines))
-	}
 	if r.OK {
 		row("result", "PASS")
 	} else {
 		row("result", "FAIL: "+strings.Join(r.Failures, "; "))
+	}
+	tw.Flush()
+	if len(r.Server) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "server\twhen\tRSS\tgoroutines\t/metrics")
+	for _, sv := range r.Server {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", sv.Name, sv.When, mib(sv.RSSBytes), num(sv.Goroutines), sv.URL)
 	}
 	tw.Flush()
 }

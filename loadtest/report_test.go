@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -53,7 +54,10 @@ func TestScrapeOverHTTPAndNA(t *testing.T) {
 	}))
 	defer srv.Close()
 
-	ok := scrape(context.Background(), srv.URL+"/metrics", "idle")
+	ok := scrape(context.Background(), "edge1="+srv.URL+"/metrics", "idle")
+	if ok.Name != "edge1" || ok.URL != srv.URL+"/metrics" {
+		t.Errorf("name=url: name %q, url %q", ok.Name, ok.URL)
+	}
 	if ok.Error != "" || ok.RSSBytes == nil || *ok.RSSBytes != 52428800 || ok.Goroutines == nil || *ok.Goroutines != 1234 {
 		t.Errorf("scrape = %+v, want rss 52428800 and 1234 goroutines", ok)
 	}
@@ -75,10 +79,10 @@ func TestScrapeOverHTTPAndNA(t *testing.T) {
 	}
 	var b bytes.Buffer
 	rep.WriteTable(&b)
-	if !strings.Contains(b.String(), "rss 50.0 MiB") || !strings.Contains(b.String(), "goroutines 1234") {
+	if !hasRow(b.String(), "edge1", "idle", "50.0", "MiB", "1234") {
 		t.Errorf("table lacks the server's figures:\n%s", b.String())
 	}
-	if !strings.Contains(b.String(), "rss n/a") || !strings.Contains(b.String(), "goroutines n/a") {
+	if !hasRow(b.String(), strings.TrimPrefix(srv.URL, "http://"), "end", "n/a", "n/a") {
 		t.Errorf("table lacks n/a for the unreadable server:\n%s", b.String())
 	}
 	rep.RequireMetrics = true
@@ -86,6 +90,17 @@ func TestScrapeOverHTTPAndNA(t *testing.T) {
 	if rep.OK {
 		t.Error("unreadable metrics passed a run that requires them")
 	}
+}
+
+// hasRow reports whether a line of table starts with these fields.
+func hasRow(table string, fields ...string) bool {
+	for line := range strings.Lines(table) {
+		f := strings.Fields(line)
+		if len(f) >= len(fields) && slices.Equal(f[:len(fields)], fields) {
+			return true
+		}
+	}
+	return false
 }
 
 // sampleReport is a report with one of everything.
