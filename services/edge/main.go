@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hermes-mobile/gateway/pkg/agent"
 	"github.com/hermes-mobile/gateway/pkg/config"
 	"github.com/hermes-mobile/gateway/pkg/edge"
 	"github.com/hermes-mobile/gateway/pkg/gateway"
@@ -32,6 +33,9 @@ type flags struct {
 	redisPrefix, natsPrefix                                  string
 	router, logLevel                                         string
 	promptTTL                                                time.Duration
+	agent, openaiBaseURL, openaiModel, openaiPrompt          string
+	openaiKey                                                config.Secret
+	openaiTimeout                                            time.Duration
 }
 
 func (f *flags) register(fs *flag.FlagSet) {
@@ -48,7 +52,13 @@ func (f *flags) register(fs *flag.FlagSet) {
 	config.String(fs, &f.natsPrefix, "nats-prefix", "NATS_PREFIX", "", "prefix of every NATS subject, e.g. gw1. (lets several gateways share one NATS)")
 	config.String(fs, &f.redisURL, "redis-url", "REDIS_URL", "", "external Redis; empty keeps state in memory")
 	config.String(fs, &f.redisPrefix, "redis-prefix", "REDIS_PREFIX", "hermes:", "prefix of every Redis key")
-	config.String(fs, &f.router, "router", "MOBILE_ROUTER", "auto", "run a router with the demo agent here: on, off, or auto (on without NATS_URL)")
+	config.String(fs, &f.router, "router", "MOBILE_ROUTER", "auto", "run a router with AGENT here: on, off, or auto (on without NATS_URL)")
+	config.String(fs, &f.agent, "agent", "AGENT", "demo", "the router's agent: demo, openai (an OpenAI-compatible chat API) or link (an outside agent over the router API)")
+	config.String(fs, &f.openaiBaseURL, "openai-base-url", "OPENAI_BASE_URL", agent.DefaultOpenAIBaseURL, "AGENT=openai: the API root (…/v1)")
+	config.SecretVar(fs, &f.openaiKey, "openai-api-key", "OPENAI_API_KEY", "AGENT=openai: the API key, sent as a bearer token")
+	config.String(fs, &f.openaiModel, "openai-model", "OPENAI_MODEL", "", "AGENT=openai: the model (required)")
+	config.String(fs, &f.openaiPrompt, "openai-system-prompt", "OPENAI_SYSTEM_PROMPT", "", "AGENT=openai: the system prompt")
+	config.Seconds(fs, &f.openaiTimeout, "openai-timeout", "OPENAI_TIMEOUT", agent.DefaultOpenAITimeout, "AGENT=openai: bound on one answer")
 	config.String(fs, &f.logLevel, "log-level", "MOBILE_LOG_LEVEL", "info", "debug, info, warn or error")
 }
 
@@ -109,6 +119,19 @@ func (f flags) gatewayConfig() (gateway.Config, error) {
 	default:
 		return cfg, fmt.Errorf("MOBILE_ROUTER: %q is not on, off or auto", f.router)
 	}
+	switch strings.ToLower(strings.TrimSpace(f.agent)) {
+	case "demo", "":
+	case "link":
+		cfg.Link = true
+	case "openai":
+		oc, err := f.openAIConfig()
+		if err != nil {
+			return cfg, err
+		}
+		cfg.OpenAI = &oc
+	default:
+		return cfg, fmt.Errorf("AGENT: %q is not demo, openai or link", f.agent)
+	}
 	extra, err := edge.ParseExtraTokens(string(f.extraTokens))
 	if err != nil {
 		return cfg, err
@@ -127,6 +150,19 @@ func (f flags) gatewayConfig() (gateway.Config, error) {
 	cfg.Edge = edge.Config{Auth: auth, HomeDevice: f.homeDevice, AvatarURL: f.avatarURL}
 	cfg.RouterCfg.PromptTTL = f.promptTTL
 	return cfg, nil
+}
+
+// openAIConfig is the configuration of AGENT=openai.
+func (f flags) openAIConfig() (agent.OpenAIConfig, error) {
+	c := agent.OpenAIConfig{BaseURL: f.openaiBaseURL, APIKey: string(f.openaiKey), Model: strings.TrimSpace(f.openaiModel),
+		SystemPrompt: f.openaiPrompt, Timeout: f.openaiTimeout}
+	if c.Model == "" {
+		return c, errors.New("AGENT=openai needs OPENAI_MODEL (or -openai-model): the model to ask")
+	}
+	if err := c.Check(); err != nil {
+		return c, fmt.Errorf("OPENAI_BASE_URL: %w", err)
+	}
+	return c, nil
 }
 
 func split(s string) []string {

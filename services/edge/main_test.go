@@ -8,6 +8,8 @@ import (
 	"flag"
 	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"os"
 	"reflect"
@@ -15,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hermes-mobile/gateway/pkg/agent"
 	"github.com/hermes-mobile/gateway/pkg/client"
 	"github.com/hermes-mobile/gateway/pkg/edge"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
@@ -25,6 +28,7 @@ var envVars = []string{
 	"MOBILE_TOKEN", "MOBILE_EXTRA_TOKENS", "MOBILE_ALLOWED_DEVICES", "MOBILE_DELIVER_TOKENS",
 	"MOBILE_HOME_DEVICE", "MOBILE_PROMPT_TTL", "MOBILE_LISTEN", "MOBILE_AVATAR_URL",
 	"MOBILE_TRUSTED_PROXIES", "NATS_URL", "REDIS_URL", "MOBILE_ROUTER", "MOBILE_LOG_LEVEL",
+	"AGENT", "OPENAI_BASE_URL", "OPENAI_API_KEY", "OPENAI_MODEL", "OPENAI_SYSTEM_PROMPT", "OPENAI_TIMEOUT",
 }
 
 // clearEnv unsets every variable of the command for the test, so the
@@ -61,7 +65,8 @@ func mustParse(t *testing.T, args ...string) flags {
 func TestFlagDefaults(t *testing.T) {
 	clearEnv(t)
 	f := mustParse(t)
-	want := flags{listen: "127.0.0.1:8787", router: "auto", logLevel: "info", promptTTL: protocol.DefaultPromptTTL, redisPrefix: "hermes:"}
+	want := flags{listen: "127.0.0.1:8787", router: "auto", logLevel: "info", promptTTL: protocol.DefaultPromptTTL, redisPrefix: "hermes:",
+		agent: "demo", openaiBaseURL: "https://api.openai.com/v1", openaiTimeout: 120 * time.Second}
 	if f != want {
 		t.Fatalf("defaults = %+v, want %+v", f, want)
 	}
@@ -88,6 +93,11 @@ func TestEnvAndFlags(t *testing.T) {
 		{"REDIS_URL", "redis-url", "redis://env:6379", "redis://flag:6379", func(f flags) string { return f.redisURL }},
 		{"MOBILE_ROUTER", "router", "off", "on", func(f flags) string { return f.router }},
 		{"MOBILE_LOG_LEVEL", "log-level", "debug", "warn", func(f flags) string { return f.logLevel }},
+		{"AGENT", "agent", "openai", "link", func(f flags) string { return f.agent }},
+		{"OPENAI_BASE_URL", "openai-base-url", "http://env:11434/v1", "http://flag:8000/v1", func(f flags) string { return f.openaiBaseURL }},
+		{"OPENAI_API_KEY", "openai-api-key", "sk-env", "sk-flag", func(f flags) string { return string(f.openaiKey) }},
+		{"OPENAI_MODEL", "openai-model", "llama3", "gpt-4o-mini", func(f flags) string { return f.openaiModel }},
+		{"OPENAI_SYSTEM_PROMPT", "openai-system-prompt", "Be brief.", "Be kind.", func(f flags) string { return f.openaiPrompt }},
 		{"MOBILE_PROMPT_TTL", "prompt-ttl", "45", "90", func(f flags) string { return f.promptTTL.String() }},
 	} {
 		t.Run(tc.env, func(t *testing.T) {
@@ -395,18 +405,113 @@ func TestHelpHidesTokens(t *testing.T) {
 	t.Setenv("MOBILE_TOKEN", "app-secret-123")
 	t.Setenv("MOBILE_EXTRA_TOKENS", "tel-1=bound-secret-456")
 	t.Setenv("MOBILE_DELIVER_TOKENS", "cron-secret-789")
+	t.Setenv("OPENAI_API_KEY", "sk-secret-000")
 	var f flags
 	fs := flag.NewFlagSet("edge", flag.ContinueOnError)
 	var out strings.Builder
 	fs.SetOutput(&out)
 	f.register(fs)
 	fs.PrintDefaults()
-	for _, s := range []string{"app-secret-123", "bound-secret-456", "cron-secret-789"} {
+	for _, s := range []string{"app-secret-123", "bound-secret-456", "cron-secret-789", "sk-secret-000"} {
 		if strings.Contains(out.String(), s) {
 			t.Errorf("-help shows the token %q:\n%s", s, out.String())
 		}
 	}
 	if string(f.token) != "app-secret-123" {
 		t.Errorf("token from the environment = %q", f.token)
+	}
+}
+
+// TestAgentChoice: AGENT picks the router's agent; an unknown AGENT, and
+// AGENT=openai without OPENAI_MODEL or with a bad OPENAI_BASE_URL, refuse
+// to start with an error naming the variable.
+func TestAgentChoice(t *testing.T) {
+	for _, tc := range []struct {
+		env        map[string]string
+		link, oai  bool
+		wantErrVar string
+	}{
+		{env: map[string]string{}},
+		{env: map[string]string{"AGENT": "demo"}},
+		{env: map[string]string{"AGENT": "Link"}, link: true},
+		{env: map[string]string{"AGENT": "openai", "OPENAI_MODEL": "llama3"}, oai: true},
+		{env: map[string]string{"AGENT": "smart"}, wantErrVar: "AGENT"},
+		{env: map[string]string{"AGENT": "openai"}, wantErrVar: "OPENAI_MODEL"},
+		{env: map[string]string{"AGENT": "openai", "OPENAI_MODEL": " "}, wantErrVar: "OPENAI_MODEL"},
+		{env: map[string]string{"AGENT": "openai", "OPENAI_MODEL": "m", "OPENAI_BASE_URL": "localhost:11434"}, wantErrVar: "OPENAI_BASE_URL"},
+	} {
+		clearEnv(t)
+		for k, v := range tc.env {
+			t.Setenv(k, v)
+		}
+		cfg, err := mustParse(t).gatewayConfig()
+		if tc.wantErrVar != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErrVar) {
+				t.Errorf("%v: %v, want an error naming %s", tc.env, err, tc.wantErrVar)
+			}
+			continue
+		}
+		if err != nil || cfg.Link != tc.link || (cfg.OpenAI != nil) != tc.oai {
+			t.Errorf("%v: link %v, openai %+v, %v; want link %v, openai %v", tc.env, cfg.Link, cfg.OpenAI, err, tc.link, tc.oai)
+		}
+	}
+	clearEnv(t)
+	for k, v := range map[string]string{"AGENT": "openai", "OPENAI_BASE_URL": "http://127.0.0.1:11434/v1", "OPENAI_API_KEY": "sk-1",
+		"OPENAI_MODEL": "llama3", "OPENAI_SYSTEM_PROMPT": "Be brief.", "OPENAI_TIMEOUT": "30"} {
+		t.Setenv(k, v)
+	}
+	cfg, err := mustParse(t).gatewayConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := agent.OpenAIConfig{BaseURL: "http://127.0.0.1:11434/v1", APIKey: "sk-1", Model: "llama3", SystemPrompt: "Be brief.", Timeout: 30 * time.Second}
+	if cfg.OpenAI == nil || *cfg.OpenAI != want {
+		t.Errorf("OpenAI config %+v, want %+v", cfg.OpenAI, want)
+	}
+}
+
+// TestRunOpenAI: the command with AGENT=openai answers a phone from an
+// OpenAI-compatible server.
+func TestRunOpenAI(t *testing.T) {
+	var got struct {
+		Model    string `json:"model"`
+		Messages []struct{ Role, Content string }
+	}
+	llm := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/chat/completions" || r.Header.Get("Authorization") != "Bearer sk-run" {
+			http.Error(w, "wrong request", 400)
+			return
+		}
+		json.NewDecoder(r.Body).Decode(&got)
+		io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"Hi \"}}]}\n\n"+
+			"data: {\"choices\":[{\"delta\":{\"content\":\"there\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
+	}))
+	defer llm.Close()
+	clearEnv(t)
+	t.Setenv("MOBILE_TOKEN", "my-token")
+	t.Setenv("OPENAI_API_KEY", "sk-run")
+	url, _, _ := runNode(t, mustParse(t, "-listen=127.0.0.1:0",
+		"-agent=openai", "-openai-base-url="+llm.URL+"/v1", "-openai-model=tiny", "-openai-system-prompt=Be brief."))
+	c, err := client.Dial(testCtx(t), url, client.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	if _, err := c.Hello(testCtx(t), "my-token", protocol.Device{ID: "tel-1"}, protocol.User{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Text("m-1", "hello"); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := c.Expect(testCtx(t), protocol.TypeMessage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, _, err := c.CollectMessage(testCtx(t), msg.Str("id"))
+	if err != nil || text != "Hi there" {
+		t.Fatalf("answer %q, %v; want \"Hi there\"", text, err)
+	}
+	if got.Model != "tiny" || len(got.Messages) != 2 || got.Messages[0].Content != "Be brief." || got.Messages[1].Content != "hello" {
+		t.Fatalf("upstream request %+v", got)
 	}
 }

@@ -1,6 +1,7 @@
 // Command router runs a router of a cluster: it takes the device events of
-// the cluster's edges from NATS, runs the agent for them (the demo agent, or
-// with AGENT=link an agent outside the gateway that reads them over HTTP),
+// the cluster's edges from NATS, runs the agent for them (the demo agent,
+// with AGENT=openai an OpenAI-compatible chat API, or with AGENT=link an
+// agent outside the gateway that reads them over HTTP),
 // delivers the agent's output through the edges, expires cards, and serves
 // the HTTP API of docs/api.md: deliver for cron, the agent link, /healthz
 // and /readyz. It needs the cluster's NATS (NATS_URL) and Redis (REDIS_URL).
@@ -40,6 +41,11 @@ type flags struct {
 	deliverTokens, agentTokens             config.Secret
 	homeDevice, agent, eventsMax, logLevel string
 	promptTTL                              time.Duration
+
+	// AGENT=openai
+	openaiBaseURL, openaiModel, openaiPrompt string
+	openaiKey                                config.Secret
+	openaiTimeout                            time.Duration
 }
 
 func (f *flags) register(fs *flag.FlagSet) {
@@ -52,7 +58,12 @@ func (f *flags) register(fs *flag.FlagSet) {
 	config.SecretVar(fs, &f.agentTokens, "agent-tokens", "MOBILE_AGENT_TOKENS", "`tokens` of the agent link (sessions, events, blobs), comma-separated")
 	config.String(fs, &f.homeDevice, "home-device", "MOBILE_HOME_DEVICE", "", "target of a deliver without one")
 	config.Seconds(fs, &f.promptTTL, "prompt-ttl", "MOBILE_PROMPT_TTL", protocol.DefaultPromptTTL, "prompt card lifetime")
-	config.String(fs, &f.agent, "agent", "AGENT", "demo", "the agent: demo, or link (an outside agent reads GET /v1/events)")
+	config.String(fs, &f.agent, "agent", "AGENT", "demo", "the agent: demo, openai (an OpenAI-compatible chat API) or link (an outside agent reads GET /v1/events)")
+	config.String(fs, &f.openaiBaseURL, "openai-base-url", "OPENAI_BASE_URL", agent.DefaultOpenAIBaseURL, "AGENT=openai: the API root (…/v1)")
+	config.SecretVar(fs, &f.openaiKey, "openai-api-key", "OPENAI_API_KEY", "AGENT=openai: the API key, sent as a bearer token")
+	config.String(fs, &f.openaiModel, "openai-model", "OPENAI_MODEL", "", "AGENT=openai: the model (required)")
+	config.String(fs, &f.openaiPrompt, "openai-system-prompt", "OPENAI_SYSTEM_PROMPT", "", "AGENT=openai: the system prompt")
+	config.Seconds(fs, &f.openaiTimeout, "openai-timeout", "OPENAI_TIMEOUT", agent.DefaultOpenAITimeout, "AGENT=openai: bound on one answer")
 	config.String(fs, &f.eventsMax, "events-max", "MOBILE_EVENTS_MAX", strconv.Itoa(agent.DefaultLinkMaxLen), "events the log of AGENT=link keeps (about)")
 	config.String(fs, &f.logLevel, "log-level", "MOBILE_LOG_LEVEL", "info", "debug, info, warn or error")
 }
@@ -77,7 +88,8 @@ func main() {
 // settings is what the flags say, checked.
 type settings struct {
 	level     slog.Level
-	agent     string // demo or link
+	agent     string // demo, openai or link
+	openai    agent.OpenAIConfig
 	eventsMax int
 	api       router.APIConfig
 	router    router.Config
@@ -96,8 +108,14 @@ func (f flags) settings() (settings, error) {
 	}
 	switch s.agent = strings.ToLower(strings.TrimSpace(f.agent)); s.agent {
 	case "demo", "link":
+	case "openai":
+		oc, err := f.openAIConfig()
+		if err != nil {
+			return s, err
+		}
+		s.openai = oc
 	default:
-		return s, fmt.Errorf("AGENT: %q is not demo or link", f.agent)
+		return s, fmt.Errorf("AGENT: %q is not demo, openai or link", f.agent)
 	}
 	n, err := strconv.Atoi(strings.TrimSpace(f.eventsMax))
 	if err != nil || n < 1 {
@@ -136,8 +154,15 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) (err error) {
 	defer func() { err = errors.Join(err, b.Close()) }()
 
 	var a agent.Agent = agent.Demo{}
-	if s.agent == "link" {
+	switch s.agent {
+	case "link":
 		a = agent.NewLink(st, s.eventsMax)
+	case "openai":
+		oc := s.openai
+		oc.Log = log.With("component", "openai")
+		if a, err = agent.NewOpenAI(oc, st); err != nil {
+			return err
+		}
 	}
 	r := router.New(s.router, st, b, a, log.With("component", "router"))
 	if err := r.Start(); err != nil {
@@ -183,6 +208,19 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) (err error) {
 		return fmt.Errorf("serving HTTP: %w", err)
 	}
 	return nil
+}
+
+// openAIConfig is the configuration of AGENT=openai.
+func (f flags) openAIConfig() (agent.OpenAIConfig, error) {
+	c := agent.OpenAIConfig{BaseURL: f.openaiBaseURL, APIKey: string(f.openaiKey), Model: strings.TrimSpace(f.openaiModel),
+		SystemPrompt: f.openaiPrompt, Timeout: f.openaiTimeout}
+	if c.Model == "" {
+		return c, errors.New("AGENT=openai needs OPENAI_MODEL (or -openai-model): the model to ask")
+	}
+	if err := c.Check(); err != nil {
+		return c, fmt.Errorf("OPENAI_BASE_URL: %w", err)
+	}
+	return c, nil
 }
 
 func split(s string) []string {

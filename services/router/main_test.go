@@ -19,6 +19,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hermes-mobile/gateway/pkg/agent"
 	"github.com/hermes-mobile/gateway/pkg/client"
 	"github.com/hermes-mobile/gateway/pkg/edge"
 	"github.com/hermes-mobile/gateway/pkg/gateway"
@@ -31,6 +32,7 @@ var envVars = []string{
 	"MOBILE_ROUTER_LISTEN", "NATS_URL", "NATS_PREFIX", "REDIS_URL", "REDIS_PREFIX", "MOBILE_DELIVER_TOKENS",
 	"MOBILE_AGENT_TOKENS", "MOBILE_HOME_DEVICE", "MOBILE_PROMPT_TTL", "AGENT", "MOBILE_EVENTS_MAX",
 	"MOBILE_LOG_LEVEL",
+	"OPENAI_BASE_URL", "OPENAI_API_KEY", "OPENAI_MODEL", "OPENAI_SYSTEM_PROMPT", "OPENAI_TIMEOUT",
 }
 
 // TestMain runs main itself when asked to, so that the tests can check
@@ -75,7 +77,8 @@ func mustParse(t *testing.T, args ...string) flags {
 func TestFlagDefaults(t *testing.T) {
 	clearEnv(t)
 	want := flags{listen: "127.0.0.1:8788", redisPrefix: "hermes:", agent: "demo", eventsMax: "10000",
-		logLevel: "info", promptTTL: protocol.DefaultPromptTTL}
+		logLevel: "info", promptTTL: protocol.DefaultPromptTTL,
+		openaiBaseURL: "https://api.openai.com/v1", openaiTimeout: 120 * time.Second}
 	if f := mustParse(t); f != want {
 		t.Fatalf("defaults = %+v, want %+v", f, want)
 	}
@@ -99,6 +102,10 @@ func TestEnvAndFlags(t *testing.T) {
 		{"MOBILE_EVENTS_MAX", "events-max", "500", "700", func(f flags) string { return f.eventsMax }},
 		{"MOBILE_LOG_LEVEL", "log-level", "debug", "warn", func(f flags) string { return f.logLevel }},
 		{"MOBILE_PROMPT_TTL", "prompt-ttl", "45", "90", func(f flags) string { return f.promptTTL.String() }},
+		{"OPENAI_BASE_URL", "openai-base-url", "http://env:11434/v1", "http://flag:8000/v1", func(f flags) string { return f.openaiBaseURL }},
+		{"OPENAI_API_KEY", "openai-api-key", "sk-env", "sk-flag", func(f flags) string { return string(f.openaiKey) }},
+		{"OPENAI_MODEL", "openai-model", "llama3", "gpt-4o-mini", func(f flags) string { return f.openaiModel }},
+		{"OPENAI_SYSTEM_PROMPT", "openai-system-prompt", "Be brief.", "Be kind.", func(f flags) string { return f.openaiPrompt }},
 	} {
 		t.Run(tc.env, func(t *testing.T) {
 			clearEnv(t)
@@ -152,6 +159,8 @@ func TestRunRejectsBadConfig(t *testing.T) {
 		{"no NATS_URL", func(f *flags) { f.natsURL = "" }, "NATS_URL"},
 		{"no REDIS_URL", func(f *flags) { f.redisURL = "" }, "REDIS_URL"},
 		{"agent", func(f *flags) { f.agent = "smart" }, "AGENT"},
+		{"openai without a model", func(f *flags) { f.agent = "openai" }, "OPENAI_MODEL"},
+		{"openai base URL", func(f *flags) { f.agent, f.openaiModel, f.openaiBaseURL = "openai", "m", "api.example/v1" }, "OPENAI_BASE_URL"},
 		{"events max", func(f *flags) { f.eventsMax = "0" }, "MOBILE_EVENTS_MAX"},
 		{"events max not a number", func(f *flags) { f.eventsMax = "many" }, "MOBILE_EVENTS_MAX"},
 		{"log level", func(f *flags) { f.logLevel = "loud" }, "MOBILE_LOG_LEVEL"},
@@ -198,7 +207,7 @@ func TestHelpHidesTokens(t *testing.T) {
 	clearEnv(t)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "ROUTER_TEST_RUN_MAIN=1", "ROUTER_TEST_ARGS=-help",
-		"MOBILE_DELIVER_TOKENS=cron-secret", "MOBILE_AGENT_TOKENS=agent-secret")
+		"MOBILE_DELIVER_TOKENS=cron-secret", "MOBILE_AGENT_TOKENS=agent-secret", "OPENAI_API_KEY=sk-secret")
 	out, _ := cmd.CombinedOutput()
 	if !strings.Contains(string(out), "-agent-tokens") {
 		t.Fatalf("-help printed %q", out)
@@ -361,5 +370,24 @@ func TestRunCluster(t *testing.T) {
 	}
 	if _, err := http.Get(url + "/healthz"); err == nil {
 		t.Fatal("the API still answers after run returned")
+	}
+}
+
+// TestSettingsOpenAI: AGENT=openai takes the OPENAI_* variables.
+func TestSettingsOpenAI(t *testing.T) {
+	clearEnv(t)
+	for k, v := range map[string]string{
+		"NATS_URL": "nats://n:4222", "REDIS_URL": "redis://r:6379", "AGENT": "openai", "OPENAI_BASE_URL": "http://127.0.0.1:11434/v1",
+		"OPENAI_API_KEY": "sk-1", "OPENAI_MODEL": " llama3 ", "OPENAI_SYSTEM_PROMPT": "Be brief.", "OPENAI_TIMEOUT": "30",
+	} {
+		t.Setenv(k, v)
+	}
+	s, err := mustParse(t).settings()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := agent.OpenAIConfig{BaseURL: "http://127.0.0.1:11434/v1", APIKey: "sk-1", Model: "llama3", SystemPrompt: "Be brief.", Timeout: 30 * time.Second}
+	if s.agent != "openai" || s.openai != want {
+		t.Fatalf("settings agent %q, openai %+v; want openai, %+v", s.agent, s.openai, want)
 	}
 }
