@@ -69,12 +69,12 @@ func (r *runner) deliver(ctx context.Context, hc *http.Client, dev *device) {
 		"text":   r.text(deliverPrefix, seq, now),
 	})
 	r.mu.Lock()
-	r.pendingD[seq] = struct{}{}
+	r.dlv.pending[seq] = struct{}{}
 	r.lastSend = now
 	r.mu.Unlock()
 	fail := func(kind string) {
 		r.mu.Lock()
-		delete(r.pendingD, seq)
+		delete(r.dlv.pending, seq)
 		r.mu.Unlock()
 		r.errs.add(kind)
 	}

@@ -63,6 +63,10 @@ type Report struct {
 		Seconds   float64    `json:"seconds"` // from the drop until the last one is back
 		Rate      float64    `json:"handshakes_per_s"`
 		Handshake *Histogram `json:"handshake"`
+		Sent      int        `json:"sent"` // one text on each connection back, all at once
+		Answered  int        `json:"answered"`
+		Lost      int        `json:"lost"`
+		Latency   *Histogram `json:"latency"`
 	} `json:"storm"`
 
 	Held int `json:"held_at_end"` // connections open just before the end
@@ -87,6 +91,7 @@ func newReport() *Report {
 	r.Messages.Latency = new(Histogram)
 	r.Deliveries.Latency = new(Histogram)
 	r.Storm.Handshake = new(Histogram)
+	r.Storm.Latency = new(Histogram)
 	return r
 }
 
@@ -106,6 +111,9 @@ func (r *Report) judge() {
 	}
 	if r.Deliveries.Lost > 0 {
 		f = append(f, fmt.Sprintf("%d deliveries lost", r.Deliveries.Lost))
+	}
+	if r.Storm.Lost > 0 {
+		f = append(f, fmt.Sprintf("%d texts after the storm lost", r.Storm.Lost))
 	}
 	if r.Storm.Back < r.Storm.Dropped {
 		f = append(f, fmt.Sprintf("%d of %d dropped connections came back", r.Storm.Back, r.Storm.Dropped))
@@ -178,6 +186,10 @@ func (r *Report) Merge(o *Report) {
 	st.Seconds = max(st.Seconds, ost.Seconds)
 	st.Rate += ost.Rate
 	st.Handshake.Merge(ost.Handshake)
+	st.Sent += ost.Sent
+	st.Answered += ost.Answered
+	st.Lost += ost.Lost
+	st.Latency.Merge(ost.Latency)
 
 	r.Held += o.Held
 	for k, v := range o.Errors {
@@ -198,7 +210,7 @@ func readReport(path string) (*Report, error) {
 	if err := json.Unmarshal(b, r); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	for _, h := range []**Histogram{&r.Connect.Handshake, &r.Messages.Latency, &r.Deliveries.Latency, &r.Storm.Handshake} {
+	for _, h := range []**Histogram{&r.Connect.Handshake, &r.Messages.Latency, &r.Deliveries.Latency, &r.Storm.Handshake, &r.Storm.Latency} {
 		if *h == nil {
 			*h = new(Histogram)
 		}
@@ -261,6 +273,7 @@ func (r *Report) writeTable(w io.Writer) {
 	}
 	if st := r.Storm; st.Dropped > 0 {
 		row(append([]string{"reconnect storm", fmt.Sprintf("%d dropped, %d back in %.2fs", st.Dropped, st.Back, st.Seconds), f1(st.Rate)}, lat(st.Handshake)...)...)
+		row(append([]string{"texts after it", fmt.Sprintf("%d sent at once, %d answered, %d lost", st.Sent, st.Answered, st.Lost), ""}, lat(st.Latency)...)...)
 	}
 	if len(r.Errors) == 0 {
 		row("errors", "none")

@@ -128,6 +128,7 @@ func TestJudgeFailsOnEachKindOfTrouble(t *testing.T) {
 		"lost message":       func(r *Report) { r.Messages.Lost = 1 },
 		"lost delivery":      func(r *Report) { r.Deliveries.Lost = 1 },
 		"storm short":        func(r *Report) { r.Storm.Back-- },
+		"lost after storm":   func(r *Report) { r.Storm.Lost = 1 },
 		"error frame":        func(r *Report) { r.Errors["error:internal_error"] = 1 },
 		"unexpected close":   func(r *Report) { r.Errors["close:1001"] = 1 },
 	} {

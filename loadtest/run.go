@@ -51,14 +51,24 @@ type runner struct {
 	devs     []*device
 	seq      atomic.Uint64
 
-	mu        sync.Mutex
-	pending   map[uint64]struct{} // messages sent and not answered
-	pendingD  map[uint64]struct{} // deliveries accepted by the router and not received
-	lastSend  time.Time
-	answered  int
-	received  int
-	consumers sync.WaitGroup
+	// texts of the message phase, texts after the storm, and deliveries;
+	// guarded by mu, as is lastSend.
+	mu                     sync.Mutex
+	texts, stormTexts, dlv *flow
+	lastSend               time.Time
+	consumers              sync.WaitGroup
 }
+
+// flow is one kind of traffic whose arrival is awaited: what was sent and
+// has not arrived yet, what arrived, what was given up as lost.
+type flow struct {
+	pending map[uint64]struct{}
+	arrived int
+	lost    int
+	latency *Histogram // from the timestamp inside the text to the arrival
+}
+
+func newFlow(h *Histogram) *flow { return &flow{pending: map[uint64]struct{}{}, latency: h} }
 
 // device is one phone: its id, the edge it talks to and its current
 // connection (nil while it has none).
@@ -78,8 +88,10 @@ type link struct {
 }
 
 func newRunner(cfg Config, progress io.Writer) *runner {
-	r := &runner{cfg: cfg, progress: progress, rep: newReport(),
-		pending: map[uint64]struct{}{}, pendingD: map[uint64]struct{}{}}
+	r := &runner{cfg: cfg, progress: progress, rep: newReport()}
+	r.texts = newFlow(r.rep.Messages.Latency)
+	r.stormTexts = newFlow(r.rep.Storm.Latency)
+	r.dlv = newFlow(r.rep.Deliveries.Latency)
 	for i := range cfg.Conns {
 		u := cfg.URLs[i%len(cfg.URLs)]
 		r.devs = append(r.devs, &device{id: fmt.Sprintf("lt-%s-%d", cfg.RunID, i), url: u, src: cfg.sourceAddr(i, u)})
@@ -135,7 +147,9 @@ func run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 	rep.Server = append(rep.Server, r.scrapeAll(ctx, "end")...)
 	r.closeAll()
 	r.mu.Lock()
-	rep.Messages.Answered, rep.Deliveries.Received = r.answered, r.received
+	rep.Messages.Answered, rep.Messages.Lost = r.texts.arrived, r.texts.lost
+	rep.Storm.Answered, rep.Storm.Lost = r.stormTexts.arrived, r.stormTexts.lost
+	rep.Deliveries.Received, rep.Deliveries.Lost = r.dlv.arrived, r.dlv.lost
 	r.mu.Unlock()
 	rep.Errors = r.errs.snapshot()
 	rep.judge()
@@ -275,19 +289,20 @@ func (r *runner) handle(f client.Frame) {
 		}
 		text := f.Str("text")
 		if rest, ok := strings.CutPrefix(text, answerPrefix); ok {
-			r.arrived(rest, r.pending, &r.answered, r.rep.Messages.Latency)
+			r.arrived(rest, r.texts, r.stormTexts)
 		} else if rest, ok := strings.CutPrefix(text, deliverPrefix); ok {
-			r.arrived(rest, r.pendingD, &r.received, r.rep.Deliveries.Latency)
+			r.arrived(rest, r.dlv)
 		}
 	case protocol.TypeError:
 		r.errs.add("error:" + f.Str("code"))
 	}
 }
 
-// arrived takes "<run> <seq> <unix ns>" of an answer or a delivery off
-// pending and records its latency. Texts of other runs are ignored; one
-// that is not pending (twice, or after it counted as lost) is an error.
-func (r *runner) arrived(s string, pending map[uint64]struct{}, count *int, h *Histogram) {
+// arrived takes "<run> <seq> <unix ns>" of an answer or a delivery off the
+// flow where it is pending and records its latency. Texts of other runs
+// are ignored; one that is not pending (twice, or after it counted as lost)
+// is an error.
+func (r *runner) arrived(s string, flows ...*flow) {
 	now := time.Now()
 	fields := strings.Fields(s)
 	if len(fields) != 3 || fields[0] != r.cfg.RunID {
@@ -299,18 +314,22 @@ func (r *runner) arrived(s string, pending map[uint64]struct{}, count *int, h *H
 		r.errs.add("garbled")
 		return
 	}
+	var found *flow
 	r.mu.Lock()
-	_, ok := pending[seq]
-	delete(pending, seq)
-	if ok {
-		*count++
+	for _, f := range flows {
+		if _, ok := f.pending[seq]; ok {
+			delete(f.pending, seq)
+			f.arrived++
+			found = f
+			break
+		}
 	}
 	r.mu.Unlock()
-	if !ok {
+	if found == nil {
 		r.errs.add("unexpected")
 		return
 	}
-	h.Record(now.Sub(time.Unix(0, ts)))
+	found.latency.Record(now.Sub(time.Unix(0, ts)))
 }
 
 // text is what a run sends: prefix, run id, sequence number, time.
@@ -333,7 +352,7 @@ func (r *runner) messagePhase(ctx context.Context) {
 		if l == nil {
 			return false
 		}
-		if r.send(l) {
+		if r.send(l, r.texts) {
 			m.Sent++
 		}
 		return true
@@ -384,17 +403,17 @@ func (r *runner) pick(next *int) (*device, *link) {
 	return nil, nil
 }
 
-// send sends one text on l; false when the write failed.
-func (r *runner) send(l *link) bool {
+// send sends one text of flow f on l; false when the write failed.
+func (r *runner) send(l *link, f *flow) bool {
 	seq := r.seq.Add(1)
 	now := time.Now()
 	r.mu.Lock()
-	r.pending[seq] = struct{}{}
+	f.pending[seq] = struct{}{}
 	r.lastSend = now
 	r.mu.Unlock()
 	if err := l.c.Text("m"+strconv.FormatUint(seq, 10), r.text(msgPrefix, seq, now)); err != nil {
 		r.mu.Lock()
-		delete(r.pending, seq)
+		delete(f.pending, seq)
 		r.mu.Unlock()
 		if !l.closing.Load() {
 			r.errs.add("write")
@@ -410,7 +429,7 @@ func (r *runner) send(l *link) bool {
 func (r *runner) drain(ctx context.Context) {
 	for {
 		r.mu.Lock()
-		left := len(r.pending) + len(r.pendingD)
+		left := len(r.texts.pending) + len(r.stormTexts.pending) + len(r.dlv.pending)
 		since := time.Since(r.lastSend)
 		r.mu.Unlock()
 		if left == 0 || since > r.cfg.AnswerWait || ctx.Err() != nil {
@@ -420,15 +439,16 @@ func (r *runner) drain(ctx context.Context) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.rep.Messages.Lost += len(r.pending)
-	r.rep.Deliveries.Lost += len(r.pendingD)
-	clear(r.pending)
-	clear(r.pendingD)
+	for _, f := range []*flow{r.texts, r.stormTexts, r.dlv} {
+		f.lost += len(f.pending)
+		clear(f.pending)
+	}
 }
 
 // storm drops a fraction of the connections at once, without a close frame
-// as a network loss would, reconnects them all and sends one message on
-// each, which must be answered like any other.
+// as a network loss would, reconnects them all and sends one text on each
+// at once, which must be answered like any other (their latency is that of
+// a burst, so it is kept apart from the message phase's).
 func (r *runner) storm(ctx context.Context) {
 	st := &r.rep.Storm
 	n := int(math.Round(r.cfg.Storm * float64(len(r.devs))))
@@ -449,8 +469,8 @@ func (r *runner) storm(ctx context.Context) {
 	st.Back, st.Seconds, st.Rate = ok, took.Seconds(), perSecond(ok, took)
 	r.logf("storm: %d back in %.2fs (%.0f/s); one message on each", ok, took.Seconds(), st.Rate)
 	for _, d := range dropped {
-		if l := d.link.Load(); l != nil && r.send(l) {
-			r.rep.Messages.Sent++
+		if l := d.link.Load(); l != nil && r.send(l, r.stormTexts) {
+			st.Sent++
 		}
 	}
 	r.drain(ctx)
