@@ -31,7 +31,7 @@ const metricsMaxBytes = 8 << 20
 type ServerSample struct {
 	Name       string   `json:"name"` // as given in -metrics name=url, else the URL's host:port
 	URL        string   `json:"url"`
-	When       string   `json:"when"` // "idle" (after the soak) or "end"
+	When       string   `json:"when"` // "start" (before connecting), "idle" (after the soak) or "end"
 	RSSBytes   *float64 `json:"rss_bytes"`
 	Goroutines *float64 `json:"goroutines"`
 	Error      string   `json:"error,omitempty"`

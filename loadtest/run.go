@@ -125,6 +125,7 @@ func run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 	}
 	rep.RequireMetrics = cfg.RequireMetrics
 
+	rep.Server = append(rep.Server, r.scrapeAll(ctx, "start")...)
 	r.logf("connecting %d devices (run %s) to %s", cfg.Conns, cfg.RunID, strings.Join(cfg.URLs, ", "))
 	ok, took := r.connectAll(ctx, r.devs, rep.Connect.Handshake)
 	c := &rep.Connect
