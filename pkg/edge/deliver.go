@@ -34,6 +34,12 @@ func (s *Server) onDelivery(m *bus.Msg) {
 		}
 		return
 	}
+	if out.Op == wire.OpOutbox {
+		if c != nil {
+			c.rereadOutbox()
+		}
+		return
+	}
 	if c == nil || out.Epoch != 0 && c.epoch.Load() < out.Epoch {
 		return // not ours (any more): the owner answers
 	}
@@ -121,6 +127,8 @@ func (c *conn) render(ctx context.Context, out wire.Output, done func(error)) {
 		}
 	case wire.OpAvatar:
 		avatar = protocol.AvatarState(out.State)
+	case wire.OpOutbox:
+		c.writeOutbox(ctx) // held until ready: the outbox is read after the flush
 	default:
 		c.log.Debug("ignoring unknown output", "op", out.Op)
 	}

@@ -170,3 +170,26 @@ func TestDrainFinishesHandoff(t *testing.T) {
 		})
 	}
 }
+
+// TestOutboxReadAgain: an output filed in the outbox after the device's
+// socket read it (a reconnect racing the router) reaches the phone once
+// the router announces it with OpOutbox, without a reconnect.
+func TestOutboxReadAgain(t *testing.T) {
+	n := startNode(t, nil)
+	conn, _ := n.connect(t, "tel-1")
+	item, _ := json.Marshal(wire.Output{Op: wire.OpMessage, Device: "tel-1", ID: "late", Text: "filed late", Final: true, Offline: true})
+	if err := n.Store.PushOutbox(testCtx(t), "tel-1", item, 256, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	nudge, _ := json.Marshal(wire.Output{Op: wire.OpOutbox, Device: "tel-1"})
+	if err := n.Bus.Publish(testCtx(t), bus.DeviceSubject("tel-1"), nudge, nil); err != nil {
+		t.Fatal(err)
+	}
+	text, _, err := conn.CollectMessage(testCtx(t), "late")
+	if err != nil || text != "filed late" {
+		t.Fatalf("the phone got %q, %v; want the outbox item", text, err)
+	}
+	if left, err := n.Store.TakeOutbox(testCtx(t), "tel-1"); err != nil || len(left) != 0 {
+		t.Fatalf("outbox after the nudge: %d items, %v; want it empty", len(left), err)
+	}
+}

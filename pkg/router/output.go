@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hermes-mobile/gateway/pkg/agent"
+	"github.com/hermes-mobile/gateway/pkg/bus"
 	"github.com/hermes-mobile/gateway/pkg/dispatch"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/store"
@@ -75,6 +76,12 @@ func (o *output) send(ctx context.Context, out wire.Output) error {
 		return err
 	}
 	o.r.tel.m.OutboxQueued()
+	// The device may have connected between the failed delivery and the
+	// push, and read its outbox before the push: its edge reads it again.
+	nudge, _ := json.Marshal(wire.Output{Op: wire.OpOutbox, Device: o.device})
+	if err := o.r.bus.Publish(pctx, bus.DeviceSubject(o.device), nudge, nil); err != nil {
+		o.r.log.Debug("announcing an outbox item failed; the device reads it on its next connect", "device", o.device, "err", err)
+	}
 	return nil
 }
 

@@ -61,6 +61,10 @@ const (
 	OpTyping     = "typing"      // Stop
 	OpAvatar     = "avatar"      // State
 	OpTakeover   = "takeover"    // Epoch: the new owner; older sockets close
+	// OpOutbox is published after an output went to the device's outbox:
+	// the device may have come online meanwhile and read its outbox
+	// already, so the edge holding it reads it again.
+	OpOutbox = "outbox"
 )
 
 // Output is one thing to show on a device. Epoch is the device owner's epoch
