@@ -166,6 +166,7 @@ func (c *cluster) common() []string {
 		"MOBILE_DELIVER_TOKENS=" + c.deliverToken,
 		"MOBILE_PROMPT_TTL=" + ttl,
 		"MOBILE_LOG_LEVEL=debug",
+		"MOBILE_ADMIN_LISTEN=127.0.0.1:0",
 	}
 }
 
