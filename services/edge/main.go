@@ -18,11 +18,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hermes-mobile/gateway/pkg/admin"
 	"github.com/hermes-mobile/gateway/pkg/agent"
 	"github.com/hermes-mobile/gateway/pkg/config"
 	"github.com/hermes-mobile/gateway/pkg/edge"
 	"github.com/hermes-mobile/gateway/pkg/gateway"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
+	"github.com/hermes-mobile/gateway/pkg/telemetry"
 )
 
 // flags is the command line; every flag falls back to its env var.
@@ -33,6 +35,8 @@ type flags struct {
 	redisPrefix, natsPrefix                                  string
 	router, logLevel                                         string
 	promptTTL                                                time.Duration
+	adminListen                                              string
+	drainWindow                                              time.Duration
 	agent, openaiBaseURL, openaiModel, openaiPrompt          string
 	openaiKey                                                config.Secret
 	openaiTimeout                                            time.Duration
@@ -60,7 +64,14 @@ func (f *flags) register(fs *flag.FlagSet) {
 	config.String(fs, &f.openaiPrompt, "openai-system-prompt", "OPENAI_SYSTEM_PROMPT", "", "AGENT=openai: the system prompt")
 	config.Seconds(fs, &f.openaiTimeout, "openai-timeout", "OPENAI_TIMEOUT", agent.DefaultOpenAITimeout, "AGENT=openai: bound on one answer")
 	config.String(fs, &f.logLevel, "log-level", "MOBILE_LOG_LEVEL", "info", "debug, info, warn or error")
+	config.String(fs, &f.adminListen, "admin-listen", "MOBILE_ADMIN_LISTEN", "127.0.0.1:8789", "admin HTTP address (/healthz, /readyz, /metrics); off disables it")
+	config.Seconds(fs, &f.drainWindow, "drain-window", "MOBILE_DRAIN_WINDOW", 10*time.Second, "on SIGTERM, close the sockets with 1001 spread over this window")
 }
+
+// drainGrace is how long, past the drain window, the connections still
+// closing (a frame being handled, a close handshake) may take before the
+// rest are cut.
+const drainGrace = 10 * time.Second
 
 func main() {
 	var f flags
@@ -94,18 +105,51 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) (err error) {
 	if generated {
 		cfg.Edge.Auth.Token = edge.Secret(randomToken())
 	}
+	adm := admin.New(log.With("component", "admin"))
+	if err := adm.Start(f.adminListen); err != nil {
+		return fmt.Errorf("MOBILE_ADMIN_LISTEN: %w", err)
+	}
+	defer func() { err = errors.Join(err, adm.Close()) }()
+	if u := adm.URL(); u != "" {
+		log.Info("admin listening", "url", u)
+	}
+	tel, err := telemetry.New(ctx, telemetry.FromEnv("hermes-edge"))
+	if err != nil {
+		return fmt.Errorf("telemetry: %w", err)
+	}
+	defer func() { err = errors.Join(err, tel.Close()) }()
+	adm.Handle("GET /metrics", tel.Handler())
+	cfg.Telemetry = tel
 	g, err := gateway.Start(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, g.Close()) }()
+	adm.AddCheck("store", admin.StoreCheck(g.Store))
+	adm.AddCheck("bus", admin.BusCheck(g.Bus))
+	adm.MarkReady()
 	if generated {
 		printToken(stdout, string(cfg.Edge.Auth.Token), g.URL())
 	}
 	log.Info("gateway listening", "url", g.URL(), "router", cfg.Router, "nats", cfg.NATSURL != "", "redis", cfg.RedisURL != "")
 	<-ctx.Done()
+	drain(g, adm, f.drainWindow, log)
 	log.Info("shutting down")
 	return nil
+}
+
+// drain takes the node out of service: /readyz fails at once, the edge
+// stops accepting and closes its sockets over window. A second SIGTERM or
+// SIGINT closes the rest at once.
+func drain(g *gateway.Gateway, adm *admin.Server, window time.Duration, log *slog.Logger) {
+	adm.MarkDraining()
+	hurry, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(hurry, window+drainGrace)
+	defer cancel()
+	if err := g.Edge.Drain(ctx, window); err != nil {
+		log.Warn("drain cut short; closing the remaining connections now", "err", err)
+	}
 }
 
 func (f flags) gatewayConfig() (gateway.Config, error) {

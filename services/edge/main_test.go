@@ -6,8 +6,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -28,6 +30,7 @@ var envVars = []string{
 	"MOBILE_TOKEN", "MOBILE_EXTRA_TOKENS", "MOBILE_ALLOWED_DEVICES", "MOBILE_DELIVER_TOKENS",
 	"MOBILE_HOME_DEVICE", "MOBILE_PROMPT_TTL", "MOBILE_LISTEN", "MOBILE_AVATAR_URL",
 	"MOBILE_TRUSTED_PROXIES", "NATS_URL", "REDIS_URL", "MOBILE_ROUTER", "MOBILE_LOG_LEVEL",
+	"MOBILE_ADMIN_LISTEN", "MOBILE_DRAIN_WINDOW",
 	"AGENT", "OPENAI_BASE_URL", "OPENAI_API_KEY", "OPENAI_MODEL", "OPENAI_SYSTEM_PROMPT", "OPENAI_TIMEOUT",
 }
 
@@ -66,6 +69,7 @@ func TestFlagDefaults(t *testing.T) {
 	clearEnv(t)
 	f := mustParse(t)
 	want := flags{listen: "127.0.0.1:8787", router: "auto", logLevel: "info", promptTTL: protocol.DefaultPromptTTL, redisPrefix: "hermes:",
+		adminListen: "127.0.0.1:8789", drainWindow: 10 * time.Second,
 		agent: "demo", openaiBaseURL: "https://api.openai.com/v1", openaiTimeout: 120 * time.Second}
 	if f != want {
 		t.Fatalf("defaults = %+v, want %+v", f, want)
@@ -99,19 +103,21 @@ func TestEnvAndFlags(t *testing.T) {
 		{"OPENAI_MODEL", "openai-model", "llama3", "gpt-4o-mini", func(f flags) string { return f.openaiModel }},
 		{"OPENAI_SYSTEM_PROMPT", "openai-system-prompt", "Be brief.", "Be kind.", func(f flags) string { return f.openaiPrompt }},
 		{"MOBILE_PROMPT_TTL", "prompt-ttl", "45", "90", func(f flags) string { return f.promptTTL.String() }},
+		{"MOBILE_ADMIN_LISTEN", "admin-listen", "off", "127.0.0.1:9002", func(f flags) string { return f.adminListen }},
+		{"MOBILE_DRAIN_WINDOW", "drain-window", "45", "90", func(f flags) string { return f.drainWindow.String() }},
 	} {
 		t.Run(tc.env, func(t *testing.T) {
 			clearEnv(t)
 			t.Setenv(tc.env, tc.envVal)
 			want := tc.envVal
-			if tc.env == "MOBILE_PROMPT_TTL" {
+			if strings.HasSuffix(tc.flag, "-ttl") || strings.HasSuffix(tc.flag, "-window") {
 				want = "45s" // seconds
 			}
 			if got := tc.field(mustParse(t)); got != want {
 				t.Fatalf("$%s=%q → %q, want %q", tc.env, tc.envVal, got, want)
 			}
 			want = tc.flagVal
-			if tc.env == "MOBILE_PROMPT_TTL" {
+			if strings.HasSuffix(tc.flag, "-ttl") || strings.HasSuffix(tc.flag, "-window") {
 				want = "1m30s"
 			}
 			if got := tc.field(mustParse(t, "-"+tc.flag+"="+tc.flagVal)); got != want {
@@ -278,7 +284,7 @@ func testCtx(t *testing.T) context.Context {
 
 func TestRunPrintsGeneratedToken(t *testing.T) {
 	clearEnv(t) // MOBILE_TOKEN unset
-	f := mustParse(t, "-listen=127.0.0.1:0")
+	f := mustParse(t, "-listen=127.0.0.1:0", "-admin-listen=127.0.0.1:0", "-drain-window=200ms")
 	url, stdout, stop := runNode(t, f)
 	if !strings.HasPrefix(url, "ws://127.0.0.1:") || !strings.HasSuffix(url, "/ws") || strings.HasSuffix(url, ":0/ws") {
 		t.Fatalf("listening url = %q, want ws://127.0.0.1:<port>/ws", url)
@@ -377,7 +383,7 @@ func TestRunPrintsGeneratedToken(t *testing.T) {
 func TestRunWithTokenPrintsNothing(t *testing.T) {
 	clearEnv(t)
 	t.Setenv("MOBILE_TOKEN", "my-token")
-	url, stdout, stop := runNode(t, mustParse(t, "-listen=127.0.0.1:0"))
+	url, stdout, stop := runNode(t, mustParse(t, "-listen=127.0.0.1:0", "-admin-listen=off", "-drain-window=200ms"))
 	c, err := client.Dial(testCtx(t), url, client.Options{Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -419,6 +425,121 @@ func TestHelpHidesTokens(t *testing.T) {
 	}
 	if string(f.token) != "app-secret-123" {
 		t.Errorf("token from the environment = %q", f.token)
+	}
+}
+
+// adminGet fetches url and decodes its JSON body; code 0 means no answer.
+func adminGet(url string) (code int, body map[string]any) {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return 0, nil
+	}
+	defer resp.Body.Close()
+	json.NewDecoder(resp.Body).Decode(&body)
+	return resp.StatusCode, body
+}
+
+// TestAdminAndDrain: the admin port answers /healthz and /readyz; on
+// shutdown /readyz turns 503 at once, the sockets get 1001 spread over
+// MOBILE_DRAIN_WINDOW, run returns nil and the admin port closes.
+func TestAdminAndDrain(t *testing.T) {
+	clearEnv(t)
+	const window = time.Second
+	f := mustParse(t, "-listen=127.0.0.1:0", "-admin-listen=127.0.0.1:0", "-drain-window=1", "-token=tok")
+	url, _, stderr, stop := testsvc.Run(t, "gateway listening", func(ctx context.Context, stdout, stderr io.Writer) error {
+		return run(ctx, f, stdout, stderr)
+	})
+	admin := testsvc.ListeningURL(t, stderr.String(), "admin listening")
+	if !strings.HasPrefix(admin, "http://127.0.0.1:") {
+		t.Fatalf("admin listening url = %q", admin)
+	}
+	if code, body := adminGet(admin + "/healthz"); code != 200 || body["ok"] != true {
+		t.Fatalf("/healthz: %d %v", code, body)
+	}
+	code, body := adminGet(admin + "/readyz")
+	checks, _ := body["checks"].(map[string]any)
+	if code != 200 || body["state"] != "ready" || checks["store"] != "ok" || checks["bus"] != "ok" {
+		t.Fatalf("/readyz of a running node: %d %v, want 200 ready with store and bus ok", code, body)
+	}
+
+	const phones = 6
+	conns := make([]*client.Conn, phones)
+	for i := range conns {
+		c, err := client.Dial(testCtx(t), url, client.Options{Timeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.CloseNow()
+		if _, err := c.Hello(testCtx(t), "tok", protocol.Device{ID: fmt.Sprintf("tel-%d", i)}, protocol.User{}); err != nil {
+			t.Fatal(err)
+		}
+		conns[i] = c
+	}
+
+	begin := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- stop() }()
+	for {
+		code, body := adminGet(admin + "/readyz")
+		if code == 503 && body["state"] == "draining" {
+			break
+		}
+		if time.Since(begin) > window/4 {
+			t.Fatalf("/readyz %v after shutdown began: %d %v, want 503 draining", time.Since(begin), code, body)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	var first, last time.Duration
+	for i, c := range conns {
+		ci, err := c.ExpectClose(testCtx(t))
+		if err != nil {
+			t.Fatalf("phone %d: %v", i, err)
+		}
+		if ci.Code != 1001 {
+			t.Fatalf("phone %d: close %s, want 1001", i, ci)
+		}
+		at := time.Since(begin)
+		if i == 0 || at < first {
+			first = at
+		}
+		last = max(last, at)
+	}
+	if last-first < window/3 {
+		t.Fatalf("closes between %v and %v: not spread over the %v window", first, last, window)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run = %v after shutdown, want nil", err)
+		}
+	case <-time.After(window + 5*time.Second):
+		t.Fatal("run did not return 5 s after the drain window")
+	}
+	if code, _ := adminGet(admin + "/healthz"); code != 0 {
+		t.Fatalf("the admin port still answers (%d) after run returned", code)
+	}
+}
+
+func TestAdminOffAndBusy(t *testing.T) {
+	clearEnv(t)
+	_, _, stderr, stop := testsvc.Run(t, "gateway listening", func(ctx context.Context, stdout, stderr io.Writer) error {
+		return run(ctx, mustParse(t, "-listen=127.0.0.1:0", "-admin-listen=off", "-token=tok"), stdout, stderr)
+	})
+	stop()
+	if strings.Contains(stderr.String(), "admin listening") {
+		t.Fatalf("MOBILE_ADMIN_LISTEN=off still serves:\n%s", stderr)
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var out bytes.Buffer
+	err = run(testCtx(t), mustParse(t, "-listen=127.0.0.1:0", "-admin-listen="+ln.Addr().String(), "-token=tok"), &out, &out)
+	if err == nil || !strings.Contains(err.Error(), "MOBILE_ADMIN_LISTEN") {
+		t.Fatalf("run with the admin port taken = %v, want an error naming MOBILE_ADMIN_LISTEN", err)
 	}
 }
 
@@ -490,7 +611,7 @@ func TestRunOpenAI(t *testing.T) {
 	clearEnv(t)
 	t.Setenv("MOBILE_TOKEN", "my-token")
 	t.Setenv("OPENAI_API_KEY", "sk-run")
-	url, _, _ := runNode(t, mustParse(t, "-listen=127.0.0.1:0",
+	url, _, _ := runNode(t, mustParse(t, "-listen=127.0.0.1:0", "-admin-listen=off", "-drain-window=200ms",
 		"-agent=openai", "-openai-base-url="+llm.URL+"/v1", "-openai-model=tiny", "-openai-system-prompt=Be brief."))
 	c, err := client.Dial(testCtx(t), url, client.Options{Timeout: 5 * time.Second})
 	if err != nil {

@@ -23,12 +23,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hermes-mobile/gateway/pkg/admin"
 	"github.com/hermes-mobile/gateway/pkg/agent"
 	"github.com/hermes-mobile/gateway/pkg/bus/natsbus"
 	"github.com/hermes-mobile/gateway/pkg/config"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/router"
 	"github.com/hermes-mobile/gateway/pkg/store/redisstore"
+	"github.com/hermes-mobile/gateway/pkg/telemetry"
 )
 
 // shutdownTimeout bounds the wait for HTTP requests in flight at shutdown.
@@ -41,6 +43,7 @@ type flags struct {
 	deliverTokens, agentTokens             config.Secret
 	homeDevice, agent, eventsMax, logLevel string
 	promptTTL                              time.Duration
+	adminListen                            string
 
 	// AGENT=openai
 	openaiBaseURL, openaiModel, openaiPrompt string
@@ -66,6 +69,7 @@ func (f *flags) register(fs *flag.FlagSet) {
 	config.Seconds(fs, &f.openaiTimeout, "openai-timeout", "OPENAI_TIMEOUT", agent.DefaultOpenAITimeout, "AGENT=openai: bound on one answer")
 	config.String(fs, &f.eventsMax, "events-max", "MOBILE_EVENTS_MAX", strconv.Itoa(agent.DefaultLinkMaxLen), "events the log of AGENT=link keeps (about)")
 	config.String(fs, &f.logLevel, "log-level", "MOBILE_LOG_LEVEL", "info", "debug, info, warn or error")
+	config.String(fs, &f.adminListen, "admin-listen", "MOBILE_ADMIN_LISTEN", "127.0.0.1:8790", "admin HTTP address (/healthz, /readyz, /metrics); off disables it")
 }
 
 func main() {
@@ -141,6 +145,21 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) (err error) {
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: s.level}))
 
+	adm := admin.New(log.With("component", "admin"))
+	if err := adm.Start(f.adminListen); err != nil {
+		return fmt.Errorf("MOBILE_ADMIN_LISTEN: %w", err)
+	}
+	defer func() { err = errors.Join(err, adm.Close()) }()
+	if u := adm.URL(); u != "" {
+		log.Info("admin listening", "url", u)
+	}
+	tel, err := telemetry.New(ctx, telemetry.FromEnv("hermes-router"))
+	if err != nil {
+		return fmt.Errorf("telemetry: %w", err)
+	}
+	defer func() { err = errors.Join(err, tel.Close()) }()
+	adm.Handle("GET /metrics", tel.Handler())
+	s.router.Telemetry = tel
 	redisstore.SetLogger(log)
 	st, err := redisstore.New(ctx, redisstore.Options{URL: f.redisURL, Prefix: f.redisPrefix})
 	if err != nil {
@@ -152,6 +171,8 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) (err error) {
 		return fmt.Errorf("NATS_URL: %w", err)
 	}
 	defer func() { err = errors.Join(err, b.Close()) }()
+	adm.AddCheck("store", admin.StoreCheck(st))
+	adm.AddCheck("bus", admin.BusCheck(b))
 
 	var a agent.Agent = agent.Demo{}
 	switch s.agent {
@@ -186,6 +207,7 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) (err error) {
 	srv.RegisterOnShutdown(api.Close)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
+	adm.MarkReady()
 
 	log.Info("router listening", "url", "http://"+ln.Addr().String(), "agent", s.agent,
 		"deliver_tokens", len(s.api.DeliverTokens), "agent_tokens", len(s.api.AgentTokens))
@@ -198,6 +220,7 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) (err error) {
 		return fmt.Errorf("serving HTTP: %w", err)
 	}
 	log.Info("shutting down")
+	adm.MarkDraining()
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {

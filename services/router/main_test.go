@@ -31,7 +31,7 @@ import (
 var envVars = []string{
 	"MOBILE_ROUTER_LISTEN", "NATS_URL", "NATS_PREFIX", "REDIS_URL", "REDIS_PREFIX", "MOBILE_DELIVER_TOKENS",
 	"MOBILE_AGENT_TOKENS", "MOBILE_HOME_DEVICE", "MOBILE_PROMPT_TTL", "AGENT", "MOBILE_EVENTS_MAX",
-	"MOBILE_LOG_LEVEL",
+	"MOBILE_LOG_LEVEL", "MOBILE_ADMIN_LISTEN",
 	"OPENAI_BASE_URL", "OPENAI_API_KEY", "OPENAI_MODEL", "OPENAI_SYSTEM_PROMPT", "OPENAI_TIMEOUT",
 }
 
@@ -77,7 +77,7 @@ func mustParse(t *testing.T, args ...string) flags {
 func TestFlagDefaults(t *testing.T) {
 	clearEnv(t)
 	want := flags{listen: "127.0.0.1:8788", redisPrefix: "hermes:", agent: "demo", eventsMax: "10000",
-		logLevel: "info", promptTTL: protocol.DefaultPromptTTL,
+		logLevel: "info", promptTTL: protocol.DefaultPromptTTL, adminListen: "127.0.0.1:8790",
 		openaiBaseURL: "https://api.openai.com/v1", openaiTimeout: 120 * time.Second}
 	if f := mustParse(t); f != want {
 		t.Fatalf("defaults = %+v, want %+v", f, want)
@@ -102,6 +102,7 @@ func TestEnvAndFlags(t *testing.T) {
 		{"MOBILE_EVENTS_MAX", "events-max", "500", "700", func(f flags) string { return f.eventsMax }},
 		{"MOBILE_LOG_LEVEL", "log-level", "debug", "warn", func(f flags) string { return f.logLevel }},
 		{"MOBILE_PROMPT_TTL", "prompt-ttl", "45", "90", func(f flags) string { return f.promptTTL.String() }},
+		{"MOBILE_ADMIN_LISTEN", "admin-listen", "off", "127.0.0.1:9002", func(f flags) string { return f.adminListen }},
 		{"OPENAI_BASE_URL", "openai-base-url", "http://env:11434/v1", "http://flag:8000/v1", func(f flags) string { return f.openaiBaseURL }},
 		{"OPENAI_API_KEY", "openai-api-key", "sk-env", "sk-flag", func(f flags) string { return string(f.openaiKey) }},
 		{"OPENAI_MODEL", "openai-model", "llama3", "gpt-4o-mini", func(f flags) string { return f.openaiModel }},
@@ -286,10 +287,19 @@ func TestRunCluster(t *testing.T) {
 	// The subjects of this cluster are its own (NATS_PREFIX), as the
 	// router's and the edge's must agree.
 	f := mustParse(t, "-listen=127.0.0.1:0", "-nats-url="+nurl, "-nats-prefix="+subjects, "-redis-url="+rurl, "-redis-prefix="+prefix,
-		"-agent=link", "-deliver-tokens=cron-token", "-agent-tokens=agent-token", "-log-level=debug")
+		"-agent=link", "-deliver-tokens=cron-token", "-agent-tokens=agent-token", "-log-level=debug", "-admin-listen=127.0.0.1:0")
 	url, logs, stop := runRouter(t, f)
 	if !strings.HasPrefix(url, "http://127.0.0.1:") || strings.HasSuffix(url, ":0") {
 		t.Fatalf("listening url %q, want http://127.0.0.1:<port>", url)
+	}
+	admin := testsvc.ListeningURL(t, logs.String(), "admin listening")
+	if !strings.HasPrefix(admin, "http://127.0.0.1:") || admin == url {
+		t.Fatalf("admin listening url %q, want its own http://127.0.0.1:<port>", admin)
+	}
+	code, m := call(t, "GET", admin+"/readyz", "", "")
+	checks, _ := m["checks"].(map[string]any)
+	if code != 200 || m["state"] != "ready" || checks["store"] != "ok" || checks["bus"] != "ok" {
+		t.Fatalf("admin /readyz: %d %v, want 200 ready with store and bus ok", code, m)
 	}
 
 	if code, _ := call(t, "GET", url+"/healthz", "", ""); code != 200 {
@@ -324,7 +334,7 @@ func TestRunCluster(t *testing.T) {
 	if err := phone.Text("m-1", "hello router"); err != nil {
 		t.Fatal(err)
 	}
-	code, m := call(t, "GET", url+"/v1/events?wait=10", "agent-token", "")
+	code, m = call(t, "GET", url+"/v1/events?wait=10", "agent-token", "")
 	evs, _ := m["events"].([]any)
 	if code != 200 || len(evs) != 1 {
 		t.Fatalf("events: %d %v", code, m)
@@ -370,6 +380,9 @@ func TestRunCluster(t *testing.T) {
 	}
 	if _, err := http.Get(url + "/healthz"); err == nil {
 		t.Fatal("the API still answers after run returned")
+	}
+	if _, err := http.Get(admin + "/healthz"); err == nil {
+		t.Fatal("the admin port still answers after run returned")
 	}
 }
 

@@ -1,0 +1,551 @@
+//go:build unix
+
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hermes-mobile/gateway/pkg/client"
+	"github.com/hermes-mobile/gateway/pkg/protocol"
+)
+
+// Shape of TestGracefulDrain.
+const (
+	drainPhones = 200
+	drainWindow = 2 * time.Second
+	// drainGrace is how long past its window the edge may take to exit.
+	drainGrace = 5 * time.Second
+	// drainSliceMax bounds the closes in any tenth of the window: spread
+	// evenly there would be a tenth of them in each.
+	drainSliceMax = 0.2
+	// drainPrompt bounds how soon after SIGTERM /readyz fails and the
+	// listener refuses (generous: the machine may be busy).
+	drainPrompt = drainWindow / 2
+	// drainCronWorkers post deliveries to the router side by side.
+	drainCronWorkers = 4
+)
+
+// TestGracefulDrain: edge D holds 200 phones that talk to the demo agent
+// while cron delivers to them through the router. D gets SIGTERM with
+// MOBILE_DRAIN_WINDOW=2: its /readyz turns 503 at once, its listener
+// refuses new connections, every phone gets close 1001, the closes are
+// spread over the window (the first to the last at least half of it, at
+// most a fifth of them in any tenth), and D exits 0 within the window and a
+// grace. The phones reconnect to edge B, resending what was not answered
+// (as the protocol's idempotency rules allow), and then every message a
+// phone sent is answered exactly once and every delivery the router
+// acknowledged with 200 arrives exactly once.
+func TestGracefulDrain(t *testing.T) {
+	c := newCluster(t, options{})
+	d, admin := startAdminEdge(t, c, "D", fmt.Sprintf("MOBILE_DRAIN_WINDOW=%d", int(drainWindow/time.Second)), "MOBILE_LOG_LEVEL=info")
+	if code := httpStatus(admin + "/readyz"); code != http.StatusOK {
+		t.Fatalf("D's /readyz before the drain: %d, want 200", code)
+	}
+
+	phones := make([]*drainPhone, drainPhones)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i := range phones {
+		p := &drainPhone{c: c, dev: newDevice(fmt.Sprintf("drain-%03d", i)), finals: make(map[string]int), delivered: make(map[string]int), texts: make(map[string]string)}
+		phones[i] = p
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			if err := p.connect("D"); err != nil {
+				t.Errorf("%s: %v", p.dev, err)
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	for _, p := range phones {
+		c.waitReachable(t, p.dev)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var readers, senders sync.WaitGroup
+	for _, p := range phones {
+		readers.Go(func() { p.read(ctx) })
+		senders.Go(func() { p.send(ctx) })
+	}
+	stopCron := make(chan struct{})
+	var cron sync.WaitGroup
+	var codesMu sync.Mutex
+	cronCodes := make(map[int]int)
+	for w := range drainCronWorkers {
+		cron.Go(func() {
+			codes := deliverWhileRunning(c, phones, stopCron, w)
+			codesMu.Lock()
+			defer codesMu.Unlock()
+			for code, n := range codes {
+				cronCodes[code] += n
+			}
+		})
+	}
+
+	time.Sleep(time.Second) // traffic flows through D
+	sigterm := time.Now()
+	d.signal(t, syscall.SIGTERM)
+
+	// Out of the pool at once: /readyz and the listener.
+	for {
+		code := httpStatus(admin + "/readyz")
+		if code == http.StatusServiceUnavailable {
+			break
+		}
+		if time.Since(sigterm) > drainPrompt {
+			t.Fatalf("D's /readyz is %d %v after SIGTERM, want 503", code, time.Since(sigterm))
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	dHost := hostOf(t, d.url)
+	for {
+		nc, err := net.DialTimeout("tcp", dHost, time.Second)
+		if err != nil {
+			break
+		}
+		nc.Close()
+		if time.Since(sigterm) > drainPrompt {
+			t.Fatalf("D still accepts connections %v after SIGTERM", time.Since(sigterm))
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+
+	select {
+	case <-d.exited:
+		if d.err != nil {
+			t.Fatalf("D exited with %v after SIGTERM, want status 0", d.err)
+		}
+		t.Logf("D exited %v after SIGTERM", time.Since(sigterm).Round(time.Millisecond))
+	case <-time.After(drainWindow + drainGrace):
+		t.Fatalf("D still runs %v after SIGTERM (window %v)", drainWindow+drainGrace, drainWindow)
+	}
+
+	time.Sleep(time.Second) // traffic flows through B
+	close(stopCron)
+	cron.Wait()
+	for _, p := range phones {
+		p.stopSending()
+	}
+	senders.Wait()
+
+	// Every phone gets an answer to everything it sent; what was never
+	// taken is sent again (same id), as an app does.
+	deadline := time.Now().Add(40 * time.Second)
+	for _, p := range phones {
+		for !p.allAnswered() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: unanswered after 40 s: %v (%s)", p.dev, p.unanswered(), outboxOf(c, p.dev))
+			}
+			p.resendUnanswered(2 * time.Second)
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	// Acknowledged deliveries: a marker delivered after all of them comes
+	// behind them (the router delivers to a device in order).
+	for _, p := range phones {
+		c.mustDeliver(t, p.dev, "marker", "marker")
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for _, p := range phones {
+		for p.count("marker") == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the marker did not arrive", p.dev)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	cancel()
+	readers.Wait()
+
+	t.Logf("router deliver answers during the test: %v", cronCodes)
+	checkDrainCloses(t, phones, sigterm)
+	var sent, resent, acked int
+	for _, p := range phones {
+		p.mu.Lock()
+		sent += len(p.sent)
+		resent += p.resent
+		acked += len(p.acked)
+		if p.edge != "B" {
+			t.Errorf("%s ended on edge %s, want B", p.dev, p.edge)
+		}
+		for _, id := range p.sent {
+			if n := p.finals[p.texts[id]]; n != 1 {
+				t.Errorf("%s: message %s answered %d times, want once", p.dev, id, n)
+			}
+		}
+		for text, n := range p.finals {
+			if !p.wasSent(text) {
+				t.Errorf("%s: an answer %q (%d) to nothing it sent", p.dev, text, n)
+			}
+		}
+		for _, id := range p.acked {
+			if n := p.delivered[id]; n != 1 {
+				t.Errorf("%s: delivery %s acknowledged with 200, received %d times, want once", p.dev, id, n)
+			}
+		}
+		for id, n := range p.delivered {
+			if n > 1 {
+				t.Errorf("%s: delivery %s received %d times", p.dev, id, n)
+			}
+		}
+		if p.readErr != nil {
+			t.Errorf("%s: %v", p.dev, p.readErr)
+		}
+		p.mu.Unlock()
+	}
+	t.Logf("%d phones sent %d messages (%d resent after the close); %d deliveries acknowledged", len(phones), sent, resent, acked)
+	if sent < 2*len(phones) || acked < len(phones)/2 {
+		t.Fatalf("too little traffic to judge: %d messages, %d deliveries", sent, acked)
+	}
+}
+
+// checkDrainCloses requires close 1001 on every phone, spread over the
+// window.
+func checkDrainCloses(t *testing.T, phones []*drainPhone, sigterm time.Time) {
+	t.Helper()
+	var first, last time.Duration = -1, 0
+	tenths := make([]int, 10)
+	late := 0 // after the window
+	for _, p := range phones {
+		if p.closeCode != 1001 {
+			t.Errorf("%s: closed with %d, want 1001", p.dev, p.closeCode)
+			continue
+		}
+		at := p.closedAt.Sub(sigterm)
+		if first < 0 || at < first {
+			first = at
+		}
+		last = max(last, at)
+		if at >= drainWindow {
+			late++
+			continue
+		}
+		tenths[max(0, int(10*at/drainWindow))]++
+	}
+	t.Logf("closes from %v to %v after SIGTERM; per tenth of the window: %v; after it: %d", first.Round(time.Millisecond), last.Round(time.Millisecond), tenths, late)
+	if last-first < drainWindow/2 {
+		t.Errorf("closes from %v to %v: spread over less than half the %v window", first, last, drainWindow)
+	}
+	if last > drainWindow+drainGrace {
+		t.Errorf("the last close came %v after SIGTERM", last)
+	}
+	for i, n := range append(tenths, late) {
+		if float64(n) > drainSliceMax*float64(len(phones)) {
+			t.Errorf("%d of %d closes in tenth %d of the window (10: after it), want at most %.0f%%", n, len(phones), i, 100*drainSliceMax)
+		}
+	}
+}
+
+// startAdminEdge starts another edge and returns it with the URL of its
+// admin port (its "admin listening" log line).
+func startAdminEdge(t *testing.T, c *cluster, name string, env ...string) (*edgeProc, string) {
+	t.Helper()
+	var admin string
+	ready := func(line string) (string, bool) {
+		if u, ok := logMsg("admin listening")(line); ok {
+			admin = u // before "gateway listening", on the same goroutine
+			return "", false
+		}
+		return logMsg("gateway listening")(line)
+	}
+	p, wsURL := startProc(t, "edge-"+name, bins.edge, nil, append(c.edgeEnv(), env...), ready)
+	if admin == "" {
+		t.Fatalf("edge %s logged no admin url", name)
+	}
+	e := &edgeProc{p, wsURL}
+	c.mu.Lock()
+	c.edges[name] = e
+	c.mu.Unlock()
+	return e, admin
+}
+
+// outboxOf describes what the device's outbox holds, for a failure message.
+func outboxOf(c *cluster, dev string) string {
+	opts, err := redis.ParseURL(c.redis)
+	if err != nil {
+		return err.Error()
+	}
+	rdb := redis.NewClient(opts)
+	defer rdb.Close()
+	items, err := rdb.LRange(context.Background(), c.prefix+"outbox:{"+dev+"}", 0, -1).Result()
+	if err != nil {
+		return "outbox: " + err.Error()
+	}
+	return fmt.Sprintf("outbox holds %d: %v", len(items), items)
+}
+
+func httpStatus(u string) int {
+	hc := http.Client{Timeout: time.Second}
+	resp, err := hc.Get(u)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func hostOf(t *testing.T, wsURL string) string {
+	t.Helper()
+	u, err := url.Parse(wsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.Host
+}
+
+// deliverWhileRunning posts deliveries to random phones until stop and
+// returns how many of each HTTP status came back. Each phone records the
+// ids acknowledged with 200.
+func deliverWhileRunning(c *cluster, phones []*drainPhone, stop chan struct{}, worker int) map[int]int {
+	codes := make(map[int]int)
+	for n := 0; ; n++ {
+		select {
+		case <-stop:
+			return codes
+		case <-time.After(10 * time.Millisecond):
+		}
+		p := phones[rand.N(len(phones))]
+		id := fmt.Sprintf("cron-%d-%d", worker, n)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		code, _, err := c.tryPost(ctx, "/v1/deliver", c.deliverToken, map[string]any{"target": protocol.Session(p.dev), "id": id, "text": "delivery " + id})
+		cancel()
+		if err != nil {
+			code = -1
+		}
+		codes[code]++
+		if code == http.StatusOK {
+			p.mu.Lock()
+			p.acked = append(p.acked, id)
+			p.mu.Unlock()
+		}
+	}
+}
+
+// drainPhone is a phone of TestGracefulDrain: it sends texts, counts the
+// final answers and the deliveries, and reconnects to edge B when its edge
+// closes with 1001, sending again what was not answered.
+type drainPhone struct {
+	c   *cluster
+	dev string
+
+	mu         sync.Mutex
+	conn       *client.Conn
+	edge       string
+	sent       []string          // ids, in order
+	texts      map[string]string // id → text
+	finals     map[string]int    // answer text → final frames seen
+	delivered  map[string]int    // delivery id → frames seen
+	acked      []string          // delivery ids the router answered 200
+	resent     int
+	stopped    bool
+	lastResend time.Time
+	closedAt   time.Time
+	closeCode  int
+	readErr    error
+}
+
+func (p *drainPhone) connect(edge string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := client.Dial(ctx, p.c.edge(edge).url, client.Options{Timeout: 5 * time.Second, WriteTimeout: 10 * time.Second})
+	if err != nil {
+		return fmt.Errorf("dial edge %s: %w", edge, err)
+	}
+	if _, err := conn.Hello(ctx, p.c.token, device(p.dev), user); err != nil {
+		conn.CloseNow()
+		return fmt.Errorf("hello on edge %s: %w", edge, err)
+	}
+	p.mu.Lock()
+	old := p.conn
+	p.conn, p.edge = conn, edge
+	p.mu.Unlock()
+	if old != nil {
+		old.CloseNow()
+	}
+	p.c.t.Cleanup(func() { conn.CloseNow() })
+	return nil
+}
+
+// send sends a text every 0.4 to 1.2 s until stopSending.
+func (p *drainPhone) send(ctx context.Context) {
+	for k := 0; ; k++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Duration(400+rand.N(800)) * time.Millisecond):
+		}
+		id := fmt.Sprintf("m-%d", k)
+		text := p.dev + " says " + id
+		p.mu.Lock()
+		if p.stopped {
+			p.mu.Unlock()
+			return
+		}
+		p.sent = append(p.sent, id)
+		p.texts[id] = text
+		conn := p.conn
+		p.mu.Unlock()
+		conn.Text(id, text) // on a closing socket it fails; the reconnect resends it
+	}
+}
+
+func (p *drainPhone) stopSending() {
+	p.mu.Lock()
+	p.stopped = true
+	p.mu.Unlock()
+}
+
+// read consumes frames until ctx ends, reconnecting to B after a close.
+func (p *drainPhone) read(ctx context.Context) {
+	for {
+		p.mu.Lock()
+		conn := p.conn
+		p.mu.Unlock()
+		f, err := conn.Next(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil && f == nil {
+			p.fail(fmt.Errorf("connection ended without a close frame: %w", err))
+			return
+		}
+		if ci := f.Close(); ci != nil {
+			p.mu.Lock()
+			first := p.closeCode == 0
+			if first {
+				p.closeCode, p.closedAt = ci.Code, time.Now()
+			}
+			p.mu.Unlock()
+			if !first {
+				p.fail(fmt.Errorf("a second close: %s", ci))
+				return
+			}
+			if err := p.connect("B"); err != nil {
+				p.fail(err)
+				return
+			}
+			p.resendUnanswered(0)
+			continue
+		}
+		if f.T() != protocol.TypeMessage || !f.Bool("final") {
+			continue
+		}
+		p.mu.Lock()
+		if id := f.Str("id"); strings.HasPrefix(id, "cron-") || id == "marker" {
+			p.delivered[id]++
+		} else if text, ok := strings.CutPrefix(f.Str("text"), "You said: "); ok {
+			p.finals[text]++
+		}
+		p.mu.Unlock()
+	}
+}
+
+func (p *drainPhone) fail(err error) {
+	p.mu.Lock()
+	if p.readErr == nil {
+		p.readErr = err
+	}
+	p.mu.Unlock()
+}
+
+// unanswered lists the ids sent without a final answer yet.
+func (p *drainPhone) unanswered() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for _, id := range p.sent {
+		if p.finals[p.texts[id]] == 0 {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+func (p *drainPhone) allAnswered() bool { return len(p.unanswered()) == 0 }
+
+// resendUnanswered sends the unanswered texts again, at most once per
+// every: a repeat of one that was taken is dropped by the gateway's dedup.
+func (p *drainPhone) resendUnanswered(every time.Duration) {
+	ids := p.unanswered()
+	p.mu.Lock()
+	if len(ids) == 0 || time.Since(p.lastResend) < every {
+		p.mu.Unlock()
+		return
+	}
+	p.lastResend = time.Now()
+	p.resent += len(ids)
+	conn := p.conn
+	texts := make([]string, len(ids))
+	for i, id := range ids {
+		texts[i] = p.texts[id]
+	}
+	p.mu.Unlock()
+	for i, id := range ids {
+		conn.Text(id, texts[i])
+	}
+}
+
+func (p *drainPhone) count(id string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.delivered[id]
+}
+
+// wasSent reports whether text is one the phone sent; p.mu is held.
+func (p *drainPhone) wasSent(text string) bool {
+	for _, t := range p.texts {
+		if t == text {
+			return true
+		}
+	}
+	return false
+}
+
+// TestDrainSecondSignal: a second SIGTERM during a long drain window closes
+// the remaining sockets (still with 1001) and the edge exits 0 at once.
+func TestDrainSecondSignal(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, options{})
+	e, _ := startAdminEdge(t, c, "E", "MOBILE_DRAIN_WINDOW=60")
+	var conns []*client.Conn
+	for i := range 3 {
+		conns = append(conns, c.connect(t, "E", newDevice(fmt.Sprintf("tel-%d", i))))
+	}
+	draining := e.addWatch(logMsg("draining"))
+	e.signal(t, syscall.SIGTERM)
+	select {
+	case <-draining.found:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no draining log line after SIGTERM")
+	}
+	second := time.Now()
+	e.signal(t, syscall.SIGTERM)
+	select {
+	case <-e.exited:
+		if e.err != nil {
+			t.Fatalf("E exited with %v after the second SIGTERM, want status 0", e.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("E still runs 5 s after the second SIGTERM (window 60 s)")
+	}
+	for _, conn := range conns {
+		expectClose(t, conn, 5*time.Second, 1001)
+	}
+	t.Logf("E exited %v after the second SIGTERM", time.Since(second).Round(time.Millisecond))
+}
