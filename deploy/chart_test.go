@@ -320,8 +320,8 @@ func checkEdge(t *testing.T, objs map[string][]object, vals map[string]any) {
 	if g := d.Spec.Template.Spec.TerminationGracePeriodSeconds; g != nil {
 		grace = *g
 	}
-	if want := preStop + drain + margin; grace != want || margin <= 0 {
-		t.Errorf("edge terminationGracePeriodSeconds %d, want preStop %d + drain window %d + margin %d", grace, preStop, drain, margin)
+	if want := preStop + drain + margin; grace != want || margin < 15 {
+		t.Errorf("edge terminationGracePeriodSeconds %d, want preStop %d + drain window %d + margin %d (at least 15)", grace, preStop, drain, margin)
 	}
 
 	for _, s := range objs["Service"] {
