@@ -25,20 +25,9 @@ import (
 // and the devices' owner records are released, or with ctx's error when ctx ends first (the connections not
 // closed yet then get their close frame at once). Close follows Drain.
 func (s *Server) Drain(ctx context.Context, window time.Duration) error {
-	s.mu.Lock()
-	if s.closed || s.draining {
-		s.mu.Unlock()
+	conns, ok := s.stopAccepting(&s.draining)
+	if !ok {
 		return nil
-	}
-	s.draining = true
-	lns := s.lns
-	conns := make([]*conn, 0, len(s.conns))
-	for c := range s.conns {
-		conns = append(conns, c)
-	}
-	s.mu.Unlock()
-	for _, ln := range lns {
-		ln.Close()
 	}
 	s.log.Info("draining", "conns", len(conns), "window", window.String())
 

@@ -219,23 +219,34 @@ func isTemporary(err error) bool {
 	return errors.As(err, &t) && t.Temporary()
 }
 
-// Close stops accepting, closes every connection with 1001 (going away) and
-// waits for the server's goroutines.
-func (s *Server) Close() error {
+// stopAccepting sets *state (s.closed or s.draining), closes the listeners
+// and returns the open connections; ok is false when the server is closed
+// or *state was set already.
+func (s *Server) stopAccepting(state *bool) (conns []*conn, ok bool) {
 	s.mu.Lock()
-	if s.closed {
+	if s.closed || *state {
 		s.mu.Unlock()
-		return nil
+		return nil, false
 	}
-	s.closed = true
+	*state = true
 	lns := s.lns
-	conns := make([]*conn, 0, len(s.conns))
+	conns = make([]*conn, 0, len(s.conns))
 	for c := range s.conns {
 		conns = append(conns, c)
 	}
 	s.mu.Unlock()
 	for _, ln := range lns {
 		ln.Close()
+	}
+	return conns, true
+}
+
+// Close stops accepting, closes every connection with 1001 (going away) and
+// waits for the server's goroutines.
+func (s *Server) Close() error {
+	conns, ok := s.stopAccepting(&s.closed)
+	if !ok {
+		return nil
 	}
 	for _, c := range conns {
 		c.closeWith(closeGoingAway, "server shutting down", nil)

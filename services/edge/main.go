@@ -24,7 +24,6 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/edge"
 	"github.com/hermes-mobile/gateway/pkg/gateway"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
-	"github.com/hermes-mobile/gateway/pkg/telemetry"
 )
 
 // flags is the command line; every flag falls back to its env var.
@@ -105,21 +104,12 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) (err error) {
 	if generated {
 		cfg.Edge.Auth.Token = edge.Secret(randomToken())
 	}
-	adm := admin.New(log.With("component", "admin"))
-	if err := adm.Start(f.adminListen); err != nil {
-		return fmt.Errorf("MOBILE_ADMIN_LISTEN: %w", err)
+	adm, err := admin.StartOps(ctx, log, f.adminListen, "hermes-edge")
+	if err != nil {
+		return err
 	}
 	defer func() { err = errors.Join(err, adm.Close()) }()
-	if u := adm.URL(); u != "" {
-		log.Info("admin listening", "url", u)
-	}
-	tel, err := telemetry.New(ctx, telemetry.FromEnv("hermes-edge"))
-	if err != nil {
-		return fmt.Errorf("telemetry: %w", err)
-	}
-	defer func() { err = errors.Join(err, tel.Close()) }()
-	adm.Handle("GET /metrics", tel.Handler())
-	cfg.Telemetry = tel
+	cfg.Telemetry = adm.Tel
 	g, err := gateway.Start(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -133,7 +123,7 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) (err error) {
 	}
 	log.Info("gateway listening", "url", g.URL(), "router", cfg.Router, "nats", cfg.NATSURL != "", "redis", cfg.RedisURL != "")
 	<-ctx.Done()
-	drain(g, adm, f.drainWindow, log)
+	drain(g, adm.Server, f.drainWindow, log)
 	log.Info("shutting down")
 	return nil
 }

@@ -30,7 +30,6 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/router"
 	"github.com/hermes-mobile/gateway/pkg/store/redisstore"
-	"github.com/hermes-mobile/gateway/pkg/telemetry"
 )
 
 // shutdownTimeout bounds the wait for HTTP requests in flight at shutdown.
@@ -145,21 +144,12 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) (err error) {
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: s.level}))
 
-	adm := admin.New(log.With("component", "admin"))
-	if err := adm.Start(f.adminListen); err != nil {
-		return fmt.Errorf("MOBILE_ADMIN_LISTEN: %w", err)
+	adm, err := admin.StartOps(ctx, log, f.adminListen, "hermes-router")
+	if err != nil {
+		return err
 	}
 	defer func() { err = errors.Join(err, adm.Close()) }()
-	if u := adm.URL(); u != "" {
-		log.Info("admin listening", "url", u)
-	}
-	tel, err := telemetry.New(ctx, telemetry.FromEnv("hermes-router"))
-	if err != nil {
-		return fmt.Errorf("telemetry: %w", err)
-	}
-	defer func() { err = errors.Join(err, tel.Close()) }()
-	adm.Handle("GET /metrics", tel.Handler())
-	s.router.Telemetry = tel
+	s.router.Telemetry = adm.Tel
 	redisstore.SetLogger(log)
 	st, err := redisstore.New(ctx, redisstore.Options{URL: f.redisURL, Prefix: f.redisPrefix})
 	if err != nil {
