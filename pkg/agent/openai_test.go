@@ -7,100 +7,18 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/hermes-mobile/gateway/internal/fakellm"
 	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/agent"
 	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/store/redisstore"
 	"github.com/hermes-mobile/gateway/pkg/wire"
 )
-
-// fakeLLM is an OpenAI-compatible server on loopback: it records every
-// request and answers with reply (n counts the requests from 0).
-type fakeLLM struct {
-	*httptest.Server
-	reply func(w http.ResponseWriter, r *http.Request, n int)
-
-	mu   sync.Mutex
-	reqs []llmRequest
-}
-
-// llmRequest is a request as the fake server saw it.
-type llmRequest struct {
-	Path, Auth, Accept string
-	Body               struct {
-		Model    string `json:"model"`
-		Stream   bool   `json:"stream"`
-		Messages []struct {
-			Role    string          `json:"role"`
-			Content json.RawMessage `json:"content"`
-		} `json:"messages"`
-	}
-}
-
-// text is message i's content when it is a string.
-func (r llmRequest) text(i int) string {
-	var s string
-	json.Unmarshal(r.Body.Messages[i].Content, &s)
-	return s
-}
-
-// roles lists the roles of the messages.
-func (r llmRequest) roles() string {
-	var out []string
-	for _, m := range r.Body.Messages {
-		out = append(out, m.Role)
-	}
-	return strings.Join(out, ",")
-}
-
-func newFakeLLM(t *testing.T, reply func(w http.ResponseWriter, r *http.Request, n int)) *fakeLLM {
-	f := &fakeLLM{reply: reply}
-	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req llmRequest
-		req.Path, req.Auth, req.Accept = r.URL.Path, r.Header.Get("Authorization"), r.Header.Get("Accept")
-		body, _ := io.ReadAll(r.Body)
-		if err := json.Unmarshal(body, &req.Body); err != nil {
-			t.Errorf("the request body is not JSON: %v: %.200s", err, body)
-		}
-		f.mu.Lock()
-		n := len(f.reqs)
-		f.reqs = append(f.reqs, req)
-		f.mu.Unlock()
-		f.reply(w, r, n)
-	}))
-	t.Cleanup(f.Close)
-	return f
-}
-
-func (f *fakeLLM) requests() []llmRequest {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]llmRequest(nil), f.reqs...)
-}
-
-// streamDeltas answers with one SSE event per delta, pause apart, then the
-// finish chunk and [DONE].
-func streamDeltas(w http.ResponseWriter, r *http.Request, pause time.Duration, deltas ...string) {
-	w.Header().Set("Content-Type", "text/event-stream")
-	fl := w.(http.Flusher)
-	for _, d := range deltas {
-		b, _ := json.Marshal(map[string]any{"choices": []any{map[string]any{"index": 0, "delta": map[string]string{"content": d}, "finish_reason": nil}}})
-		fmt.Fprintf(w, "data: %s\n\n", b)
-		fl.Flush()
-		select {
-		case <-time.After(pause):
-		case <-r.Context().Done():
-			return
-		}
-	}
-	fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
-}
 
 // call is one call of the agent on its Output.
 type call struct {
@@ -166,7 +84,7 @@ func messages(cs []call) []call {
 }
 
 // newOpenAI returns an agent on f with small bounds; mutate adjusts them.
-func newOpenAI(t *testing.T, f *fakeLLM, h store.History, mutate func(*agent.OpenAIConfig)) *agent.OpenAI {
+func newOpenAI(t *testing.T, f *fakellm.Server, h store.History, mutate func(*agent.OpenAIConfig)) *agent.OpenAI {
 	t.Helper()
 	cfg := agent.OpenAIConfig{
 		BaseURL: f.URL + "/v1", APIKey: "sk-test", Model: "test-model", SystemPrompt: "You are a test.",
@@ -196,8 +114,8 @@ func TestOpenAIStreams(t *testing.T) {
 		deltas[i] = fmt.Sprintf("w%d ", i)
 	}
 	want := strings.Join(deltas, "")
-	f := newFakeLLM(t, func(w http.ResponseWriter, r *http.Request, _ int) {
-		streamDeltas(w, r, 15*time.Millisecond, deltas...)
+	f := fakellm.New(t, func(w http.ResponseWriter, r *http.Request, _ int) {
+		fakellm.Stream(w, r, 15*time.Millisecond, deltas...)
 	})
 	const every = 100 * time.Millisecond
 	a := newOpenAI(t, f, newMemstore(t), func(c *agent.OpenAIConfig) { c.EditEvery = every })
@@ -206,7 +124,7 @@ func TestOpenAIStreams(t *testing.T) {
 		t.Fatalf("Handle: %v", err)
 	}
 
-	reqs := f.requests()
+	reqs := f.Requests()
 	if len(reqs) != 1 {
 		t.Fatalf("%d requests, want 1", len(reqs))
 	}
@@ -217,8 +135,8 @@ func TestOpenAIStreams(t *testing.T) {
 	if r.Body.Model != "test-model" || !r.Body.Stream {
 		t.Errorf("request model %q stream %v, want test-model and true", r.Body.Model, r.Body.Stream)
 	}
-	if r.roles() != "system,user" || r.text(0) != "You are a test." || r.text(1) != "hello there" {
-		t.Errorf("request messages %s: %q, %q", r.roles(), r.text(0), r.text(1))
+	if r.Roles() != "system,user" || r.Text(0) != "You are a test." || r.Text(1) != "hello there" {
+		t.Errorf("request messages %s: %q, %q", r.Roles(), r.Text(0), r.Text(1))
 	}
 
 	calls := out.Calls()
@@ -262,8 +180,8 @@ func TestOpenAIStreams(t *testing.T) {
 // TestOpenAIHistory: the second turn sends the first turn's question and
 // answer; the history is per session and bounded.
 func TestOpenAIHistory(t *testing.T) {
-	f := newFakeLLM(t, func(w http.ResponseWriter, r *http.Request, n int) {
-		streamDeltas(w, r, 0, fmt.Sprintf("answer %d", n))
+	f := fakellm.New(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		fakellm.Stream(w, r, 0, fmt.Sprintf("answer %d", n))
 	})
 	s := newMemstore(t)
 	a := newOpenAI(t, f, s, func(c *agent.OpenAIConfig) { c.HistoryLen = 4 })
@@ -275,17 +193,17 @@ func TestOpenAIHistory(t *testing.T) {
 	if err := a.Handle(t.Context(), textEvent("mobile:tel-2", "x", "other"), &recOutput{}); err != nil {
 		t.Fatal(err)
 	}
-	reqs := f.requests()
-	if r := reqs[1]; r.roles() != "system,user,assistant,user" || r.text(1) != "q0" || r.text(2) != "answer 0" || r.text(3) != "q1" {
-		t.Errorf("second turn sent %s: %q %q %q", r.roles(), r.text(1), r.text(2), r.text(3))
+	reqs := f.Requests()
+	if r := reqs[1]; r.Roles() != "system,user,assistant,user" || r.Text(1) != "q0" || r.Text(2) != "answer 0" || r.Text(3) != "q1" {
+		t.Errorf("second turn sent %s: %q %q %q", r.Roles(), r.Text(1), r.Text(2), r.Text(3))
 	}
 	// HistoryLen 4: the third turn sees the two turns before it.
-	if r := reqs[2]; r.roles() != "system,user,assistant,user,assistant,user" || r.text(1) != "q0" || r.text(5) != "q2" {
-		t.Errorf("third turn sent %s", r.roles())
+	if r := reqs[2]; r.Roles() != "system,user,assistant,user,assistant,user" || r.Text(1) != "q0" || r.Text(5) != "q2" {
+		t.Errorf("third turn sent %s", r.Roles())
 	}
 	// Another session starts afresh.
-	if r := reqs[3]; r.roles() != "system,user" {
-		t.Errorf("another session sent %s, want no history", r.roles())
+	if r := reqs[3]; r.Roles() != "system,user" {
+		t.Errorf("another session sent %s, want no history", r.Roles())
 	}
 	items, err := s.History(t.Context(), "mobile:tel-1")
 	if err != nil || len(items) != 4 || !strings.Contains(string(items[0]), "q1") {
@@ -307,8 +225,8 @@ func TestOpenAIHistoryAcrossNodes(t *testing.T) {
 		t.Cleanup(func() { s.Close() })
 		return s
 	}
-	f := newFakeLLM(t, func(w http.ResponseWriter, r *http.Request, n int) {
-		streamDeltas(w, r, 0, "Paris", " it is.")
+	f := fakellm.New(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		fakellm.Stream(w, r, 0, "Paris", " it is.")
 	})
 	a1, a2 := newOpenAI(t, f, open(), nil), newOpenAI(t, f, open(), nil)
 	if err := a1.Handle(t.Context(), textEvent("mobile:tel-x", "1", "capital of France?"), &recOutput{}); err != nil {
@@ -317,9 +235,9 @@ func TestOpenAIHistoryAcrossNodes(t *testing.T) {
 	if err := a2.Handle(t.Context(), textEvent("mobile:tel-x", "2", "are you sure?"), &recOutput{}); err != nil {
 		t.Fatal(err)
 	}
-	r := f.requests()[1]
-	if r.roles() != "system,user,assistant,user" || r.text(1) != "capital of France?" || r.text(2) != "Paris it is." {
-		t.Fatalf("the second node sent %s: %q %q; want the first node's turn", r.roles(), r.text(1), r.text(2))
+	r := f.Requests()[1]
+	if r.Roles() != "system,user,assistant,user" || r.Text(1) != "capital of France?" || r.Text(2) != "Paris it is." {
+		t.Fatalf("the second node sent %s: %q %q; want the first node's turn", r.Roles(), r.Text(1), r.Text(2))
 	}
 }
 
@@ -327,7 +245,7 @@ func TestOpenAIHistoryAcrossNodes(t *testing.T) {
 // the history keeps a note in words. An image over MaxImage goes as a note;
 // one of exactly MaxImage bytes goes whole.
 func TestOpenAIImage(t *testing.T) {
-	f := newFakeLLM(t, func(w http.ResponseWriter, r *http.Request, _ int) { streamDeltas(w, r, 0, "a cat") })
+	f := fakellm.New(t, func(w http.ResponseWriter, r *http.Request, _ int) { fakellm.Stream(w, r, 0, "a cat") })
 	const maxImage = 1000
 	s := newMemstore(t)
 	a := newOpenAI(t, f, s, func(c *agent.OpenAIConfig) { c.MaxImage = maxImage })
@@ -343,7 +261,7 @@ func TestOpenAIImage(t *testing.T) {
 	if err := a.Handle(t.Context(), img("k-big", maxImage+1), out); err != nil {
 		t.Fatal(err)
 	}
-	reqs := f.requests()
+	reqs := f.Requests()
 	var parts []struct {
 		Type     string `json:"type"`
 		Text     string `json:"text"`
@@ -362,13 +280,13 @@ func TestOpenAIImage(t *testing.T) {
 	// The second request: history holds the first image as words, and the
 	// oversized one is a note.
 	r := reqs[1]
-	if r.roles() != "system,user,assistant,user" {
-		t.Fatalf("second request %s", r.roles())
+	if r.Roles() != "system,user,assistant,user" {
+		t.Fatalf("second request %s", r.Roles())
 	}
-	if h := r.text(1); !strings.Contains(h, "image") || !strings.Contains(h, "what is this?") || strings.Contains(h, "base64") {
+	if h := r.Text(1); !strings.Contains(h, "image") || !strings.Contains(h, "what is this?") || strings.Contains(h, "base64") {
 		t.Errorf("history keeps the image as %q, want a note with its caption", h)
 	}
-	if n := r.text(3); !strings.Contains(n, "too large") || !strings.Contains(n, "what is this?") {
+	if n := r.Text(3); !strings.Contains(n, "too large") || !strings.Contains(n, "what is this?") {
 		t.Errorf("an image over MaxImage went as %q, want a note", n)
 	}
 }
@@ -376,7 +294,7 @@ func TestOpenAIImage(t *testing.T) {
 // TestOpenAIAudioAndFiles: audio goes as its recognised text, or a note
 // without one; other files as a note with the caption.
 func TestOpenAIAudioAndFiles(t *testing.T) {
-	f := newFakeLLM(t, func(w http.ResponseWriter, r *http.Request, _ int) { streamDeltas(w, r, 0, "ok") })
+	f := fakellm.New(t, func(w http.ResponseWriter, r *http.Request, _ int) { fakellm.Stream(w, r, 0, "ok") })
 	a := newOpenAI(t, f, newMemstore(t), nil)
 	evs := []wire.Event{
 		{Kind: wire.EventAudio, Session: "mobile:a", Device: "a", ID: "1", Format: "ogg", Text: "turn on the lights", Media: &wire.MediaRef{Kind: "audio", Size: 500, Blob: "x"}},
@@ -388,14 +306,14 @@ func TestOpenAIAudioAndFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	reqs := f.requests()
-	if got := reqs[0].text(1); got != "turn on the lights" {
+	reqs := f.Requests()
+	if got := reqs[0].Text(1); got != "turn on the lights" {
 		t.Errorf("audio with recognised text went as %q", got)
 	}
-	if got := reqs[1].text(1); !strings.Contains(got, "voice message") || !strings.Contains(got, "700 bytes") {
+	if got := reqs[1].Text(1); !strings.Contains(got, "voice message") || !strings.Contains(got, "700 bytes") {
 		t.Errorf("audio without text went as %q", got)
 	}
-	if got := reqs[2].text(1); !strings.Contains(got, "report.pdf") || !strings.Contains(got, "application/pdf") || !strings.Contains(got, "summarise") {
+	if got := reqs[2].Text(1); !strings.Contains(got, "report.pdf") || !strings.Contains(got, "application/pdf") || !strings.Contains(got, "summarise") {
 		t.Errorf("a document went as %q", got)
 	}
 }
@@ -449,7 +367,7 @@ func TestOpenAIFailures(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			f := newFakeLLM(t, func(w http.ResponseWriter, r *http.Request, _ int) { tc.reply(w, r) })
+			f := fakellm.New(t, func(w http.ResponseWriter, r *http.Request, _ int) { tc.reply(w, r) })
 			s := newMemstore(t)
 			a := newOpenAI(t, f, s, tc.mutate)
 			out := &recOutput{}
@@ -493,7 +411,7 @@ func TestOpenAIMaxAnswer(t *testing.T) {
 		{"cut before a character", []string{"123456789", "é"}, "123456789\n\n[The answer was cut: it is longer than 10 bytes.]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFakeLLM(t, func(w http.ResponseWriter, r *http.Request, _ int) { streamDeltas(w, r, 0, tc.deltas...) })
+			f := fakellm.New(t, func(w http.ResponseWriter, r *http.Request, _ int) { fakellm.Stream(w, r, 0, tc.deltas...) })
 			s := newMemstore(t)
 			a := newOpenAI(t, f, s, func(c *agent.OpenAIConfig) { c.MaxAnswer = 10 })
 			out := &recOutput{}
@@ -512,9 +430,9 @@ func TestOpenAIMaxAnswer(t *testing.T) {
 // TestOpenAITypingWhileWaiting: typing repeats until the first delta, so the
 // avatar stays thinking through a slow start.
 func TestOpenAITypingWhileWaiting(t *testing.T) {
-	f := newFakeLLM(t, func(w http.ResponseWriter, r *http.Request, _ int) {
+	f := fakellm.New(t, func(w http.ResponseWriter, r *http.Request, _ int) {
 		time.Sleep(350 * time.Millisecond)
-		streamDeltas(w, r, 0, "late")
+		fakellm.Stream(w, r, 0, "late")
 	})
 	a := newOpenAI(t, f, newMemstore(t), func(c *agent.OpenAIConfig) { c.TypingEvery = 100 * time.Millisecond })
 	out := &recOutput{}
@@ -559,9 +477,9 @@ func TestOpenAICheck(t *testing.T) {
 // TestOpenAIMaxLine: a line of exactly MaxLine bytes is read (one byte more
 // fails, see TestOpenAIFailures).
 func TestOpenAIMaxLine(t *testing.T) {
-	f := newFakeLLM(t, func(w http.ResponseWriter, r *http.Request, _ int) {
+	f := fakellm.New(t, func(w http.ResponseWriter, r *http.Request, _ int) {
 		io.WriteString(w, ": "+strings.Repeat("x", 254)+"\r\n\r\n")
-		streamDeltas(w, r, 0, "fine")
+		fakellm.Stream(w, r, 0, "fine")
 	})
 	a := newOpenAI(t, f, newMemstore(t), func(c *agent.OpenAIConfig) { c.MaxLine = 256 })
 	out := &recOutput{}

@@ -6,16 +6,14 @@ package gateway_test
 import (
 	"encoding/base64"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/hermes-mobile/gateway/internal/fakellm"
 	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/agent"
 	"github.com/hermes-mobile/gateway/pkg/client"
@@ -23,82 +21,14 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 )
 
-// chatServer is a fake OpenAI-compatible /v1/chat/completions: it records
-// each request's body and answers with reply.
-type chatServer struct {
-	*httptest.Server
-	reply func(w http.ResponseWriter, r *http.Request)
-
-	mu     sync.Mutex
-	bodies []chatBody
-}
-
-type chatBody struct {
-	Model    string `json:"model"`
-	Stream   bool   `json:"stream"`
-	Messages []struct {
-		Role    string          `json:"role"`
-		Content json.RawMessage `json:"content"`
-	} `json:"messages"`
-}
-
-// text is message i's content as a string ("" when it is a list of parts).
-func (b chatBody) text(i int) string {
-	var s string
-	json.Unmarshal(b.Messages[i].Content, &s)
-	return s
-}
-
-func (b chatBody) roles() string {
-	var out []string
-	for _, m := range b.Messages {
-		out = append(out, m.Role)
-	}
-	return strings.Join(out, ",")
-}
-
-func newChatServer(t *testing.T, reply func(w http.ResponseWriter, r *http.Request)) *chatServer {
-	s := &chatServer{reply: reply}
-	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var b chatBody
-		if r.URL.Path != "/v1/chat/completions" || json.NewDecoder(r.Body).Decode(&b) != nil {
-			t.Errorf("unexpected request %s %s", r.Method, r.URL)
-			http.Error(w, "no", 404)
-			return
-		}
-		s.mu.Lock()
-		s.bodies = append(s.bodies, b)
-		s.mu.Unlock()
-		s.reply(w, r)
-	}))
-	t.Cleanup(s.Close)
-	return s
-}
-
-func (s *chatServer) requests() []chatBody {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.bodies)
-}
-
-// sse streams deltas, pause apart, then the finish chunk and [DONE].
-func sse(w http.ResponseWriter, r *http.Request, pause time.Duration, deltas ...string) {
-	w.Header().Set("Content-Type", "text/event-stream")
-	for _, d := range deltas {
-		b, _ := json.Marshal(map[string]any{"choices": []any{map[string]any{"delta": map[string]string{"content": d}}}})
-		fmt.Fprintf(w, "data: %s\n\n", b)
-		w.(http.Flusher).Flush()
-		select {
-		case <-time.After(pause):
-		case <-r.Context().Done():
-			return
-		}
-	}
-	io.WriteString(w, "data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n")
+// newChatServer is a fake OpenAI-compatible upstream answering every
+// request with reply.
+func newChatServer(t *testing.T, reply func(w http.ResponseWriter, r *http.Request)) *fakellm.Server {
+	return fakellm.New(t, func(w http.ResponseWriter, r *http.Request, _ int) { reply(w, r) })
 }
 
 // startOpenAINode starts a node whose agent is OpenAI on srv.
-func startOpenAINode(t *testing.T, srv *chatServer, mutate func(*gateway.Config)) *node {
+func startOpenAINode(t *testing.T, srv *fakellm.Server, mutate func(*gateway.Config)) *node {
 	return startNode(t, func(cfg *gateway.Config) {
 		cfg.OpenAI = &agent.OpenAIConfig{BaseURL: srv.URL + "/v1", Model: "phone-model", SystemPrompt: "Be brief.",
 			EditEvery: 50 * time.Millisecond, Timeout: 5 * time.Second}
@@ -163,7 +93,7 @@ func TestOpenAIAgentStreams(t *testing.T) {
 	t.Parallel()
 	deltas := []string{"The ", "sky ", "is ", "blue ", "because ", "of ", "Rayleigh ", "scattering."}
 	answer := strings.Join(deltas, "")
-	srv := newChatServer(t, func(w http.ResponseWriter, r *http.Request) { sse(w, r, 30*time.Millisecond, deltas...) })
+	srv := newChatServer(t, func(w http.ResponseWriter, r *http.Request) { fakellm.Stream(w, r, 30*time.Millisecond, deltas...) })
 	n := startOpenAINode(t, srv, nil)
 	c, _ := n.connect(t, "tel-oa")
 
@@ -183,17 +113,17 @@ func TestOpenAIAgentStreams(t *testing.T) {
 	}
 
 	checkAnswer(t, openAITurn(t, c, "oa-2", "and at sunset?"), answer)
-	reqs := srv.requests()
+	reqs := srv.Requests()
 	if len(reqs) != 2 {
 		t.Fatalf("%d upstream requests, want 2", len(reqs))
 	}
-	if r := reqs[0]; r.Model != "phone-model" || !r.Stream || r.roles() != "system,user" ||
-		r.text(0) != "Be brief." || r.text(1) != "why is the sky blue?" {
+	if r := reqs[0]; r.Path != "/v1/chat/completions" || r.Body.Model != "phone-model" || !r.Body.Stream || r.Roles() != "system,user" ||
+		r.Text(0) != "Be brief." || r.Text(1) != "why is the sky blue?" {
 		t.Errorf("first request %+v", r)
 	}
-	if r := reqs[1]; r.roles() != "system,user,assistant,user" || r.text(1) != "why is the sky blue?" ||
-		r.text(2) != answer || r.text(3) != "and at sunset?" {
-		t.Errorf("second request %s: %q %q %q, want the first turn before the question", r.roles(), r.text(1), r.text(2), r.text(3))
+	if r := reqs[1]; r.Roles() != "system,user,assistant,user" || r.Text(1) != "why is the sky blue?" ||
+		r.Text(2) != answer || r.Text(3) != "and at sunset?" {
+		t.Errorf("second request %s: %q %q %q, want the first turn before the question", r.Roles(), r.Text(1), r.Text(2), r.Text(3))
 	}
 }
 
@@ -201,7 +131,7 @@ func TestOpenAIAgentStreams(t *testing.T) {
 // with its caption, and a voice message as its recognised text.
 func TestOpenAIAgentMedia(t *testing.T) {
 	t.Parallel()
-	srv := newChatServer(t, func(w http.ResponseWriter, r *http.Request) { sse(w, r, 0, "seen") })
+	srv := newChatServer(t, func(w http.ResponseWriter, r *http.Request) { fakellm.Stream(w, r, 0, "seen") })
 	n := startOpenAINode(t, srv, nil)
 	c, _ := n.connect(t, "tel-oam")
 	img := append([]byte("\x89PNG\r\n\x1a\n"), make([]byte, 5000)...)
@@ -214,7 +144,7 @@ func TestOpenAIAgentMedia(t *testing.T) {
 	}
 	checkAnswer(t, avRecord(t, c, avIsAvatar(protocol.AvatarIdle)), "seen")
 
-	reqs := srv.requests()
+	reqs := srv.Requests()
 	var parts []struct {
 		Type     string `json:"type"`
 		Text     string `json:"text"`
@@ -222,15 +152,15 @@ func TestOpenAIAgentMedia(t *testing.T) {
 			URL string `json:"url"`
 		} `json:"image_url"`
 	}
-	if err := json.Unmarshal(reqs[0].Messages[1].Content, &parts); err != nil {
-		t.Fatalf("the image went as %s: %v", reqs[0].Messages[1].Content, err)
+	if err := json.Unmarshal(reqs[0].Body.Messages[1].Content, &parts); err != nil {
+		t.Fatalf("the image went as %s: %v", reqs[0].Body.Messages[1].Content, err)
 	}
 	want := "data:image/png;base64," + base64.StdEncoding.EncodeToString(img)
 	if len(parts) != 2 || parts[0].Text != "what is it?" || parts[1].Type != "image_url" || parts[1].ImageURL.URL != want {
 		t.Errorf("image parts %+v", parts)
 	}
 	last := reqs[1]
-	if got := last.text(len(last.Messages) - 1); got != "remind me at nine" {
+	if got := last.Text(len(last.Body.Messages) - 1); got != "remind me at nine" {
 		t.Errorf("the voice message went as %q, want its recognised text", got)
 	}
 }
@@ -255,7 +185,7 @@ func TestOpenAIAgentFailures(t *testing.T) {
 			"The agent could not answer: upstream did not finish the answer within 700ms."},
 		{"malformed", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "data: {oops\n\n") }, nil,
 			"The agent could not answer: upstream sent a malformed stream"},
-		{"too long", func(w http.ResponseWriter, r *http.Request) { sse(w, r, 0, "0123456789", "abcdef") },
+		{"too long", func(w http.ResponseWriter, r *http.Request) { fakellm.Stream(w, r, 0, "0123456789", "abcdef") },
 			func(c *agent.OpenAIConfig) { c.MaxAnswer = 12 },
 			"0123456789ab\n\n[The answer was cut: it is longer than 12 bytes.]"},
 	} {
@@ -291,7 +221,7 @@ func TestOpenAIAgentAcrossNodes(t *testing.T) {
 	t.Parallel()
 	redisURL := testsvc.RedisURL(t)
 	prefix := randomPrefix()
-	srv := newChatServer(t, func(w http.ResponseWriter, r *http.Request) { sse(w, r, 0, "Noted.") })
+	srv := newChatServer(t, func(w http.ResponseWriter, r *http.Request) { fakellm.Stream(w, r, 0, "Noted.") })
 	onRedis := func(cfg *gateway.Config) { cfg.RedisURL, cfg.RedisPrefix = redisURL, prefix }
 	a := startOpenAINode(t, srv, onRedis)
 	b := startOpenAINode(t, srv, onRedis)
@@ -303,11 +233,11 @@ func TestOpenAIAgentAcrossNodes(t *testing.T) {
 	c2, _ := b.connect(t, dev)
 	checkAnswer(t, openAITurn(t, c2, "x-2", "what is my name?"), "Noted.")
 
-	reqs := srv.requests()
+	reqs := srv.Requests()
 	if len(reqs) != 2 {
 		t.Fatalf("%d upstream requests, want 2", len(reqs))
 	}
-	if r := reqs[1]; r.roles() != "system,user,assistant,user" || r.text(1) != "my name is Ada" || r.text(2) != "Noted." {
-		t.Fatalf("the second node sent %s: %q %q; want the first node's turn", r.roles(), r.text(1), r.text(2))
+	if r := reqs[1]; r.Roles() != "system,user,assistant,user" || r.Text(1) != "my name is Ada" || r.Text(2) != "Noted." {
+		t.Fatalf("the second node sent %s: %q %q; want the first node's turn", r.Roles(), r.Text(1), r.Text(2))
 	}
 }
