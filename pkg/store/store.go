@@ -44,6 +44,7 @@ type Store interface {
 	Blobs
 	Events
 	History
+	Journal
 	Close() error
 }
 

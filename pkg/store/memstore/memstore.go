@@ -65,6 +65,8 @@ type Store struct {
 	events  eventLog
 	history histories
 
+	journals journals
+
 	done      chan struct{} // closed by Close to stop the sweeper
 	swept     chan struct{} // closed when the sweeper has returned
 	closeOnce sync.Once
@@ -129,4 +131,5 @@ func (s *Store) expire(now time.Time) {
 	s.outbox.expire(now)
 	s.blobs.expire(now)
 	s.history.expire(now)
+	s.journals.expire(now)
 }

@@ -43,6 +43,11 @@ func testContextCanceled(t *testing.T, s store.Store) {
 		{"GetBlob", func() error { _, err := s.GetBlob(ctx, "0123456789abcdef"); return err }},
 		{"AppendHistory", func() error { return s.AppendHistory(ctx, dev, [][]byte{[]byte("x")}, roomyHistory) }},
 		{"History", func() error { _, err := s.History(ctx, dev); return err }},
+		{"AppendJournal", func() error { _, err := s.AppendJournal(ctx, dev, "r1", []byte("x"), jlim); return err }},
+		{"NextJournal", func() error { _, _, err := s.NextJournal(ctx, dev, "r1", 0, time.Minute); return err }},
+		{"RenewJournal", func() error { return s.RenewJournal(ctx, dev, "r1", time.Minute) }},
+		{"ReleaseJournal", func() error { return s.ReleaseJournal(ctx, dev, "r1") }},
+		{"TakeJournals", func() error { _, err := s.TakeJournals(ctx, "r1", time.Minute, 10); return err }},
 	}
 	for _, c := range calls {
 		if err := c.call(); !errors.Is(err, context.Canceled) {

@@ -46,6 +46,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Blobs", blobTests},
 		{"Events", eventTests},
 		{"History", historyTests},
+		{"Journal", journalTests},
 		{"Context", contextTests},
 	}
 	for _, g := range groups {

@@ -1,0 +1,266 @@
+package redisstore
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hermes-mobile/gateway/pkg/store"
+)
+
+// The journal keys share the hash tag {journals}, so the index and every
+// journal can be changed by one script. Lease deadlines are Redis TIME in
+// ms; a lease is held while its "until" is in the future.
+//
+//	P {journals}:log:<D>   list  "<seq>|<entry>", oldest first; PX the TTL of its last append
+//	P {journals}:meta:<D>  hash  "seq" (the last Seq), "owner", "until"; PX as the log
+//	P {journals}:due       zset  D scored by its lease deadline (0: free, with entries); PX its longest journal's
+
+// journalNow is the Redis clock in ms, the first lines of every journal
+// script.
+const journalNow = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+`
+
+// journalLease gives the lease of the journal whose meta is KEYS[2] to
+// owner until now + lease ms and indexes device in KEYS[3]; the meta
+// lives as long as the log (KEYS[1]), so the journal is forgotten whole.
+const journalLease = `
+local function lease(owner, ms, device)
+	local untl = now + tonumber(ms)
+	redis.call('HSET', KEYS[2], 'owner', owner, 'until', untl)
+	local ttl = redis.call('PTTL', KEYS[1])
+	redis.call('PEXPIRE', KEYS[2], ttl > 0 and ttl or ms)
+	redis.call('ZADD', KEYS[3], untl, device)
+end
+local function held(owner)
+	local m = redis.call('HMGET', KEYS[2], 'owner', 'until')
+	return m[1] == owner and tonumber(m[2]) > now, m[1] == false or m[1] == '' or tonumber(m[2]) <= now
+end
+`
+
+// appendJournalScript appends an entry unless the log is full and takes a
+// free lease.
+// KEYS: log, meta, due. ARGV: entry, max, owner, lease ms, ttl ms, device.
+// Reply: {appended 0|1, held 0|1}.
+var appendJournalScript = redis.NewScript(journalNow + journalLease + `
+local mine, free = held(ARGV[3])
+if redis.call('LLEN', KEYS[1]) >= tonumber(ARGV[2]) then
+	return {0, mine and 1 or 0}
+end
+local seq = redis.call('HINCRBY', KEYS[2], 'seq', 1)
+redis.call('RPUSH', KEYS[1], seq .. '|' .. ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+redis.call('PEXPIRE', KEYS[2], ARGV[5])
+if free then
+	lease(ARGV[3], ARGV[4], ARGV[6])
+	mine = true
+end
+if redis.call('PTTL', KEYS[3]) < tonumber(ARGV[5]) then
+	redis.call('PEXPIRE', KEYS[3], ARGV[5])
+end
+return {1, mine and 1 or 0}
+`)
+
+// nextJournalScript removes the done entry if it is the head and returns
+// the head, extending the lease, or releases the lease of an empty log.
+// KEYS: log, meta, due. ARGV: owner, done seq, lease ms, device.
+// Reply: {0} not held, {1} empty and released, {2, seq, entry}.
+var nextJournalScript = redis.NewScript(journalNow + journalLease + `
+if not held(ARGV[1]) then
+	return {0}
+end
+local head = redis.call('LINDEX', KEYS[1], 0)
+if head and ARGV[2] ~= '0' then
+	local sep = string.find(head, '|', 1, true)
+	if string.sub(head, 1, sep - 1) == ARGV[2] then
+		redis.call('LPOP', KEYS[1])
+		head = redis.call('LINDEX', KEYS[1], 0)
+	end
+end
+if not head then
+	redis.call('HDEL', KEYS[2], 'owner', 'until')
+	redis.call('ZREM', KEYS[3], ARGV[4])
+	return {1}
+end
+lease(ARGV[1], ARGV[3], ARGV[4])
+local sep = string.find(head, '|', 1, true)
+return {2, tonumber(string.sub(head, 1, sep - 1)), string.sub(head, sep + 1)}
+`)
+
+// renewJournalScript extends a held lease.
+// KEYS: log, meta, due. ARGV: owner, lease ms, device. Reply: 1 held, 0 not.
+var renewJournalScript = redis.NewScript(journalNow + journalLease + `
+if not held(ARGV[1]) then
+	return 0
+end
+lease(ARGV[1], ARGV[2], ARGV[3])
+return 1
+`)
+
+// releaseJournalScript frees a held lease; a log with entries stays in the
+// index with score 0, due at once.
+// KEYS: log, meta, due. ARGV: owner, device.
+var releaseJournalScript = redis.NewScript(journalNow + journalLease + `
+if held(ARGV[1]) then
+	redis.call('HDEL', KEYS[2], 'owner', 'until')
+	if redis.call('LLEN', KEYS[1]) > 0 then
+		redis.call('ZADD', KEYS[3], 0, ARGV[2])
+	else
+		redis.call('ZREM', KEYS[3], ARGV[2])
+	end
+end
+return 0
+`)
+
+// takeJournalsScript leases up to max journals that are due (lease free)
+// and hold entries. A due device whose lease is in fact held gets its
+// deadline back; one whose log is gone leaves the index.
+// KEYS: due. ARGV: owner, lease ms, max, log key prefix, meta key prefix.
+var takeJournalsScript = redis.NewScript(journalNow + `
+local want = tonumber(ARGV[3])
+local untl = now + tonumber(ARGV[2])
+local out = {}
+while #out < want do
+	local devs = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, want - #out)
+	if #devs == 0 then
+		break
+	end
+	for _, d in ipairs(devs) do
+		local log, meta = ARGV[4] .. d, ARGV[5] .. d
+		local m = redis.call('HMGET', meta, 'owner', 'until')
+		if m[1] and m[1] ~= '' and tonumber(m[2]) > now then
+			redis.call('ZADD', KEYS[1], m[2], d)
+		elseif redis.call('LLEN', log) == 0 then
+			redis.call('ZREM', KEYS[1], d)
+		else
+			redis.call('HSET', meta, 'owner', ARGV[1], 'until', untl)
+			redis.call('PEXPIRE', meta, redis.call('PTTL', log))
+			redis.call('ZADD', KEYS[1], untl, d)
+			out[#out + 1] = d
+		end
+	end
+end
+return out
+`)
+
+func (s *Store) journalLogPrefix() string  { return s.prefix + "{journals}:log:" }
+func (s *Store) journalMetaPrefix() string { return s.prefix + "{journals}:meta:" }
+func (s *Store) journalDueKey() string     { return s.prefix + "{journals}:due" }
+
+// journalKeys are the KEYS of the per-device journal scripts.
+func (s *Store) journalKeys(device string) []string {
+	return []string{s.journalLogPrefix() + device, s.journalMetaPrefix() + device, s.journalDueKey()}
+}
+
+// AppendJournal implements store.Journal.
+func (s *Store) AppendJournal(ctx context.Context, device, owner string, data []byte, lim store.JournalLimits) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, opErr("AppendJournal", err)
+	}
+	if lim.Lease <= 0 || lim.TTL <= 0 {
+		return false, errBadTTL
+	}
+	r, err := appendJournalScript.Run(ctx, s.rdb, s.journalKeys(device),
+		data, lim.MaxLen, owner, ms(lim.Lease), ms(lim.TTL), device).Slice()
+	if err != nil {
+		return false, redisErr(ctx, "AppendJournal", err)
+	}
+	appended, err := replyInt(r, 0)
+	if err != nil {
+		return false, opErr("AppendJournal", err)
+	}
+	mine, err := replyInt(r, 1)
+	if err != nil {
+		return false, opErr("AppendJournal", err)
+	}
+	if appended == 0 {
+		return mine == 1, store.ErrJournalFull
+	}
+	return mine == 1, nil
+}
+
+// NextJournal implements store.Journal.
+func (s *Store) NextJournal(ctx context.Context, device, owner string, done int64, lease time.Duration) (store.JournalEntry, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return store.JournalEntry{}, false, opErr("NextJournal", err)
+	}
+	if lease <= 0 {
+		return store.JournalEntry{}, false, errBadTTL
+	}
+	r, err := nextJournalScript.Run(ctx, s.rdb, s.journalKeys(device),
+		owner, strconv.FormatInt(done, 10), ms(lease), device).Slice()
+	if err != nil {
+		return store.JournalEntry{}, false, redisErr(ctx, "NextJournal", err)
+	}
+	code, err := replyInt(r, 0)
+	if err != nil {
+		return store.JournalEntry{}, false, opErr("NextJournal", err)
+	}
+	switch code {
+	case 0:
+		return store.JournalEntry{}, false, store.ErrLeaseLost
+	case 1:
+		return store.JournalEntry{}, false, nil
+	}
+	seq, err := replyInt(r, 1)
+	if err != nil {
+		return store.JournalEntry{}, false, opErr("NextJournal", err)
+	}
+	data, err := replyBytes(r, 2)
+	if err != nil {
+		return store.JournalEntry{}, false, opErr("NextJournal", err)
+	}
+	return store.JournalEntry{Seq: seq, Data: data}, true, nil
+}
+
+// RenewJournal implements store.Journal.
+func (s *Store) RenewJournal(ctx context.Context, device, owner string, lease time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return opErr("RenewJournal", err)
+	}
+	if lease <= 0 {
+		return errBadTTL
+	}
+	n, err := renewJournalScript.Run(ctx, s.rdb, s.journalKeys(device), owner, ms(lease), device).Int()
+	if err != nil {
+		return redisErr(ctx, "RenewJournal", err)
+	}
+	if n == 0 {
+		return store.ErrLeaseLost
+	}
+	return nil
+}
+
+// ReleaseJournal implements store.Journal.
+func (s *Store) ReleaseJournal(ctx context.Context, device, owner string) error {
+	if err := ctx.Err(); err != nil {
+		return opErr("ReleaseJournal", err)
+	}
+	if err := releaseJournalScript.Run(ctx, s.rdb, s.journalKeys(device), owner, device).Err(); err != nil {
+		return redisErr(ctx, "ReleaseJournal", err)
+	}
+	return nil
+}
+
+// TakeJournals implements store.Journal.
+func (s *Store) TakeJournals(ctx context.Context, owner string, lease time.Duration, max int) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, opErr("TakeJournals", err)
+	}
+	if lease <= 0 {
+		return nil, errBadTTL
+	}
+	if max < 1 {
+		return nil, nil
+	}
+	r, err := takeJournalsScript.Run(ctx, s.rdb, []string{s.journalDueKey()},
+		owner, ms(lease), max, s.journalLogPrefix(), s.journalMetaPrefix()).StringSlice()
+	if err != nil {
+		return nil, redisErr(ctx, "TakeJournals", err)
+	}
+	return r, nil
+}
