@@ -101,14 +101,16 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err e
 	} else {
 		g.Store = memstore.New(memstore.Options{})
 	}
+	var nb *natsbus.Bus // kept out of g.Bus until it is not nil
 	if cfg.NATSURL != "" {
-		g.Bus, err = natsbus.Connect(cfg.NATSURL, natsbus.Options{Logger: log, SubjectPrefix: cfg.NATSPrefix})
+		nb, err = natsbus.Connect(cfg.NATSURL, natsbus.Options{Logger: log, SubjectPrefix: cfg.NATSPrefix})
 	} else {
-		g.Bus, err = natsbus.Embedded(natsbus.Options{Logger: log})
+		nb, err = natsbus.Embedded(natsbus.Options{Logger: log})
 	}
 	if err != nil {
 		return nil, fmt.Errorf("NATS_URL: %w", err)
 	}
+	g.Bus = nb
 	if cfg.Router {
 		a := cfg.Agent
 		switch {
