@@ -86,6 +86,12 @@ func render(t *testing.T, args ...string) map[string][]object {
 type podTemplate struct {
 	Spec struct {
 		Replicas *int `yaml:"replicas"`
+		Strategy struct {
+			RollingUpdate struct {
+				MaxUnavailable int `yaml:"maxUnavailable"`
+				MaxSurge       int `yaml:"maxSurge"`
+			} `yaml:"rollingUpdate"`
+		} `yaml:"strategy"`
 		Selector struct {
 			MatchLabels map[string]string `yaml:"matchLabels"`
 		} `yaml:"selector"`
@@ -361,6 +367,10 @@ func checkEdge(t *testing.T, objs map[string][]object, vals map[string]any) {
 		if d.Spec.Replicas != nil {
 			t.Errorf("edge Deployment sets replicas %d although the HPA scales it", *d.Spec.Replicas)
 		}
+	}
+	// A rollout replaces one edge at a time, a new one ready first.
+	if r := d.Spec.Strategy.RollingUpdate; r.MaxUnavailable != 0 || r.MaxSurge != 1 {
+		t.Errorf("edge rollout %+v, want maxUnavailable 0, maxSurge 1", r)
 	}
 	for _, o := range objs["PodDisruptionBudget"] {
 		var p struct {
