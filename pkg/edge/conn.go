@@ -91,6 +91,9 @@ type conn struct {
 	attempts map[string]string // dedup key → attempt of a claim with unknown outcome
 	torn     atomic.Bool       // teardown ran (or is running)
 	dead     chan struct{}     // closed when teardown has finished
+
+	outboxMu   sync.Mutex // one outbox read of this socket at a time
+	outboxSent int64      // under outboxMu: the Seq of the last outbox item queued here
 }
 
 // handshake upgrades nc and starts watching it.

@@ -128,7 +128,7 @@ func (c *conn) render(ctx context.Context, out wire.Output, done func(error)) {
 	case wire.OpAvatar:
 		avatar = protocol.AvatarState(out.State)
 	case wire.OpOutbox:
-		c.writeOutbox(ctx) // held until ready: the outbox is read after the flush
+		c.writeOutbox() // held until ready: the outbox is read after the flush
 	default:
 		c.log.Debug("ignoring unknown output", "op", out.Op)
 	}

@@ -207,13 +207,15 @@ func (c *conn) hello(h *protocol.Hello) {
 	}))
 	c.srv.tel.m.Handshake(telemetry.HandshakeOK)
 	c.log.Debug("session ready", "epoch", epoch)
-	c.flushOutbox(ctx)
+	// A large outbox is written at the pace the phone reads it: meanwhile
+	// the phone's frames are handled, and a drain may close the socket.
+	s.goFunc(c.flushOutbox)
 }
 
 // flushOutbox writes what the agent sent while the device was away, then
 // lets live deliveries through in order behind it.
-func (c *conn) flushOutbox(ctx context.Context) {
-	c.writeOutbox(ctx)
+func (c *conn) flushOutbox() {
+	c.writeOutbox()
 	for {
 		c.mu.Lock()
 		held := c.held
@@ -225,47 +227,10 @@ func (c *conn) flushOutbox(ctx context.Context) {
 		}
 		c.mu.Unlock()
 		for _, h := range held {
-			c.render(ctx, h.out, h.done)
-		}
-	}
-}
-
-// writeOutbox takes the device's outbox and writes it.
-func (c *conn) writeOutbox(ctx context.Context) {
-	items, err := c.srv.store.TakeOutbox(ctx, c.device)
-	if err != nil {
-		c.log.Warn("reading outbox failed", "err", err)
-	}
-	c.srv.tel.m.OutboxDelivered(len(items))
-	for _, it := range items {
-		var out wire.Output
-		if err := json.Unmarshal(it, &out); err != nil {
-			c.log.Warn("dropping unreadable outbox item", "err", err)
-			continue
-		}
-		c.render(ctx, out, nil)
-	}
-}
-
-// rereadOutbox answers OpOutbox: the router filed output in the outbox that
-// may have come after this socket's flush. Before ready the flush is still
-// to come, or running: the request waits with the held deliveries. A
-// closing socket leaves the outbox to the device's next connection.
-func (c *conn) rereadOutbox() {
-	c.mu.Lock()
-	switch {
-	case c.closing || c.closed:
-		c.mu.Unlock()
-	case !c.ready:
-		c.held = append(c.held, heldItem{wire.Output{Op: wire.OpOutbox}, func(error) {}})
-		c.mu.Unlock()
-	default:
-		c.mu.Unlock()
-		c.srv.goFunc(func() {
 			ctx, cancel := c.opContext()
-			defer cancel()
-			c.writeOutbox(ctx)
-		})
+			c.render(ctx, h.out, h.done)
+			cancel()
+		}
 	}
 }
 

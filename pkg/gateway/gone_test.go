@@ -34,7 +34,7 @@ func TestMediaGoneIsNotQueued(t *testing.T) {
 	if err != nil || msg.Str("text") != "still here" {
 		t.Fatalf("next message %v, %v", msg, err)
 	}
-	items, err := n.Store.TakeOutbox(testCtx(t), "tel-gone")
+	items, err := n.Store.PeekOutbox(testCtx(t), "tel-gone", 0)
 	if err != nil || len(items) != 0 {
 		t.Fatalf("outbox holds %d items (%v), want none", len(items), err)
 	}

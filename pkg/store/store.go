@@ -150,13 +150,31 @@ type Owners interface {
 	ReleaseDevice(ctx context.Context, device string, epoch int64) error
 }
 
-// Outbox keeps frames for a device that is offline.
+// OutboxItem is one item of an outbox and its sequence number.
+type OutboxItem struct {
+	// Seq names the item: greater than the Seq of every item pushed before
+	// to the same device, also when the outbox was emptied in between.
+	Seq  int64
+	Data []byte
+}
+
+// Outbox keeps frames for a device that is offline. Items are read with
+// PeekOutbox and removed only by AckOutbox, once they were written to the
+// device, so a reader that dies between the two loses nothing: the next
+// reader gets the items again (at least once).
 type Outbox interface {
 	// PushOutbox appends item to device's outbox. The outbox keeps at most
 	// max items (the oldest are dropped) and forgets items older than ttl.
 	PushOutbox(ctx context.Context, device string, item []byte, max int, ttl time.Duration) error
-	// TakeOutbox removes and returns device's items, oldest first.
-	TakeOutbox(ctx context.Context, device string) ([][]byte, error)
+	// PeekOutbox returns device's live items whose Seq is greater than
+	// after, oldest first, and leaves them in the outbox.
+	PeekOutbox(ctx context.Context, device string, after int64) ([]OutboxItem, error)
+	// AckOutbox removes device's items whose Seq is at most upTo and
+	// reports true, if device's owner record holds epoch (the reader's).
+	// Items pushed after the reader's peek have greater Seqs and stay. When
+	// the record holds another epoch or none it removes nothing and reports
+	// false: the items are left to the device's newer connection.
+	AckOutbox(ctx context.Context, device string, epoch, upTo int64) (bool, error)
 }
 
 // Blobs keeps media bytes so that only references travel on the bus.

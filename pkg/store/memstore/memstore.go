@@ -2,8 +2,10 @@
 // runs as one process, without Redis.
 //
 // Each concern (dedup keys, uploads, prompts, owners, outboxes, blobs) keeps
-// its own maps under its own mutex; no method holds two of these mutexes, so
-// there is no lock order to keep.
+// its own maps under its own mutex. AckOutbox is the one method that holds
+// two: the owners' mutex, then the outboxes' (it removes items only while
+// the reader still owns the device); no method takes them in the other
+// order.
 //
 // Expired items are removed lazily by the next call that touches their concern
 // and by a background sweeper (stopped by Close), so items nobody asks for

@@ -5,10 +5,14 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/hermes-mobile/gateway/pkg/store"
 )
 
-// outboxItem is one queued frame and the time it is forgotten.
+// outboxItem is one queued frame, its sequence number and the time it is
+// forgotten.
 type outboxItem struct {
+	seq  int64
 	data []byte
 	at   time.Time
 }
@@ -21,9 +25,12 @@ type outbox struct {
 	items  []outboxItem // oldest first
 }
 
-// outboxes keeps the queues of offline devices.
+// outboxes keeps the queues of offline devices. Sequence numbers come from
+// one counter for all devices, so a device's numbers keep growing when its
+// outbox is emptied and made again.
 type outboxes struct {
 	mu       sync.Mutex
+	seq      int64 // the last sequence number handed out
 	byDevice map[string]*outbox
 	byExpiry expiryQueue[*outbox]
 }
@@ -55,7 +62,8 @@ func (s *Store) PushOutbox(ctx context.Context, device string, item []byte, max 
 	for len(b.items) > 0 && expired(b.items[0].at, now) {
 		b.dropOldest()
 	}
-	b.items = append(b.items, outboxItem{data: item, at: now.Add(ttl)})
+	q.seq++
+	b.items = append(b.items, outboxItem{seq: q.seq, data: item, at: now.Add(ttl)})
 	for len(b.items) > max && len(b.items) > 0 {
 		b.dropOldest()
 	}
@@ -81,29 +89,57 @@ func (b *outbox) dropOldest() {
 	b.items = b.items[1:]
 }
 
-// TakeOutbox removes and returns device's live items, oldest first.
-func (s *Store) TakeOutbox(ctx context.Context, device string) ([][]byte, error) {
+// PeekOutbox returns device's live items whose Seq is greater than after,
+// oldest first, and leaves them in place.
+func (s *Store) PeekOutbox(ctx context.Context, device string, after int64) ([]store.OutboxItem, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	q := &s.outbox
 	now := time.Now()
 	q.mu.Lock()
+	defer q.mu.Unlock()
 	b, ok := q.byDevice[device]
-	if ok {
-		q.removeLocked(b)
-	}
-	q.mu.Unlock()
 	if !ok {
 		return nil, nil
 	}
-	out := make([][]byte, 0, len(b.items))
+	var out []store.OutboxItem
 	for _, it := range b.items {
-		if !expired(it.at, now) {
-			out = append(out, it.data)
+		if it.seq > after && !expired(it.at, now) {
+			out = append(out, store.OutboxItem{Seq: it.seq, Data: bytes.Clone(it.data)})
 		}
 	}
 	return out, nil
+}
+
+// AckOutbox removes device's items up to Seq upTo if device's owner record
+// holds epoch. It holds the owners' mutex, then the outbox's, so no claim
+// of the device can come between the check and the removal.
+func (s *Store) AckOutbox(ctx context.Context, device string, epoch, upTo int64) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	o, q := &s.owners, &s.outbox
+	now := time.Now()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.expireLocked(now)
+	if e, ok := o.byDevice[device]; !ok || e.owner.Epoch != epoch {
+		return false, nil
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	b, ok := q.byDevice[device]
+	if !ok {
+		return true, nil
+	}
+	for len(b.items) > 0 && (b.items[0].seq <= upTo || expired(b.items[0].at, now)) {
+		b.dropOldest()
+	}
+	if len(b.items) == 0 {
+		q.removeLocked(b)
+	}
+	return true, nil
 }
 
 func (q *outboxes) removeLocked(b *outbox) {

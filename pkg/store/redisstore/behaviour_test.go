@@ -57,6 +57,7 @@ func TestKeyLayout(t *testing.T) {
 		"p:owner:{d}":          "string",
 		"p:epoch:{d}":          "string",
 		"p:outbox:{d}":         "list",
+		"p:outboxseq:{d}":      "string",
 		"p:blob:" + blob:       "string",
 		"p:{blobs}:due":        "zset",
 		"p:{blobs}:bytes":      "string",
@@ -85,8 +86,9 @@ func TestKeyLayout(t *testing.T) {
 	if got, want := rdb.Get(ctx, "p:owner:{d}").Val(), "edge-1|"+strconv.FormatInt(epoch, 10); got != want {
 		t.Errorf("owner record %q, want %q", got, want)
 	}
-	if got := rdb.LIndex(ctx, "p:outbox:{d}", 0).Val(); !strings.HasSuffix(got, "|frame") {
-		t.Errorf("outbox item %q, want <deadline>|frame", got)
+	seq := rdb.Get(ctx, "p:outboxseq:{d}").Val()
+	if got := rdb.LIndex(ctx, "p:outbox:{d}", 0).Val(); !strings.HasPrefix(got, seq+"|") || !strings.HasSuffix(got, "|frame") {
+		t.Errorf("outbox item %q, want %s|<deadline>|frame", got, seq)
 	}
 	if got := rdb.HGetAll(ctx, "p:uploads:{d}").Val(); fmt.Sprint(got) != "map[1:c:f:1]" {
 		t.Errorf("uploads hash %v, want map[1:c:f:1]", got)

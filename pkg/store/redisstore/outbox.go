@@ -2,26 +2,46 @@ package redisstore
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hermes-mobile/gateway/pkg/store"
 )
 
-// pushOutboxScript appends an item stamped with its deadline, drops the
-// passed items at the head and the oldest beyond max, and keeps the list as
-// long as its longest-lived item.
-// KEYS: outbox. ARGV: item, max, ttl ms.
-var pushOutboxScript = redis.NewScript(`
+// An outbox item is stored as "<seq>|<deadline ms>|<item>". The Lua helper
+// fields splits one into its sequence number, deadline and the offset of
+// the item.
+const outboxFields = `
+local function fields(it)
+	local a = string.find(it, '|', 1, true)
+	local b = string.find(it, '|', a + 1, true)
+	return tonumber(string.sub(it, 1, a - 1)), tonumber(string.sub(it, a + 1, b - 1)), b + 1
+end
+local function nowms(t)
+	return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+`
+
+// pushOutboxScript drops the passed items at the head, appends an item
+// stamped with the device's next sequence number and its deadline, drops
+// the oldest beyond max, and keeps the list and the counter as long as the
+// longest-lived item. A missing counter starts from the server clock in µs
+// and above the list's last item, so sequence numbers keep growing after
+// the outbox was emptied (see the package comment).
+// KEYS: outbox, seq. ARGV: item, max, ttl ms.
+var pushOutboxScript = redis.NewScript(outboxFields + `
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = nowms(t)
 local max, ttl = tonumber(ARGV[2]), tonumber(ARGV[3])
 while true do
 	local head = redis.call('LINDEX', KEYS[1], 0)
 	if not head then
 		break
 	end
-	local sep = string.find(head, '|', 1, true)
-	if tonumber(string.sub(head, 1, sep - 1)) > now then
+	local _, deadline = fields(head)
+	if deadline > now then
 		break
 	end
 	redis.call('LPOP', KEYS[1])
@@ -30,33 +50,70 @@ if max < 1 then
 	redis.call('DEL', KEYS[1])
 	return 0
 end
-redis.call('RPUSH', KEYS[1], string.format('%.0f', now + ttl) .. '|' .. ARGV[1])
+local seq
+if redis.call('EXISTS', KEYS[2]) == 1 then
+	seq = redis.call('INCR', KEYS[2])
+else
+	seq = tonumber(t[1]) * 1000000 + tonumber(t[2])
+	local last = redis.call('LINDEX', KEYS[1], -1)
+	if last then
+		local s = fields(last)
+		if s >= seq then
+			seq = s + 1
+		end
+	end
+	redis.call('SET', KEYS[2], string.format('%.0f', seq))
+end
+redis.call('RPUSH', KEYS[1], string.format('%.0f|%.0f|', seq, now + ttl) .. ARGV[1])
 redis.call('LTRIM', KEYS[1], -max, -1)
-if redis.call('PTTL', KEYS[1]) < ttl then
-	redis.call('PEXPIRE', KEYS[1], ARGV[3])
+for _, k in ipairs(KEYS) do
+	if redis.call('PTTL', k) < ttl then
+		redis.call('PEXPIRE', k, ARGV[3])
+	end
 end
 return 0
 `)
 
-// takeOutboxScript removes the outbox and returns its live items, oldest
-// first.
-// KEYS: outbox.
-var takeOutboxScript = redis.NewScript(`
+// peekOutboxScript returns the live items after a sequence number, oldest
+// first, as sequence number and item pairs.
+// KEYS: outbox. ARGV: after.
+var peekOutboxScript = redis.NewScript(outboxFields + `
 local items = redis.call('LRANGE', KEYS[1], 0, -1)
-if #items == 0 then
-	return {}
-end
-redis.call('DEL', KEYS[1])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = nowms(redis.call('TIME'))
+local after = tonumber(ARGV[1])
 local out = {}
 for _, it in ipairs(items) do
-	local sep = string.find(it, '|', 1, true)
-	if tonumber(string.sub(it, 1, sep - 1)) > now then
-		out[#out + 1] = string.sub(it, sep + 1)
+	local seq, deadline, at = fields(it)
+	if seq > after and deadline > now then
+		out[#out + 1] = string.format('%.0f', seq)
+		out[#out + 1] = string.sub(it, at)
 	end
 end
 return out
+`)
+
+// ackOutboxScript removes the items up to a sequence number (and the passed
+// ones in front of them) if the owner record holds the reader's epoch.
+// KEYS: outbox, owner. ARGV: epoch, upTo. Reply: 1 owner matched, 0 not.
+var ackOutboxScript = redis.NewScript(outboxFields + `
+local cur = redis.call('GET', KEYS[2])
+if not cur or string.match(cur, '|(%d+)$') ~= ARGV[1] then
+	return 0
+end
+local now = nowms(redis.call('TIME'))
+local upTo = tonumber(ARGV[2])
+while true do
+	local head = redis.call('LINDEX', KEYS[1], 0)
+	if not head then
+		break
+	end
+	local seq, deadline = fields(head)
+	if seq > upTo and deadline > now then
+		break
+	end
+	redis.call('LPOP', KEYS[1])
+end
+return 1
 `)
 
 // PushOutbox appends item to device's outbox. Each item is forgotten ttl after
@@ -69,28 +126,56 @@ func (s *Store) PushOutbox(ctx context.Context, device string, item []byte, max 
 	if ttl <= 0 {
 		return errBadTTL
 	}
-	if err := pushOutboxScript.Run(ctx, s.rdb, []string{s.outboxKey(device)}, item, max, ms(ttl)).Err(); err != nil {
+	keys := []string{s.outboxKey(device), s.outboxSeqKey(device)}
+	if err := pushOutboxScript.Run(ctx, s.rdb, keys, item, max, ms(ttl)).Err(); err != nil {
 		return redisErr(ctx, "PushOutbox", err)
 	}
 	return nil
 }
 
-// TakeOutbox removes and returns device's live items, oldest first.
-func (s *Store) TakeOutbox(ctx context.Context, device string) ([][]byte, error) {
+// PeekOutbox returns device's live items whose Seq is greater than after,
+// oldest first, and leaves them in place.
+func (s *Store) PeekOutbox(ctx context.Context, device string, after int64) ([]store.OutboxItem, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, opErr("TakeOutbox", err)
+		return nil, opErr("PeekOutbox", err)
 	}
-	r, err := takeOutboxScript.Run(ctx, s.rdb, []string{s.outboxKey(device)}).Slice()
+	r, err := peekOutboxScript.Run(ctx, s.rdb, []string{s.outboxKey(device)}, after).Slice()
 	if err != nil {
-		return nil, redisErr(ctx, "TakeOutbox", err)
+		return nil, redisErr(ctx, "PeekOutbox", err)
 	}
-	var out [][]byte
-	for i := range r {
-		b, err := replyBytes(r, i)
+	var out []store.OutboxItem
+	for i := 0; i+1 < len(r); i += 2 {
+		seq, err := replyBytes(r, i)
 		if err != nil {
-			return nil, opErr("TakeOutbox", err)
+			return nil, opErr("PeekOutbox", err)
 		}
-		out = append(out, b)
+		n, err := strconv.ParseInt(string(seq), 10, 64)
+		if err != nil {
+			return nil, opErr("PeekOutbox", err)
+		}
+		data, err := replyBytes(r, i+1)
+		if err != nil {
+			return nil, opErr("PeekOutbox", err)
+		}
+		out = append(out, store.OutboxItem{Seq: n, Data: data})
 	}
 	return out, nil
 }
+
+// AckOutbox removes device's items up to Seq upTo if device's owner record
+// holds epoch, in one script: no claim can come between the check and the
+// removal.
+func (s *Store) AckOutbox(ctx context.Context, device string, epoch, upTo int64) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, opErr("AckOutbox", err)
+	}
+	keys := []string{s.outboxKey(device), s.ownerKey(device)}
+	n, err := ackOutboxScript.Run(ctx, s.rdb, keys, epoch, upTo).Int()
+	if err != nil {
+		return false, redisErr(ctx, "AckOutbox", err)
+	}
+	return n == 1, nil
+}
+
+// outboxSeqKey holds the last sequence number handed out for d's outbox.
+func (s *Store) outboxSeqKey(d string) string { return s.prefix + "outboxseq:{" + d + "}" }

@@ -7,7 +7,7 @@
 // Every operation that reads and then writes runs as one Lua script, so it is
 // atomic across nodes: Claim, Release, PutPart, DropUploads, TakePrompt,
 // TakeExpired, ClaimDevice, RefreshDevices (one script per device, pipelined),
-// ReleaseDevice, PushOutbox, TakeOutbox, AppendHistory and the blob
+// ReleaseDevice, PushOutbox, PeekOutbox, AckOutbox, AppendHistory and the blob
 // accounting of PutBlob.
 // The keys one script touches share a Redis Cluster hash tag ({device},
 // {prompts} or {blobs}), so the layout is ready for Redis Cluster through
@@ -29,7 +29,8 @@
 //	P {prompts}:due                       zset    card id scored by Expires (unix µs); PX its longest card's
 //	P owner:{D}                           string  "<edge>|<epoch>"; PX the claim or refresh ttl
 //	P epoch:{D}                           string  the last epoch handed out for D; PX the claim or refresh ttl
-//	P outbox:{D}                          list    "<deadline unix ms>|<item>", oldest first; PX its longest item's ttl
+//	P outbox:{D}                          list    "<seq>|<deadline unix ms>|<item>", oldest first; PX its longest item's ttl
+//	P outboxseq:{D}                       string  the last seq handed out for D's outbox; PX at least the outbox's
 //	P blob:<32 hex>                       string  the blob; PX its ttl (with MaxBlobBytes: PXAT its deadline in {blobs}:due)
 //	P {blobs}:due                         zset    "<size>:<32 hex>" scored by deadline (unix ms); PX its longest blob's;
 //	                                              only with MaxBlobBytes
@@ -43,7 +44,7 @@
 // stay: each PutPart first drops from P uploads:{D} the uploads whose buffer
 // key is gone, and UploadBytes counts only live buffers, so the per-device
 // limits heal by themselves. Outbox items carry their own deadline and
-// TakeOutbox skips the passed ones, so an old item is forgotten while a newer
+// PeekOutbox skips the passed ones, so an old item is forgotten while a newer
 // one stays. Expired prompt cards stay PromptGrace (1 hour by default) after
 // their Expires for TakeExpired, which is how the router learns that a card
 // timed out; a card not taken by then is lost without a report.
@@ -54,6 +55,9 @@
 // key per device kept forever. Epochs are therefore about 1.8e15: larger than
 // memstore's, still exact as float64 and in JavaScript. This relies on the
 // Redis clock not stepping back while a device's epoch key is missing.
+// Outbox sequence numbers start the same way when P outboxseq:{D} is missing
+// (and above the outbox's last item), so an AckOutbox that arrives after
+// the outbox was emptied and filled again cannot remove the new items.
 //
 // # Errors
 //
@@ -72,7 +76,7 @@
 //
 // A call whose reply is lost (the connection breaks after Redis ran it)
 // fails with store.ErrUnavailable although it took effect. For a Take
-// (TakePrompt, TakeExpired, TakeOutbox, or the PutPart that completes a file)
+// (TakePrompt, TakeExpired, or the PutPart that completes a file)
 // what it took is then lost: it is never returned twice. The client that New
 // makes therefore does not retry commands: a retry would turn that loss into
 // a silent one (the retried Take finds nothing), push an outbox item twice or

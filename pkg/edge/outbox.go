@@ -1,0 +1,172 @@
+package edge
+
+import (
+	"encoding/json"
+	"errors"
+	"math"
+	"sync"
+
+	"github.com/hermes-mobile/gateway/pkg/store"
+	"github.com/hermes-mobile/gateway/pkg/wire"
+)
+
+// writeOutbox writes the device's outbox items that this socket has not
+// queued yet. The items stay in the store until they are written: an
+// outboxAck removes them once the socket reports the writes done, so a
+// socket (or an edge) that dies mid-flush leaves them to the device's next
+// connection. Reads of one socket run one at a time, in order.
+//
+// While more than half of MaxOutboundBytes is queued, the next item waits
+// for the one before it to be written, so an outbox larger than the queue
+// reaches a phone that reads, instead of closing its socket as a slow
+// reader at every connection.
+func (c *conn) writeOutbox() {
+	c.outboxMu.Lock()
+	defer c.outboxMu.Unlock()
+	ctx, cancel := c.opContext()
+	items, err := c.srv.store.PeekOutbox(ctx, c.device, c.outboxSent)
+	cancel()
+	if err != nil {
+		c.log.Warn("reading outbox failed", "err", err)
+		return
+	}
+	if len(items) == 0 {
+		return
+	}
+	a := &outboxAck{c: c, bad: math.MaxInt64}
+	var prev <-chan struct{}
+	for _, it := range items {
+		if prev != nil && c.queuedBytes() > c.srv.cfg.MaxOutboundBytes/2 {
+			<-prev // runs once the item is written or its socket is gone
+		}
+		done, written := a.queue(it.Seq)
+		var out wire.Output
+		switch err := json.Unmarshal(it.Data, &out); {
+		case err != nil:
+			c.log.Warn("dropping unreadable outbox item", "err", err)
+			c.setAvatar("", done) // removed in its turn, after the items before it
+		case out.Op == wire.OpOutbox:
+			c.setAvatar("", done) // a notice, not output: nothing to write
+		default:
+			ctx, cancel := c.opContext() // a file is fetched in render
+			c.render(ctx, out, done)
+			cancel()
+		}
+		if a.failed() {
+			// Not written (the socket broke, or a file could not be
+			// fetched): this socket leaves it and the rest, a later read
+			// or the next connection tries again.
+			break
+		}
+		c.outboxSent, prev = it.Seq, written
+	}
+	a.queued()
+}
+
+// queuedBytes reports the bytes queued for the socket and not yet written.
+func (c *conn) queuedBytes() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.outBytes
+}
+
+// outboxAck acknowledges the items of one outbox read once the socket has
+// written them: up to the last item before the first that failed. Items
+// are written in order and a socket whose write fails is closed, so when
+// the acknowledgement runs, every item queued before on this socket has
+// been written too. The acknowledgement carries the socket's epoch: once a
+// newer connection of the device has claimed it, this socket removes
+// nothing, and the newer one reads the items again.
+type outboxAck struct {
+	c *conn
+
+	mu      sync.Mutex
+	seqs    []int64 // queued, in order
+	pending int     // queued items whose done has not run
+	bad     int64   // the lowest Seq that failed (MaxInt64: none)
+	all     bool    // every item is queued
+}
+
+// queue adds the item seq. It returns the done that reports its write and
+// a channel closed when done has run.
+func (a *outboxAck) queue(seq int64) (func(error), <-chan struct{}) {
+	a.mu.Lock()
+	a.seqs = append(a.seqs, seq)
+	a.pending++
+	a.mu.Unlock()
+	written := make(chan struct{})
+	return func(err error) {
+		a.mu.Lock()
+		a.pending--
+		// A file whose bytes are gone fails at every connection: it is
+		// dropped like a written item, as the router drops it.
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			a.bad = min(a.bad, seq)
+		}
+		close(written)
+		a.settleLocked()
+	}, written
+}
+
+func (a *outboxAck) failed() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.bad != math.MaxInt64
+}
+
+// queued marks the end of the read.
+func (a *outboxAck) queued() {
+	a.mu.Lock()
+	a.all = true
+	a.settleLocked()
+}
+
+// settleLocked acknowledges once every item is queued and done. It is
+// called with a.mu held and releases it.
+func (a *outboxAck) settleLocked() {
+	if !a.all || a.pending > 0 {
+		a.mu.Unlock()
+		return
+	}
+	written := 0
+	for written < len(a.seqs) && a.seqs[written] < a.bad {
+		written++
+	}
+	a.all = false // once
+	a.mu.Unlock()
+	c := a.c
+	c.srv.tel.m.OutboxDelivered(written)
+	if written == 0 {
+		return
+	}
+	upTo := a.seqs[written-1]
+	c.srv.goFunc(func() {
+		ctx, cancel := c.compensationContext()
+		defer cancel()
+		ok, err := c.srv.store.AckOutbox(ctx, c.device, c.epoch.Load(), upTo)
+		switch {
+		case err != nil:
+			c.log.Warn("acknowledging outbox items failed; the device gets them again", "err", err)
+		case !ok:
+			c.log.Debug("outbox items left to the device's newer connection", "up_to", upTo)
+		}
+	})
+}
+
+// rereadOutbox answers OpOutbox: the router filed output in the outbox that
+// may have come after this socket's flush. Before ready the flush is still
+// to come, or running: the request waits with the held deliveries. A
+// closing socket leaves the outbox to the device's next connection.
+func (c *conn) rereadOutbox() {
+	c.mu.Lock()
+	switch {
+	case c.closing || c.closed:
+		c.mu.Unlock()
+	case !c.ready:
+		c.held = append(c.held, heldItem{wire.Output{Op: wire.OpOutbox}, func(error) {}})
+		c.mu.Unlock()
+	default:
+		c.mu.Unlock()
+		c.srv.goFunc(c.writeOutbox)
+	}
+}

@@ -1,0 +1,193 @@
+package gateway_test
+
+// The outbox across broken connections: what the agent sent while a phone
+// was offline leaves the outbox only once it was written to a socket of
+// the phone's, so a socket that breaks mid-flush, or one that is replaced
+// while it flushes, leaves it to the next connection.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hermes-mobile/gateway/pkg/agent"
+	"github.com/hermes-mobile/gateway/pkg/client"
+	"github.com/hermes-mobile/gateway/pkg/gateway"
+	"github.com/hermes-mobile/gateway/pkg/protocol"
+	"github.com/hermes-mobile/gateway/pkg/store"
+	"github.com/hermes-mobile/gateway/pkg/wire"
+)
+
+// A large outbox: far more than the socket buffers of a loopback
+// connection hold (a few MiB), and than the 1 MiB outbound queue of the
+// test nodes, so a flush cannot complete before the phone reads.
+const (
+	bigOutboxItems    = 100
+	bigOutboxItemSize = 200 << 10
+)
+
+// startOutboxNode starts a node whose agent, on the text "fill", waits for
+// the device to go offline and then sends bigOutboxItems messages, which go
+// to the device's outbox. fill returns once they are all there.
+func startOutboxNode(t *testing.T) (n *node, fill func(device string)) {
+	offline := make(chan struct{})
+	filled := make(chan error, 1)
+	n = startNode(t, func(cfg *gateway.Config) {
+		cfg.Edge.MaxOutboundBytes = 1 << 20
+		cfg.Agent = agent.Func(func(ctx context.Context, ev wire.Event, out agent.Output) error {
+			if ev.Text != "fill" {
+				return nil
+			}
+			<-offline
+			for i := range bigOutboxItems {
+				if err := out.Message(ctx, bigItemID(i), bigItemText(i), false, true); err != nil {
+					filled <- err
+					return err
+				}
+			}
+			filled <- nil
+			return nil
+		})
+	})
+	fill = func(device string) {
+		t.Helper()
+		c, _ := n.connect(t, device)
+		if err := c.Text("fill-1", "fill"); err != nil {
+			t.Fatal(err)
+		}
+		n.agent.waitFor(t, func(ev wire.Event) bool { return ev.ID == "fill-1" })
+		c.CloseNow()
+		waitOffline(t, n, device)
+		close(offline)
+		if err := <-filled; err != nil {
+			t.Fatalf("the agent's messages to the offline device: %v", err)
+		}
+		wantOutboxItems(t, n, device, bigOutboxItems)
+	}
+	return n, fill
+}
+
+func bigItemID(i int) string { return fmt.Sprintf("big-%03d", i) }
+
+func bigItemText(i int) string {
+	return fmt.Sprintf("%03d:", i) + strings.Repeat(string(rune('a'+i%26)), bigOutboxItemSize)
+}
+
+// waitOffline waits until the device has no owner: its socket is gone.
+func waitOffline(t *testing.T, n *node, device string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := n.Store.DeviceOwner(testCtx(t), device)
+		if errors.Is(err, store.ErrNotFound) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still has an owner 10 s after its socket closed (%v)", device, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// wantOutboxItems checks that the device's outbox holds exactly the first
+// want big items, in order.
+func wantOutboxItems(t *testing.T, n *node, device string, want int) {
+	t.Helper()
+	items, err := n.Store.PeekOutbox(testCtx(t), device, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(items) != want {
+		t.Fatalf("the outbox holds %d items, want %d", len(items), want)
+	}
+	for i, it := range items {
+		if !strings.Contains(string(it.Data), `"id":"`+bigItemID(i)+`"`) {
+			t.Fatalf("outbox item %d is not %s: %.80s", i, bigItemID(i), it.Data)
+		}
+	}
+}
+
+// waitOutboxEmpty waits for the acknowledgement of a completed flush.
+func waitOutboxEmpty(t *testing.T, n *node, device string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		items, err := n.Store.PeekOutbox(testCtx(t), device, 0)
+		if err == nil && len(items) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the outbox still holds %d items (%v) 10 s after the phone read them all", len(items), err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// receiveAll reads every big item, in order, from c.
+func receiveAll(t *testing.T, c *client.Conn) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for i := range bigOutboxItems {
+		text, _, err := c.CollectMessage(ctx, bigItemID(i))
+		if err != nil {
+			t.Fatalf("item %d: %v", i, err)
+		}
+		if text != bigItemText(i) {
+			t.Fatalf("item %d arrived with %d bytes, want %d", i, len(text), len(bigItemText(i)))
+		}
+	}
+}
+
+// helloSlow says hello on a socket whose client keeps only a few frames
+// for its consumer, so it stops reading soon after ready.
+func helloSlow(t *testing.T, n *node, device string) *client.Conn {
+	t.Helper()
+	c := n.dial(t, client.Options{Buffer: 4})
+	if _, err := c.Hello(testCtx(t), testToken, protocol.Device{ID: device}, protocol.User{ID: "u-1"}); err != nil {
+		t.Fatalf("hello: %v", err)
+	}
+	return c
+}
+
+// TestOutboxSurvivesBrokenFlush: the phone's socket breaks right after
+// ready, while its large outbox is being written. Nothing of the outbox is
+// removed; the next connection gets every item, in order, and then the
+// outbox is empty. The outbox is 20 times the node's outbound queue, so
+// this also shows that a flush waits for the phone instead of closing it as
+// a slow reader.
+func TestOutboxSurvivesBrokenFlush(t *testing.T) {
+	n, fill := startOutboxNode(t)
+	fill("tel-big")
+
+	broken := helloSlow(t, n, "tel-big")
+	broken.CloseNow()
+	waitOffline(t, n, "tel-big")
+	wantOutboxItems(t, n, "tel-big", bigOutboxItems)
+
+	c, _ := n.connect(t, "tel-big")
+	receiveAll(t, c)
+	waitOutboxEmpty(t, n, "tel-big")
+}
+
+// TestOutboxTakeoverMidFlush: a second socket of the device takes over
+// while the first one's flush is stuck on a phone that stopped reading.
+// The new socket's flush is not held up by the old one and gets every
+// item; the old one, replaced, removes nothing it did not write.
+func TestOutboxTakeoverMidFlush(t *testing.T) {
+	n, fill := startOutboxNode(t)
+	fill("tel-big")
+
+	stuck := helloSlow(t, n, "tel-big")
+	defer stuck.CloseNow()
+	start := time.Now()
+	c, _ := n.connect(t, "tel-big")
+	receiveAll(t, c)
+	if took := time.Since(start); took > 8*time.Second {
+		t.Errorf("the new socket needed %v for its outbox: held up by the old socket's 10 s write timeout", took)
+	}
+	waitOutboxEmpty(t, n, "tel-big")
+}
