@@ -60,7 +60,7 @@ func (a *API) readyz(w http.ResponseWriter, req *http.Request) error {
 		body.OK, body.Bus = false, busErr.Error()
 		failed = append(failed, "bus: "+busErr.Error())
 	}
-	if a.r.ctx.Err() != nil {
+	if a.r.quit.Err() != nil {
 		body.OK = false
 		failed = append(failed, "the router is shutting down")
 	}

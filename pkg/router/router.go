@@ -3,6 +3,12 @@
 // them one session at a time, delivers the agent's output to the edge that
 // owns the device (or to the device's outbox while it is offline), and
 // expires prompt cards.
+//
+// For the built-in agents an event is acknowledged only once it is in the
+// device's journal in the store (journal.go); the router holding the
+// journal's lease runs the agent for its entries, in order, and removes each
+// after the agent call returns. A router that dies leaves its journals to
+// the others once their leases expire: an event is handled at least once.
 package router
 
 import (
@@ -34,8 +40,20 @@ type Config struct {
 	// OutboxTTL is how long they are kept (10 min).
 	OutboxTTL time.Duration
 	// SessionQueue bounds the events waiting for the agent per session
-	// (1000); past it new events are refused and the phone retries.
+	// (1000): the length of a device's journal. Past it new events are
+	// refused and the phone retries.
 	SessionQueue int
+	// JournalLease is how long a router holds a device's journal without
+	// renewing it (15 s); it renews every third of it while it works. A
+	// router that dies leaves its journals to the others after this.
+	JournalLease time.Duration
+	// JournalTTL: a journal nobody works is forgotten this long after its
+	// last append (24 h).
+	JournalTTL time.Duration
+	// CloseGrace is how long Close lets agent calls in progress finish
+	// before it cancels them (10 s); the events of canceled calls stay in
+	// their journals for another router.
+	CloseGrace time.Duration
 	// SweepEvery is how often expired cards are looked for (250 ms).
 	SweepEvery time.Duration
 	// HandleTimeout bounds one agent call (10 min).
@@ -62,6 +80,15 @@ func (c *Config) setDefaults() {
 	if c.SessionQueue <= 0 {
 		c.SessionQueue = 1000
 	}
+	if c.JournalLease <= 0 {
+		c.JournalLease = 15 * time.Second
+	}
+	if c.JournalTTL <= 0 {
+		c.JournalTTL = 24 * time.Hour
+	}
+	if c.CloseGrace <= 0 {
+		c.CloseGrace = 10 * time.Second
+	}
 	if c.SweepEvery <= 0 {
 		c.SweepEvery = 250 * time.Millisecond
 	}
@@ -86,22 +113,21 @@ type Router struct {
 	sender *dispatch.Dispatcher
 	tel    routerTelemetry
 
-	ctx    context.Context
+	// id names this router as the holder of journal leases.
+	id string
+
+	ctx    context.Context // canceled when Close gives up waiting
 	cancel context.CancelFunc
+	quit   context.Context // canceled when Close begins: take no more work
+	stop   context.CancelFunc
 	wg     sync.WaitGroup
 	sub    bus.Subscription
 
-	mu       sync.Mutex
-	sessions map[string]*sessionQueue
+	mu      sync.Mutex
+	working map[string]*worker // devices whose journal this router works
 }
 
-// sessionQueue runs one session's events in order.
-type sessionQueue struct {
-	events  []queuedEvent
-	running bool
-}
-
-// queuedEvent is an event waiting for the agent, with the span context of
+// queuedEvent is an event taken from a journal, with the span context of
 // the message that brought it (empty when untraced).
 type queuedEvent struct {
 	ev    wire.Event
@@ -116,15 +142,18 @@ func New(cfg Config, st store.Store, b bus.Bus, a agent.Agent, log *slog.Logger)
 	}
 	r := &Router{
 		cfg: cfg, log: log, store: st, bus: b, agent: a,
-		sender:   &dispatch.Dispatcher{Owners: st, Bus: b},
-		tel:      newRouterTelemetry(cfg.Telemetry),
-		sessions: make(map[string]*sessionQueue),
+		sender:  &dispatch.Dispatcher{Owners: st, Bus: b},
+		tel:     newRouterTelemetry(cfg.Telemetry),
+		id:      newID("r"),
+		working: make(map[string]*worker),
 	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
+	r.quit, r.stop = context.WithCancel(r.ctx)
 	return r
 }
 
-// Start subscribes to device events and starts the prompt sweeper.
+// Start subscribes to device events and starts the sweeper of cards and
+// journals.
 func (r *Router) Start() error {
 	sub, err := r.bus.QueueSubscribe(bus.InboundSubject, bus.QueueRouters, r.onEvent)
 	if err != nil {
@@ -135,13 +164,28 @@ func (r *Router) Start() error {
 	return nil
 }
 
-// Close stops taking events and waits for running agent calls to end.
+// Close stops taking events and journals, lets the agent calls in progress
+// finish for up to CloseGrace (then cancels them), and releases the
+// router's journal leases, so other routers continue at once.
 func (r *Router) Close() error {
 	if r.sub != nil {
 		r.sub.Unsubscribe()
 	}
+	r.mu.Lock()
+	r.stop() // under mu: no worker starts after this
+	r.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		r.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(r.cfg.CloseGrace):
+		r.log.Warn("agent calls still running at shutdown; canceling them, their events stay for another router")
+	}
 	r.cancel()
-	r.wg.Wait()
+	<-done
 	return nil
 }
 
@@ -159,7 +203,8 @@ func reply(m *bus.Msg, err error) {
 
 var errBusy = errors.New("the agent is busy with this session; retry")
 
-// onEvent takes one device event: it is acknowledged once queued.
+// onEvent takes one device event: it is acknowledged once the agent has it
+// (an Acceptor) or it is in the device's journal.
 func (r *Router) onEvent(m *bus.Msg) {
 	tctx, span := r.tel.startEvent(r.ctx, m)
 	defer span.End()
@@ -179,75 +224,16 @@ func (r *Router) onEvent(m *bus.Msg) {
 	reply(m, r.enqueue(tctx, ev))
 }
 
-// enqueue queues ev for its session; ctx's span becomes the parent of the
-// agent's handling.
-func (r *Router) enqueue(ctx context.Context, ev wire.Event) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.ctx.Err() != nil {
-		return errors.New("router shutting down")
-	}
-	q := r.sessions[ev.Device]
-	if q == nil {
-		q = &sessionQueue{}
-		r.sessions[ev.Device] = q
-	}
-	if len(q.events) >= r.cfg.SessionQueue {
-		return errBusy
-	}
-	q.events = append(q.events, queuedEvent{ev, trace.SpanContextFromContext(ctx)})
-	if !q.running {
-		q.running = true
-		r.wg.Go(func() { r.run(ev.Device, q) })
-	}
-	return nil
-}
-
-// run drains one session's queue.
-func (r *Router) run(device string, q *sessionQueue) {
-	for {
-		r.mu.Lock()
-		if len(q.events) == 0 || r.ctx.Err() != nil {
-			q.running = false
-			delete(r.sessions, device)
-			r.mu.Unlock()
-			return
-		}
-		qe := q.events[0]
-		q.events = q.events[1:]
-		r.mu.Unlock()
-		r.handle(qe)
-	}
-}
-
-func (r *Router) handle(qe queuedEvent) {
-	ev := qe.ev
-	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.HandleTimeout)
-	defer cancel()
-	ctx, span := r.tel.start(withParent(ctx, qe.trace), "agent.handle", ev.Kind)
-	defer span.End()
-	out := &output{r: r, device: ev.Device}
-	defer func() {
-		if p := recover(); p != nil {
-			r.log.Error("agent panicked", "device", ev.Device, "panic", p)
-		}
-	}()
-	if err := r.agent.Handle(ctx, ev, out); err != nil {
-		r.log.Warn("agent failed", "device", ev.Device, "kind", ev.Kind, "err", err)
-		span.RecordError(err)
-		// Never leave the avatar hanging.
-		out.Typing(ctx, true)
-	}
-}
-
-// sweep expires cards: the device gets prompt_done{expired:true} (through
-// its outbox if it is away) and the agent gets the outcome.
+// sweep takes over the journals whose lease expired (their router died)
+// and expires cards: the device gets prompt_done{expired:true} (through its
+// outbox if it is away) and the agent gets the outcome, through the
+// device's journal.
 func (r *Router) sweep() {
 	t := time.NewTicker(r.cfg.SweepEvery)
 	defer t.Stop()
 	for {
 		select {
-		case <-r.ctx.Done():
+		case <-r.quit.Done():
 			return
 		case <-t.C:
 		}
@@ -256,6 +242,7 @@ func (r *Router) sweep() {
 		if err != nil {
 			r.log.Warn("looking for expired cards failed", "err", err)
 		}
+		r.takeJournals(ctx)
 		for _, rec := range recs {
 			safe := protocol.SafeOption(rec.Kind)
 			out := &output{r: r, device: rec.Device}

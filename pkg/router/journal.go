@@ -1,0 +1,278 @@
+package router
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/hermes-mobile/gateway/pkg/store"
+	"github.com/hermes-mobile/gateway/pkg/wire"
+)
+
+// journalRecord is one journal entry: an event and the span context of the
+// message that brought it.
+type journalRecord struct {
+	Event   wire.Event `json:"ev"`
+	TraceID string     `json:"tid,omitempty"`
+	SpanID  string     `json:"sid,omitempty"`
+	Flags   byte       `json:"tf,omitempty"`
+}
+
+// worker is this router working one device's journal. again is set when
+// an append found the lease held by this router while the worker may be
+// finishing: the worker then reads the journal once more before it stops.
+type worker struct {
+	again bool
+}
+
+// takeJournals sweeps: it leases the journals whose lease expired or was
+// released and works them.
+func (r *Router) takeJournals(ctx context.Context) {
+	devs, err := r.store.TakeJournals(ctx, r.id, r.cfg.JournalLease, 64)
+	if err != nil {
+		r.log.Warn("looking for journals to take over failed", "err", err)
+	}
+	for _, d := range devs {
+		r.log.Info("took over a device's journal", "device", d)
+		r.work(d)
+	}
+}
+
+// enqueue appends ev to its device's journal and, when this router holds
+// the journal's lease, works it. ctx's span becomes the parent of the
+// agent's handling. Once enqueue returns nil the event is durable.
+func (r *Router) enqueue(ctx context.Context, ev wire.Event) error {
+	rec := journalRecord{Event: ev}
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		rec.TraceID, rec.SpanID, rec.Flags = sc.TraceID().String(), sc.SpanID().String(), byte(sc.TraceFlags())
+	}
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	lim := store.JournalLimits{MaxLen: r.cfg.SessionQueue, Lease: r.cfg.JournalLease, TTL: r.cfg.JournalTTL}
+	leased, err := r.store.AppendJournal(actx, ev.Device, r.id, data, lim)
+	if errors.Is(err, store.ErrJournalFull) {
+		return errBusy
+	}
+	if err != nil {
+		return err
+	}
+	if leased {
+		r.work(ev.Device)
+	}
+	return nil
+}
+
+// work makes sure a worker runs device's journal, whose lease this router
+// holds. While Close runs it releases the lease instead.
+func (r *Router) work(device string) {
+	r.mu.Lock()
+	if w := r.working[device]; w != nil {
+		w.again = true
+		r.mu.Unlock()
+		return
+	}
+	if r.quit.Err() != nil {
+		r.mu.Unlock()
+		r.release(device, 0)
+		return
+	}
+	w := &worker{}
+	r.working[device] = w
+	r.wg.Go(func() { r.runJournal(device, w) })
+	r.mu.Unlock()
+}
+
+// runJournal handles device's entries in order until the journal is empty
+// (which releases the lease), the lease is lost, or Close begins.
+func (r *Router) runJournal(device string, w *worker) {
+	defer r.stopWorker(device, w, true)
+	var done int64 // the entry handled last, removed by the next read
+	for {
+		r.mu.Lock()
+		w.again = false
+		r.mu.Unlock()
+		if r.quit.Err() != nil {
+			r.release(device, done)
+			return
+		}
+		e, ok, err := r.next(device, done)
+		if err != nil {
+			if !errors.Is(err, store.ErrLeaseLost) {
+				r.log.Warn("reading a journal failed; another router takes it once the lease expires", "device", device, "err", err)
+			}
+			return
+		}
+		if !ok {
+			if r.stopWorker(device, w, false) {
+				done = 0
+				continue // an append took the lease again meanwhile
+			}
+			return
+		}
+		done = 0
+		switch r.handleEntry(device, e) {
+		case entryLost:
+			return
+		case entryInterrupted:
+			r.release(device, 0)
+			return
+		}
+		done = e.Seq
+	}
+}
+
+// stopWorker removes w from the working devices and reports false, unless
+// an append asked w to read again (and force is false): then it reports
+// true and w stays. One step under mu, so an append either sees w gone and
+// starts a new worker, or w sees its request.
+func (r *Router) stopWorker(device string, w *worker, force bool) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if w.again && !force {
+		return true
+	}
+	if r.working[device] == w {
+		delete(r.working, device)
+	}
+	return false
+}
+
+// next reads device's next entry after removing done, retrying while the
+// store cannot be reached for up to half the lease.
+func (r *Router) next(device string, done int64) (store.JournalEntry, bool, error) {
+	deadline := time.Now().Add(r.cfg.JournalLease / 2)
+	backoff := 100 * time.Millisecond
+	for {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), 5*time.Second)
+		e, ok, err := r.store.NextJournal(ctx, device, r.id, done, r.cfg.JournalLease)
+		cancel()
+		if err == nil || !errors.Is(err, store.ErrUnavailable) || time.Now().Add(backoff).After(deadline) {
+			return e, ok, err
+		}
+		time.Sleep(backoff)
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// release removes done (when not 0) and frees device's lease, leaving the
+// rest of the journal to the next router.
+func (r *Router) release(device string, done int64) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), 5*time.Second)
+	defer cancel()
+	if done != 0 {
+		if _, _, err := r.store.NextJournal(ctx, device, r.id, done, r.cfg.JournalLease); err != nil {
+			if !errors.Is(err, store.ErrLeaseLost) {
+				r.log.Warn("removing a handled event failed; it will be handled again", "device", device, "err", err)
+			}
+			return
+		}
+	}
+	if err := r.store.ReleaseJournal(ctx, device, r.id); err != nil {
+		r.log.Warn("releasing a journal failed; another router takes it once the lease expires", "device", device, "err", err)
+	}
+}
+
+// Outcomes of handleEntry.
+const (
+	entryHandled     = iota // the agent call returned: the entry is done
+	entryLost               // the lease was lost meanwhile: the new holder handles it again
+	entryInterrupted        // Close canceled the call: the entry stays for another router
+)
+
+// handleEntry runs the agent for e, renewing the lease meanwhile. A lost
+// lease cancels the call, and so does a lease that could not be renewed for
+// its whole length (the store is out of reach: another router may have
+// taken the journal).
+func (r *Router) handleEntry(device string, e store.JournalEntry) int {
+	var rec journalRecord
+	if err := json.Unmarshal(e.Data, &rec); err != nil {
+		r.log.Error("dropping an unreadable journal entry", "device", device, "err", err)
+		return entryHandled
+	}
+	ctx, cancel := context.WithCancel(r.ctx)
+	defer cancel()
+	var lost atomic.Bool
+	stop := make(chan struct{})
+	var renewing sync.WaitGroup
+	renewing.Go(func() {
+		t := time.NewTicker(r.cfg.JournalLease / 3)
+		defer t.Stop()
+		renewed := time.Now()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+			err := r.store.RenewJournal(rctx, device, r.id, r.cfg.JournalLease)
+			rcancel()
+			if err == nil {
+				renewed = time.Now()
+			}
+			if errors.Is(err, store.ErrLeaseLost) || time.Since(renewed) >= r.cfg.JournalLease {
+				// Another router may be handling the journal now.
+				r.log.Warn("lost a journal's lease during an agent call; canceling it", "device", device, "err", err)
+				lost.Store(true)
+				cancel()
+				return
+			}
+			if err != nil && ctx.Err() == nil {
+				r.log.Warn("renewing a journal's lease failed", "device", device, "err", err)
+			}
+		}
+	})
+	r.handle(ctx, queuedEvent{ev: rec.Event, trace: rec.spanContext()})
+	close(stop)
+	renewing.Wait()
+	switch {
+	case lost.Load():
+		return entryLost
+	case r.ctx.Err() != nil:
+		return entryInterrupted
+	}
+	return entryHandled
+}
+
+// spanContext is the span context rec carries (empty when untraced): the
+// agent's handling is a child of the span that took the event.
+func (rec journalRecord) spanContext() trace.SpanContext {
+	tid, err1 := trace.TraceIDFromHex(rec.TraceID)
+	sid, err2 := trace.SpanIDFromHex(rec.SpanID)
+	if err1 != nil || err2 != nil {
+		return trace.SpanContext{}
+	}
+	return trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: tid, SpanID: sid, TraceFlags: trace.TraceFlags(rec.Flags),
+	})
+}
+
+// handle runs the agent for one event under ctx.
+func (r *Router) handle(ctx context.Context, qe queuedEvent) {
+	ev := qe.ev
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.HandleTimeout)
+	defer cancel()
+	ctx, span := r.tel.start(withParent(ctx, qe.trace), "agent.handle", ev.Kind)
+	defer span.End()
+	out := &output{r: r, device: ev.Device}
+	defer func() {
+		if p := recover(); p != nil {
+			r.log.Error("agent panicked", "device", ev.Device, "panic", p)
+		}
+	}()
+	if err := r.agent.Handle(ctx, ev, out); err != nil {
+		r.log.Warn("agent failed", "device", ev.Device, "kind", ev.Kind, "err", err)
+		span.RecordError(err)
+		// Never leave the avatar hanging.
+		out.Typing(ctx, true)
+	}
+}

@@ -1,0 +1,307 @@
+package router_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hermes-mobile/gateway/internal/testsvc"
+	"github.com/hermes-mobile/gateway/pkg/agent"
+	"github.com/hermes-mobile/gateway/pkg/bus"
+	"github.com/hermes-mobile/gateway/pkg/bus/natsbus"
+	"github.com/hermes-mobile/gateway/pkg/router"
+	"github.com/hermes-mobile/gateway/pkg/store/redisstore"
+	"github.com/hermes-mobile/gateway/pkg/wire"
+)
+
+// journalEnv is routers sharing a real Redis and a real NATS under prefixes
+// of the test's, and a bus connection that plays the edge.
+type journalEnv struct {
+	redisURL, prefix string
+	natsURL, subj    string
+	edge             *natsbus.Bus
+}
+
+func newJournalEnv(t *testing.T) *journalEnv {
+	t.Helper()
+	e := &journalEnv{
+		redisURL: testsvc.RedisURL(t), prefix: "hermes-journaltest:" + randomHex(6) + ":",
+		natsURL: testsvc.NATSURL(t), subj: "jt" + randomHex(3) + ".",
+	}
+	cleanRedis(t, e.redisURL, e.prefix)
+	b, err := natsbus.Connect(e.natsURL, natsbus.Options{Name: "journal-edge", SubjectPrefix: e.subj})
+	if err != nil {
+		t.Fatalf("natsbus: %v", err)
+	}
+	t.Cleanup(func() { b.Close() })
+	e.edge = b
+	return e
+}
+
+// router starts a router with its own store client and bus connection, as
+// a process of its own would have. The returned store is its store.
+func (e *journalEnv) router(t *testing.T, name string, cfg router.Config, a agent.Agent) (*router.Router, *redisstore.Store) {
+	t.Helper()
+	st, err := redisstore.New(t.Context(), redisstore.Options{URL: e.redisURL, Prefix: e.prefix})
+	if err != nil {
+		t.Fatalf("redisstore: %v", err)
+	}
+	t.Cleanup(func() { st.Close() })
+	b, err := natsbus.Connect(e.natsURL, natsbus.Options{Name: name, SubjectPrefix: e.subj})
+	if err != nil {
+		t.Fatalf("natsbus: %v", err)
+	}
+	t.Cleanup(func() { b.Close() })
+	r := router.New(cfg, st, b, a, testLogger(t, name))
+	if err := r.Start(); err != nil {
+		t.Fatalf("router: %v", err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r, st
+}
+
+// send hands a text event to the routers as an edge does and returns the
+// router's verdict.
+func (e *journalEnv) send(t *testing.T, device, id string) wire.Reply {
+	t.Helper()
+	data, _ := json.Marshal(wire.Event{Kind: wire.EventText, Device: device, Session: "mobile:" + device, ID: id, Text: id})
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	reply, err := e.edge.Request(ctx, bus.InboundSubject, data, nil)
+	if err != nil {
+		t.Fatalf("request %s: %v", id, err)
+	}
+	var rep wire.Reply
+	if err := json.Unmarshal(reply, &rep); err != nil {
+		t.Fatalf("reply %q: %v", reply, err)
+	}
+	return rep
+}
+
+func (e *journalEnv) mustSend(t *testing.T, device, id string) {
+	t.Helper()
+	if rep := e.send(t, device, id); !rep.OK {
+		t.Fatalf("event %s refused: %s", id, rep.Error)
+	}
+}
+
+// recorder is an agent that records what it handles, by whom, and fails the
+// test when one device's events overlap. With hold set, each call waits
+// until hold is closed (ignoring its context when deaf is set, like a router
+// cut off from everything).
+type recorder struct {
+	t     *testing.T
+	mu    *sync.Mutex
+	log   *[]string       // "<device>/<id>" in the order calls started
+	by    *[]string       // the name of the router of each call
+	busy  map[string]bool // devices with a call in progress
+	name  string
+	delay time.Duration
+	hold  chan struct{}
+	deaf  bool
+	began chan string // each call's id, when not nil
+}
+
+func newRecorder(t *testing.T) *recorder {
+	return &recorder{t: t, mu: new(sync.Mutex), log: new([]string), by: new([]string), busy: make(map[string]bool)}
+}
+
+// as returns a recorder sharing r's records, for another router.
+func (r *recorder) as(name string) *recorder {
+	c := *r
+	c.name, c.hold, c.deaf, c.began, c.delay = name, nil, false, nil, 0
+	return &c
+}
+
+func (r *recorder) Handle(ctx context.Context, ev wire.Event, _ agent.Output) error {
+	r.mu.Lock()
+	if r.busy[ev.Device] {
+		r.t.Errorf("%s: two events of %s handled at once (%s)", r.name, ev.Device, ev.ID)
+	}
+	// A deaf call is a router cut off from the cluster: it does not count.
+	r.busy[ev.Device] = !r.deaf
+	*r.log = append(*r.log, ev.Device+"/"+ev.ID)
+	*r.by = append(*r.by, r.name)
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.busy[ev.Device] = false
+		r.mu.Unlock()
+	}()
+	if r.began != nil {
+		r.began <- ev.ID
+	}
+	if r.hold != nil {
+		if r.deaf {
+			<-r.hold
+		} else {
+			select {
+			case <-r.hold:
+			case <-ctx.Done():
+			}
+		}
+	}
+	time.Sleep(r.delay)
+	return nil
+}
+
+// handled returns the records so far.
+func (r *recorder) handled() (log, by []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(*r.log), slices.Clone(*r.by)
+}
+
+// waitHandled waits until the log holds want (in this order, possibly after
+// repeats of earlier entries) and returns how long that took.
+func (r *recorder) waitHandled(t *testing.T, within time.Duration, want ...string) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for {
+		log, _ := r.handled()
+		if len(log) >= len(want) && slices.Equal(log[len(log)-len(want):], want) {
+			return time.Since(start)
+		}
+		if time.Since(start) > within {
+			t.Fatalf("handled %q, want it to end with %q within %v", log, want, within)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestJournalOrderAcrossRouters: events of one device taken by two routers
+// (the queue group spreads them) are handled one at a time and in the
+// order they were acknowledged.
+func TestJournalOrderAcrossRouters(t *testing.T) {
+	e := newJournalEnv(t)
+	rec := newRecorder(t)
+	a, b := rec.as("a"), rec.as("b")
+	a.delay, b.delay = 5*time.Millisecond, 5*time.Millisecond
+	e.router(t, "a", router.Config{}, a)
+	e.router(t, "b", router.Config{}, b)
+	devs := []string{"tel-" + randomHex(3), "tel-" + randomHex(3)}
+	var want []string
+	var wg sync.WaitGroup
+	for _, d := range devs {
+		var mine []string
+		for i := range 40 {
+			mine = append(mine, fmt.Sprintf("%s/%02d", d, i))
+		}
+		want = append(want, mine...)
+		wg.Go(func() {
+			for _, m := range mine {
+				e.mustSend(t, d, strings.TrimPrefix(m, d+"/"))
+			}
+		})
+	}
+	wg.Wait()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		log, _ := rec.handled()
+		if len(log) == len(want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("handled %d events, want %d", len(log), len(want))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	log, _ := rec.handled()
+	for _, d := range devs {
+		var got, exp []string
+		for _, l := range log {
+			if strings.HasPrefix(l, d+"/") {
+				got = append(got, l)
+			}
+		}
+		for _, w := range want {
+			if strings.HasPrefix(w, d+"/") {
+				exp = append(exp, w)
+			}
+		}
+		if !slices.Equal(got, exp) {
+			t.Errorf("%s handled in the order %q, want %q", d, got, exp)
+		}
+	}
+}
+
+// TestJournalBound: a device's journal holds SessionQueue events, the one in
+// progress included; the next is refused until one is done.
+func TestJournalBound(t *testing.T) {
+	e := newJournalEnv(t)
+	rec := newRecorder(t)
+	a := rec.as("a")
+	a.hold = make(chan struct{})
+	e.router(t, "a", router.Config{SessionQueue: 3}, a)
+	dev := "tel-" + randomHex(3)
+	for _, id := range []string{"1", "2", "3"} {
+		e.mustSend(t, dev, id)
+	}
+	rep := e.send(t, dev, "4")
+	if rep.OK || !strings.Contains(rep.Error, "busy") {
+		t.Fatalf("the fourth event = %+v, want refused as busy", rep)
+	}
+	close(a.hold)
+	a.waitHandled(t, 5*time.Second, dev+"/1", dev+"/2", dev+"/3")
+	e.mustSend(t, dev, "4")
+	a.waitHandled(t, 5*time.Second, dev+"/4")
+}
+
+// TestJournalCloseHandsOver: a router closing with an agent call in
+// progress cancels it after CloseGrace and releases the journal: another
+// router handles the interrupted event and the ones behind it at once, not
+// after the lease.
+func TestJournalCloseHandsOver(t *testing.T) {
+	e := newJournalEnv(t)
+	rec := newRecorder(t)
+	a := rec.as("a")
+	a.hold, a.began = make(chan struct{}), make(chan string, 10)
+	ra, _ := e.router(t, "a", router.Config{CloseGrace: 200 * time.Millisecond}, a)
+	dev := "tel-" + randomHex(3)
+	e.mustSend(t, dev, "1")
+	e.mustSend(t, dev, "2")
+	<-a.began
+	e.router(t, "b", router.Config{}, rec.as("b"))
+	start := time.Now()
+	ra.Close()
+	rec.waitHandled(t, 5*time.Second, dev+"/1", dev+"/2")
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("handed over after %v", took)
+	}
+	_, by := rec.handled()
+	if want := []string{"a", "b", "b"}; !slices.Equal(by, want) {
+		t.Fatalf("handled by %q, want %q", by, want)
+	}
+}
+
+// TestJournalTakeoverAfterLease: a router cut off from Redis mid-call (its
+// agent call hangs) stops renewing its lease; another router's sweeper takes
+// the journal once the lease expired and handles the acknowledged events,
+// the interrupted one again.
+func TestJournalTakeoverAfterLease(t *testing.T) {
+	e := newJournalEnv(t)
+	rec := newRecorder(t)
+	a := rec.as("a")
+	a.hold, a.deaf, a.began = make(chan struct{}), true, make(chan string, 10)
+	defer close(a.hold)
+	lease := time.Second
+	_, sta := e.router(t, "a", router.Config{JournalLease: lease, CloseGrace: 100 * time.Millisecond}, a)
+	dev := "tel-" + randomHex(3)
+	e.mustSend(t, dev, "1")
+	e.mustSend(t, dev, "2")
+	<-a.began
+	e.router(t, "b", router.Config{JournalLease: lease}, rec.as("b"))
+	sta.Close() // a can no longer renew its lease
+	took := rec.waitHandled(t, lease+4*time.Second, dev+"/1", dev+"/2")
+	if took < lease/2 {
+		t.Fatalf("taken over after %v, before the %v lease could expire", took, lease)
+	}
+	if _, by := rec.handled(); !slices.Equal(by, []string{"a", "b", "b"}) {
+		t.Fatalf("handled by %q, want a then b twice", by)
+	}
+}
