@@ -27,11 +27,13 @@ const (
 // the router's HTTP API (GET /v1/events) and answers through it; Link itself
 // never speaks to the device.
 //
-// The router acknowledges an event to the edge once it is queued, before
-// Handle runs, so a store that cannot be reached must not lose it: Handle
-// retries the append, backing off up to 5 s, until it succeeds or ctx ends
-// (the router's per-event timeout, or its shutdown). Events of one session
-// stay in order meanwhile, because the router runs them one at a time.
+// Device events come through Accept, which the router calls before it
+// acknowledges the event to the edge: an event is acknowledged only once it
+// is in the log. Handle gets what the router itself raises (a card's
+// expiry) from the device's journal; as that is acknowledged to no one, a
+// store that cannot be reached must not lose it: Handle retries the append,
+// backing off up to 5 s, until it succeeds or ctx ends (the router's
+// per-event timeout, or its shutdown).
 type Link struct {
 	events store.Events
 	maxLen int

@@ -36,6 +36,9 @@
 //	                                              only with MaxBlobBytes
 //	P {blobs}:bytes                       string  bytes of the blobs in {blobs}:due; as {blobs}:due
 //	P history:{S}                         list    session S's conversation items, oldest first; PX the TTL of its last append
+//	P {journals}:log:<D>                  list    D's journal, "<seq>|<entry>", oldest first; PX the TTL of its last append
+//	P {journals}:meta:<D>                 hash    "seq", "owner", "until" (the lease); PX as the log
+//	P {journals}:due                      zset    D scored by its lease deadline (0: free, with entries); see journal.go
 //
 // # Expiry
 //
