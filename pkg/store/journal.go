@@ -33,6 +33,12 @@ type JournalLimits struct {
 type JournalEntry struct {
 	Seq  int64
 	Data []byte
+	// Takeovers counts how often the journal's lease was taken after its
+	// deadline passed (its holder stopped renewing: it died, or was cut
+	// off) while this entry was the oldest. A released lease does not
+	// count. NextJournal reports it for the oldest entry; removing that
+	// entry starts the count again at 0 for the next.
+	Takeovers int
 }
 
 // Journal keeps each device's events for a built-in agent durably until
@@ -49,19 +55,22 @@ type JournalEntry struct {
 // owner that died are worked by another.
 //
 // Entries are removed only by their worker once it has handled them, so an
-// entry whose worker died mid-way is handled again (at least once).
+// entry whose worker died mid-way is handled again (at least once). The
+// journal counts those takeovers of its oldest entry (JournalEntry.Takeovers),
+// so a worker can give up on an entry that kills every worker it reaches.
 type Journal interface {
 	// AppendJournal appends data to the end of device's journal, unless the
 	// journal already holds lim.MaxLen entries (ErrJournalFull, nothing
 	// changes). In the same atomic step it gives the lease to owner for
-	// lim.Lease if the lease is free. It reports whether owner holds the
+	// lim.Lease if the lease is free (counting a takeover of the oldest
+	// entry when the lease had expired). It reports whether owner holds the
 	// lease after the call (taken now, or held already). lim.MaxLen below 1
 	// refuses every append; a lim.Lease or lim.TTL that is not positive is
 	// an error.
 	AppendJournal(ctx context.Context, device, owner string, data []byte, lim JournalLimits) (leased bool, err error)
 	// NextJournal is the holder's step: it removes the entry done if it is
 	// still the oldest (done 0 removes nothing), then returns the oldest
-	// entry and extends owner's lease to lease from now. When the journal is
+	// entry, with its Takeovers, and extends owner's lease to lease from now. When the journal is
 	// empty it releases the lease and reports false. A retry after a lost
 	// reply is harmless: done is removed once. ErrLeaseLost when owner does
 	// not hold the lease; nothing changes then.
@@ -75,8 +84,8 @@ type Journal interface {
 	ReleaseJournal(ctx context.Context, device, owner string) error
 	// TakeJournals gives owner the lease, for lease, of up to max journals
 	// that hold entries and whose lease is free (released, or its deadline
-	// passed), and returns their devices. Each such journal goes to exactly
-	// one caller. It looks at every journal of the backend, like
+	// passed; the latter counts a takeover of the oldest entry), and
+	// returns their devices. Each such journal goes to exactly one caller. It looks at every journal of the backend, like
 	// TakeExpired.
 	TakeJournals(ctx context.Context, owner string, lease time.Duration, max int) ([]string, error)
 }

@@ -12,11 +12,12 @@ import (
 
 // devJournal is one device's journal and its lease.
 type devJournal struct {
-	entries []store.JournalEntry // oldest first
-	seq     int64                // the last Seq handed out
-	owner   string               // the lease holder; empty when free
-	until   time.Time            // the lease deadline
-	expires time.Time            // last append + TTL
+	entries   []store.JournalEntry // oldest first
+	seq       int64                // the last Seq handed out
+	owner     string               // the lease holder; empty when free
+	until     time.Time            // the lease deadline
+	expires   time.Time            // last append + TTL
+	takeovers int                  // expired leases taken while the oldest entry was the oldest
 }
 
 // held reports whether owner holds the lease at now.
@@ -27,6 +28,15 @@ func (j *devJournal) held(owner string, now time.Time) bool {
 // free reports whether nobody holds the lease at now.
 func (j *devJournal) free(now time.Time) bool {
 	return j.owner == "" || !now.Before(j.until)
+}
+
+// take gives the free lease to owner until until, counting a takeover when
+// the lease had expired rather than been released.
+func (j *devJournal) take(owner string, now, until time.Time) {
+	if j.owner != "" && !now.Before(j.until) {
+		j.takeovers++
+	}
+	j.owner, j.until = owner, until
 }
 
 // journals keeps the journals of every device under one mutex. A journal
@@ -62,7 +72,7 @@ func (s *Store) AppendJournal(ctx context.Context, device, owner string, data []
 	j.entries = append(j.entries, store.JournalEntry{Seq: j.seq, Data: data})
 	j.expires = now.Add(lim.TTL)
 	if j.free(now) {
-		j.owner, j.until = owner, now.Add(lim.Lease)
+		j.take(owner, now, now.Add(lim.Lease))
 	}
 	return j.held(owner, now), nil
 }
@@ -100,6 +110,7 @@ func (s *Store) NextJournal(ctx context.Context, device, owner string, done int6
 	if done != 0 && len(j.entries) > 0 && j.entries[0].Seq == done {
 		j.entries[0] = store.JournalEntry{}
 		j.entries = j.entries[1:]
+		j.takeovers = 0
 	}
 	if len(j.entries) == 0 {
 		delete(q.byDevice, device) // released with its last entry
@@ -107,7 +118,7 @@ func (s *Store) NextJournal(ctx context.Context, device, owner string, done int6
 	}
 	j.until = now.Add(lease)
 	e := j.entries[0]
-	return store.JournalEntry{Seq: e.Seq, Data: bytes.Clone(e.Data)}, true, nil
+	return store.JournalEntry{Seq: e.Seq, Data: bytes.Clone(e.Data), Takeovers: j.takeovers}, true, nil
 }
 
 // RenewJournal implements store.Journal.
@@ -172,7 +183,7 @@ func (s *Store) TakeJournals(ctx context.Context, owner string, lease time.Durat
 			continue
 		}
 		if len(j.entries) > 0 && j.free(now) {
-			j.owner, j.until = owner, now.Add(lease)
+			j.take(owner, now, now.Add(lease))
 			out = append(out, device)
 		}
 	}

@@ -15,7 +15,7 @@ import (
 // ms; a lease is held while its "until" is in the future.
 //
 //	P {journals}:log:<D>   list  "<seq>|<entry>", oldest first; PX the TTL of its last append
-//	P {journals}:meta:<D>  hash  "seq" (the last Seq), "owner", "until"; PX as the log
+//	P {journals}:meta:<D>  hash  "seq" (the last Seq), "owner", "until", "takeovers" (of the head); PX as the log
 //	P {journals}:due       zset  D scored by its lease deadline (0: free, with entries); PX its longest journal's
 
 // journalNow is the Redis clock in ms, the first lines of every journal
@@ -28,6 +28,8 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 // journalLease gives the lease of the journal whose meta is KEYS[2] to
 // owner until now + lease ms and indexes device in KEYS[3]; the meta
 // lives as long as the log (KEYS[1]), so the journal is forgotten whole.
+// held reports whether owner holds the lease, whether it is free, and
+// whether it is free because its deadline passed (not released).
 const journalLease = `
 local function lease(owner, ms, device)
 	local untl = now + tonumber(ms)
@@ -38,16 +40,18 @@ local function lease(owner, ms, device)
 end
 local function held(owner)
 	local m = redis.call('HMGET', KEYS[2], 'owner', 'until')
-	return m[1] == owner and tonumber(m[2]) > now, m[1] == false or m[1] == '' or tonumber(m[2]) <= now
+	local released = m[1] == false or m[1] == ''
+	local lapsed = not released and tonumber(m[2]) <= now
+	return m[1] == owner and tonumber(m[2]) > now, released or lapsed, lapsed
 end
 `
 
 // appendJournalScript appends an entry unless the log is full and takes a
-// free lease.
+// free lease, counting a takeover of the head if the lease had expired.
 // KEYS: log, meta, due. ARGV: entry, max, owner, lease ms, ttl ms, device.
 // Reply: {appended 0|1, held 0|1}.
 var appendJournalScript = redis.NewScript(journalNow + journalLease + `
-local mine, free = held(ARGV[3])
+local mine, free, lapsed = held(ARGV[3])
 if redis.call('LLEN', KEYS[1]) >= tonumber(ARGV[2]) then
 	return {0, mine and 1 or 0}
 end
@@ -56,6 +60,9 @@ redis.call('RPUSH', KEYS[1], seq .. '|' .. ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
 redis.call('PEXPIRE', KEYS[2], ARGV[5])
 if free then
+	if lapsed then
+		redis.call('HINCRBY', KEYS[2], 'takeovers', 1)
+	end
 	lease(ARGV[3], ARGV[4], ARGV[6])
 	mine = true
 end
@@ -65,10 +72,11 @@ end
 return {1, mine and 1 or 0}
 `)
 
-// nextJournalScript removes the done entry if it is the head and returns
-// the head, extending the lease, or releases the lease of an empty log.
+// nextJournalScript removes the done entry if it is the head (and with it
+// the head's takeover count) and returns the head, extending the lease, or
+// releases the lease of an empty log.
 // KEYS: log, meta, due. ARGV: owner, done seq, lease ms, device.
-// Reply: {0} not held, {1} empty and released, {2, seq, entry}.
+// Reply: {0} not held, {1} empty and released, {2, seq, entry, takeovers}.
 var nextJournalScript = redis.NewScript(journalNow + journalLease + `
 if not held(ARGV[1]) then
 	return {0}
@@ -78,17 +86,19 @@ if head and ARGV[2] ~= '0' then
 	local sep = string.find(head, '|', 1, true)
 	if string.sub(head, 1, sep - 1) == ARGV[2] then
 		redis.call('LPOP', KEYS[1])
+		redis.call('HDEL', KEYS[2], 'takeovers')
 		head = redis.call('LINDEX', KEYS[1], 0)
 	end
 end
 if not head then
-	redis.call('HDEL', KEYS[2], 'owner', 'until')
+	redis.call('HDEL', KEYS[2], 'owner', 'until', 'takeovers')
 	redis.call('ZREM', KEYS[3], ARGV[4])
 	return {1}
 end
 lease(ARGV[1], ARGV[3], ARGV[4])
 local sep = string.find(head, '|', 1, true)
-return {2, tonumber(string.sub(head, 1, sep - 1)), string.sub(head, sep + 1)}
+local takeovers = tonumber(redis.call('HGET', KEYS[2], 'takeovers')) or 0
+return {2, tonumber(string.sub(head, 1, sep - 1)), string.sub(head, sep + 1), takeovers}
 `)
 
 // renewJournalScript extends a held lease.
@@ -117,7 +127,8 @@ return 0
 `)
 
 // takeJournalsScript leases up to max journals that are due (lease free)
-// and hold entries. A due device whose lease is in fact held gets its
+// and hold entries, counting a takeover of the head of each whose lease
+// had expired (rather than been released). A due device whose lease is in fact held gets its
 // deadline back; one whose log is gone leaves the index.
 // KEYS: due. ARGV: owner, lease ms, max, log key prefix, meta key prefix.
 var takeJournalsScript = redis.NewScript(journalNow + `
@@ -137,6 +148,9 @@ while #out < want do
 		elseif redis.call('LLEN', log) == 0 then
 			redis.call('ZREM', KEYS[1], d)
 		else
+			if m[1] and m[1] ~= '' then
+				redis.call('HINCRBY', meta, 'takeovers', 1)
+			end
 			redis.call('HSET', meta, 'owner', ARGV[1], 'until', untl)
 			redis.call('PEXPIRE', meta, redis.call('PTTL', log))
 			redis.call('ZADD', KEYS[1], untl, d)
@@ -214,7 +228,11 @@ func (s *Store) NextJournal(ctx context.Context, device, owner string, done int6
 	if err != nil {
 		return store.JournalEntry{}, false, opErr("NextJournal", err)
 	}
-	return store.JournalEntry{Seq: seq, Data: data}, true, nil
+	takeovers, err := replyInt(r, 3)
+	if err != nil {
+		return store.JournalEntry{}, false, opErr("NextJournal", err)
+	}
+	return store.JournalEntry{Seq: seq, Data: data, Takeovers: int(takeovers)}, true, nil
 }
 
 // RenewJournal implements store.Journal.

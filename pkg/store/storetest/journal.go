@@ -305,6 +305,7 @@ func testJournalLeases(t *testing.T, s store.Store) {
 	t.Run("Expiry", func(t *testing.T) { testJournalExpiry(t, s) })
 	t.Run("Takeover", func(t *testing.T) { testJournalTakeover(t, s) })
 	t.Run("TakeOnce", func(t *testing.T) { testJournalTakeOnce(t, s) })
+	t.Run("Takeovers", func(t *testing.T) { testJournalTakeovers(t, s) })
 }
 
 // takeJ calls TakeJournals for owner and returns which of mine it took.
@@ -444,5 +445,76 @@ func testJournalTakeOnce(t *testing.T, s store.Store) {
 		if count[d] != 1 {
 			t.Errorf("%s taken %d times, want once", d, count[d])
 		}
+	}
+}
+
+// testJournalTakeovers: the head's Takeovers rise with each takeover of an
+// expired lease, by TakeJournals or by an append, not with a release; they
+// start again at 0 for the next head, and belong to their device.
+func testJournalTakeovers(t *testing.T, s store.Store) {
+	dev, other := name(t, "dev"), name(t, "other")
+	const lease = 400 * time.Millisecond
+	lim := jlim
+	lim.Lease = lease
+	// head reads dev's head as owner (removing done) and checks its count.
+	head := func(owner string, done int64, data string, takeovers int) int64 {
+		t.Helper()
+		e, ok, err := s.NextJournal(t.Context(), dev, owner, done, lease)
+		if err != nil || !ok {
+			t.Fatalf("NextJournal by %s = %v, %v; want an entry", owner, ok, err)
+		}
+		if string(e.Data) != data || e.Takeovers != takeovers {
+			t.Fatalf("head = %q with %d takeovers, want %q with %d", e.Data, e.Takeovers, data, takeovers)
+		}
+		return e.Seq
+	}
+	// takeLapsed waits for dev's lease to expire and takes it as owner.
+	takeLapsed := func(owner string) {
+		t.Helper()
+		eventually(t, expiryWait, "takeover of the expired lease", func() bool {
+			return slices.Equal(takeJ(t, s, owner, lease, dev, other), []string{dev})
+		})
+	}
+	appendJ(t, s, dev, "r1", "a", lim)
+	appendJ(t, s, dev, "r1", "b", lim)
+	appendJ(t, s, other, "r1", "x", jlim) // held for a minute: never taken
+	head("r1", 0, "a", 0)
+
+	// A release is no takeover.
+	if err := s.ReleaseJournal(t.Context(), dev, "r1"); err != nil {
+		t.Fatalf("ReleaseJournal: %v", err)
+	}
+	if got := takeJ(t, s, "r2", lease, dev, other); !slices.Equal(got, []string{dev}) {
+		t.Fatalf("TakeJournals took %q, want the released %q", got, dev)
+	}
+	head("r2", 0, "a", 0)
+
+	// r2 stops renewing: TakeJournals counts the takeover.
+	takeLapsed("r3")
+	head("r3", 0, "a", 1)
+
+	// r3 stops renewing: an append that takes the lease counts too.
+	time.Sleep(lease + 200*time.Millisecond)
+	if !appendJ(t, s, dev, "r4", "c", lim) {
+		t.Fatal("an append did not take the expired lease")
+	}
+	a := head("r4", 0, "a", 2)
+
+	// Another device's count is its own.
+	e, ok, err := s.NextJournal(t.Context(), other, "r1", 0, time.Minute)
+	if err != nil || !ok || e.Takeovers != 0 {
+		t.Fatalf("other device's head = %+v, %v, %v; want x with 0 takeovers", e, ok, err)
+	}
+
+	// Removing the head starts the count again for the next one.
+	head("r4", a, "b", 0)
+	takeLapsed("r5")
+	b := head("r5", 0, "b", 1)
+	head("r5", b, "c", 0)
+	if got := drainJ(t, s, dev, "r5"); !slices.Equal(got, []string{"c"}) {
+		t.Fatalf("entries = %q, want [c]", got)
+	}
+	if got := drainJ(t, s, other, "r1"); !slices.Equal(got, []string{"x"}) {
+		t.Fatalf("other entries = %q, want [x]", got)
 	}
 }
