@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -188,7 +189,8 @@ const (
 	entryInterrupted        // Close canceled the call: the entry stays for another router
 )
 
-// handleEntry runs the agent for e, renewing the lease meanwhile. A lost
+// handleEntry runs the agent for e, or drops e when its routers died on it
+// MaxAttempts times, renewing the lease meanwhile. A lost
 // lease cancels the call, and so does a lease that could not be renewed for
 // its whole length (the store is out of reach: another router may have
 // taken the journal).
@@ -231,7 +233,14 @@ func (r *Router) handleEntry(device string, e store.JournalEntry) int {
 			}
 		}
 	})
-	r.handle(ctx, queuedEvent{ev: rec.Event, trace: rec.spanContext()})
+	if e.Takeovers >= r.cfg.MaxAttempts {
+		r.drop(ctx, rec.Event)
+	} else {
+		if e.Takeovers > 0 {
+			r.log.Warn("handling an event again: its router died on it", "device", device, "kind", rec.Event.Kind, "takeovers", e.Takeovers)
+		}
+		r.handle(ctx, queuedEvent{ev: rec.Event, trace: rec.spanContext()})
+	}
 	close(stop)
 	renewing.Wait()
 	switch {
@@ -241,6 +250,22 @@ func (r *Router) handleEntry(device string, e store.JournalEntry) int {
 		return entryInterrupted
 	}
 	return entryHandled
+}
+
+// drop gives up on ev, the oldest event of a journal that was taken over
+// from dead routers MaxAttempts times: the agent call on it is the likely
+// cause of their deaths (a huge input, a crash no recover catches), so the
+// agent does not get it again. The phone is told, through the outbox if it
+// is offline, and its avatar ends idle.
+func (r *Router) drop(ctx context.Context, ev wire.Event) {
+	r.log.Error("dropping an event: its routers died on it too often", "device", ev.Device, "kind", ev.Kind, "attempts", r.cfg.MaxAttempts)
+	r.tel.m.JournalDropped()
+	out := &output{r: r, device: ev.Device}
+	text := fmt.Sprintf("This message could not be handled (the agent failed on it %d times) and was dropped.", r.cfg.MaxAttempts)
+	if err := out.Message(ctx, newID("m"), text, false, true); err != nil {
+		r.log.Warn("telling the phone of a dropped event failed", "device", ev.Device, "err", err)
+	}
+	out.Typing(ctx, true)
 }
 
 // spanContext is the span context rec carries (empty when untraced): the

@@ -305,3 +305,78 @@ func TestJournalTakeoverAfterLease(t *testing.T) {
 		t.Fatalf("handled by %q, want a then b twice", by)
 	}
 }
+
+// TestJournalDropsPoisonEvent: an event whose agent call never returns
+// takes its routers down one after another (each is cut off from Redis
+// mid-call, so its lease expires). The journal is taken over MaxAttempts-1
+// times and the agent still gets the event; at the MaxAttempts-th takeover
+// the router drops it without calling the agent, tells the phone with a
+// final message, ends the avatar idle, and handles the next event.
+func TestJournalDropsPoisonEvent(t *testing.T) {
+	e := newJournalEnv(t)
+	dev := "tel-" + randomHex(3)
+	var mu sync.Mutex
+	var phone []wire.Output
+	sub, err := e.edge.Subscribe(bus.DeviceSubject(dev), func(m *bus.Msg) {
+		var out wire.Output
+		if err := json.Unmarshal(m.Data, &out); err != nil {
+			t.Errorf("output %q: %v", m.Data, err)
+		}
+		mu.Lock()
+		phone = append(phone, out)
+		mu.Unlock()
+		m.Respond([]byte(`{"ok":true}`))
+	})
+	if err != nil {
+		t.Fatalf("subscribe: %v", err)
+	}
+	defer sub.Unsubscribe()
+
+	const attempts = 3
+	lease := time.Second
+	cfg := router.Config{JournalLease: lease, MaxAttempts: attempts, CloseGrace: 100 * time.Millisecond}
+	rec := newRecorder(t)
+	hold := make(chan struct{})
+	defer close(hold)
+	var want, wantBy []string
+	for i := range attempts {
+		name := fmt.Sprint("dying", i)
+		a := rec.as(name)
+		a.hold, a.deaf, a.began = hold, true, make(chan string, 10)
+		_, st := e.router(t, name, cfg, a)
+		if i == 0 {
+			e.mustSend(t, dev, "poison")
+			e.mustSend(t, dev, "next")
+		}
+		select {
+		case id := <-a.began:
+			if id != "poison" {
+				t.Fatalf("%s began %q, want the poison event", name, id)
+			}
+		case <-time.After(lease + 5*time.Second):
+			t.Fatalf("%s did not get the poison event after %d takeovers", name, i)
+		}
+		st.Close() // the router dies: its lease expires
+		want, wantBy = append(want, dev+"/poison"), append(wantBy, name)
+	}
+	// attempts-1 takeovers still reached the agent; the next one drops.
+	e.router(t, "last", cfg, rec.as("last"))
+	rec.waitHandled(t, lease+5*time.Second, dev+"/next")
+	log, by := rec.handled()
+	if want, wantBy = append(want, dev+"/next"), append(wantBy, "last"); !slices.Equal(log, want) || !slices.Equal(by, wantBy) {
+		t.Fatalf("handled %q by %q, want %q by %q", log, by, want, wantBy)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(phone) != 2 {
+		t.Fatalf("the phone got %+v, want the drop notice and typing stop", phone)
+	}
+	msg, typing := phone[0], phone[1]
+	wantText := "This message could not be handled (the agent failed on it 3 times) and was dropped."
+	if msg.Op != wire.OpMessage || !msg.Final || msg.Edit || msg.Text != wantText || msg.ID == "" {
+		t.Errorf("the phone got %+v, want a final message %q", msg, wantText)
+	}
+	if typing.Op != wire.OpTyping || !typing.Stop {
+		t.Errorf("then %+v, want typing stop (avatar idle)", typing)
+	}
+}

@@ -50,6 +50,12 @@ type Config struct {
 	// JournalTTL: a journal nobody works is forgotten this long after its
 	// last append (24 h).
 	JournalTTL time.Duration
+	// MaxAttempts bounds the routers an event may take down (3): once a
+	// device's oldest event was taken over from a router whose lease
+	// expired this many times, it is dropped unhandled and the phone is
+	// told, so an event that kills its router does not kill them all in
+	// turn.
+	MaxAttempts int
 	// CloseGrace is how long Close lets agent calls in progress finish
 	// before it cancels them (10 s); the events of canceled calls stay in
 	// their journals for another router.
@@ -85,6 +91,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.JournalTTL <= 0 {
 		c.JournalTTL = 24 * time.Hour
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = 3
 	}
 	if c.CloseGrace <= 0 {
 		c.CloseGrace = 10 * time.Second

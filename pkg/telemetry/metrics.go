@@ -27,6 +27,7 @@ type Metrics struct {
 	outboxIn    metric.Int64Counter
 	outboxOut   metric.Int64Counter
 	latency     metric.Float64Histogram
+	dropped     metric.Int64Counter
 
 	byType   labelSet // frame type → {type=…}
 	byCode   labelSet // error code → {code=…}
@@ -121,6 +122,9 @@ func newMetrics(m metric.Meter) (*Metrics, error) {
 	x.latency, e = m.Float64Histogram("hermes_delivery_latency", metric.WithUnit("s"),
 		metric.WithDescription("From the router sending an output to the owning edge acknowledging its write to the socket."),
 		metric.WithExplicitBucketBoundaries(latencyBuckets...))
+	check(e)
+	x.dropped, e = m.Int64Counter("hermes_journal_dropped",
+		metric.WithDescription("Device events dropped unhandled after their routers died on them MaxAttempts times."))
 	check(e)
 	if err != nil {
 		return nil, err
@@ -220,5 +224,13 @@ func (m *Metrics) OutboxDelivered(n int) {
 func (m *Metrics) DeliveryLatency(d time.Duration) {
 	if m != nil {
 		m.latency.Record(bg, d.Seconds())
+	}
+}
+
+// JournalDropped counts a device event given up on after its routers died
+// on it too often.
+func (m *Metrics) JournalDropped() {
+	if m != nil {
+		m.dropped.Add(bg, 1)
 	}
 }

@@ -50,6 +50,7 @@ func TestHandlerExposesNamesAndRuntime(t *testing.T) {
 	m.OutboxQueued()
 	m.OutboxDelivered(2)
 	m.DeliveryLatency(3 * time.Millisecond)
+	m.JournalDropped()
 
 	body := scrape(t, tel.Handler())
 	for _, want := range []string{
@@ -67,6 +68,7 @@ func TestHandlerExposesNamesAndRuntime(t *testing.T) {
 		"hermes_delivery_latency_seconds_count 1",
 		`hermes_delivery_latency_seconds_bucket{le="0.005"} 1`,
 		`hermes_delivery_latency_seconds_bucket{le="0.0025"} 0`,
+		"hermes_journal_dropped_total 1",
 		"go_goroutines ",
 		"process_resident_memory_bytes ",
 		`service_name="hermes-test"`,
