@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -87,4 +88,15 @@ func SecretVar(fs *flag.FlagSet, p *Secret, name, env, usage string) {
 		*p = Secret(v)
 	}
 	fs.Var(p, name, usage+" ($"+env+")")
+}
+
+// List splits a comma-separated setting into its non-empty, trimmed items.
+func List(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
 }

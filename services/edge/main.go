@@ -36,9 +36,7 @@ type flags struct {
 	promptTTL                                                time.Duration
 	adminListen                                              string
 	drainWindow                                              time.Duration
-	agent, openaiBaseURL, openaiModel, openaiPrompt          string
-	openaiKey                                                config.Secret
-	openaiTimeout                                            time.Duration
+	agent                                                    agent.Choice
 }
 
 func (f *flags) register(fs *flag.FlagSet) {
@@ -56,12 +54,7 @@ func (f *flags) register(fs *flag.FlagSet) {
 	config.String(fs, &f.redisURL, "redis-url", "REDIS_URL", "", "external Redis; empty keeps state in memory")
 	config.String(fs, &f.redisPrefix, "redis-prefix", "REDIS_PREFIX", "hermes:", "prefix of every Redis key")
 	config.String(fs, &f.router, "router", "MOBILE_ROUTER", "auto", "run a router with AGENT here: on, off, or auto (on without NATS_URL)")
-	config.String(fs, &f.agent, "agent", "AGENT", "demo", "the router's agent: demo, openai (an OpenAI-compatible chat API) or link (an outside agent over the router API)")
-	config.String(fs, &f.openaiBaseURL, "openai-base-url", "OPENAI_BASE_URL", agent.DefaultOpenAIBaseURL, "AGENT=openai: the API root (…/v1)")
-	config.SecretVar(fs, &f.openaiKey, "openai-api-key", "OPENAI_API_KEY", "AGENT=openai: the API key, sent as a bearer token")
-	config.String(fs, &f.openaiModel, "openai-model", "OPENAI_MODEL", "", "AGENT=openai: the model (required)")
-	config.String(fs, &f.openaiPrompt, "openai-system-prompt", "OPENAI_SYSTEM_PROMPT", "", "AGENT=openai: the system prompt")
-	config.Seconds(fs, &f.openaiTimeout, "openai-timeout", "OPENAI_TIMEOUT", agent.DefaultOpenAITimeout, "AGENT=openai: bound on one answer")
+	f.agent.Register(fs, "the router's agent: demo, openai (an OpenAI-compatible chat API) or link (an outside agent over the router API)")
 	config.String(fs, &f.logLevel, "log-level", "MOBILE_LOG_LEVEL", "info", "debug, info, warn or error")
 	config.String(fs, &f.adminListen, "admin-listen", "MOBILE_ADMIN_LISTEN", "127.0.0.1:8789", "admin HTTP address (/healthz, /readyz, /metrics); off disables it")
 	config.Seconds(fs, &f.drainWindow, "drain-window", "MOBILE_DRAIN_WINDOW", 10*time.Second, "on SIGTERM, close the sockets with 1001 spread over this window")
@@ -153,18 +146,15 @@ func (f flags) gatewayConfig() (gateway.Config, error) {
 	default:
 		return cfg, fmt.Errorf("MOBILE_ROUTER: %q is not on, off or auto", f.router)
 	}
-	switch strings.ToLower(strings.TrimSpace(f.agent)) {
-	case "demo", "":
+	name, oc, err := f.agent.Resolve()
+	if err != nil {
+		return cfg, err
+	}
+	switch name {
 	case "link":
 		cfg.Link = true
 	case "openai":
-		oc, err := f.openAIConfig()
-		if err != nil {
-			return cfg, err
-		}
 		cfg.OpenAI = &oc
-	default:
-		return cfg, fmt.Errorf("AGENT: %q is not demo, openai or link", f.agent)
 	}
 	extra, err := edge.ParseExtraTokens(string(f.extraTokens))
 	if err != nil {
@@ -175,38 +165,15 @@ func (f flags) gatewayConfig() (gateway.Config, error) {
 		return cfg, err
 	}
 	auth := edge.AuthConfig{Token: edge.Secret(string(f.token)), ExtraTokens: extra, TrustedProxies: proxies}
-	for _, d := range split(f.allowedDevices) {
+	for _, d := range config.List(f.allowedDevices) {
 		auth.AllowedDevices = append(auth.AllowedDevices, d)
 	}
-	for _, t := range split(string(f.deliverTokens)) {
+	for _, t := range config.List(string(f.deliverTokens)) {
 		auth.DeliverTokens = append(auth.DeliverTokens, edge.Secret(t))
 	}
 	cfg.Edge = edge.Config{Auth: auth, HomeDevice: f.homeDevice, AvatarURL: f.avatarURL}
 	cfg.RouterCfg.PromptTTL = f.promptTTL
 	return cfg, nil
-}
-
-// openAIConfig is the configuration of AGENT=openai.
-func (f flags) openAIConfig() (agent.OpenAIConfig, error) {
-	c := agent.OpenAIConfig{BaseURL: f.openaiBaseURL, APIKey: string(f.openaiKey), Model: strings.TrimSpace(f.openaiModel),
-		SystemPrompt: f.openaiPrompt, Timeout: f.openaiTimeout}
-	if c.Model == "" {
-		return c, errors.New("AGENT=openai needs OPENAI_MODEL (or -openai-model): the model to ask")
-	}
-	if err := c.Check(); err != nil {
-		return c, fmt.Errorf("OPENAI_BASE_URL: %w", err)
-	}
-	return c, nil
-}
-
-func split(s string) []string {
-	var out []string
-	for _, v := range strings.Split(s, ",") {
-		if v = strings.TrimSpace(v); v != "" {
-			out = append(out, v)
-		}
-	}
-	return out
 }
 
 func randomToken() string {

@@ -70,7 +70,7 @@ func TestFlagDefaults(t *testing.T) {
 	f := mustParse(t)
 	want := flags{listen: "127.0.0.1:8787", router: "auto", logLevel: "info", promptTTL: protocol.DefaultPromptTTL, redisPrefix: "hermes:",
 		adminListen: "127.0.0.1:8789", drainWindow: 10 * time.Second,
-		agent: "demo", openaiBaseURL: "https://api.openai.com/v1", openaiTimeout: 120 * time.Second}
+		agent: agent.Choice{Name: "demo", OpenAIBaseURL: "https://api.openai.com/v1", OpenAITimeout: 120 * time.Second}}
 	if f != want {
 		t.Fatalf("defaults = %+v, want %+v", f, want)
 	}
@@ -97,11 +97,11 @@ func TestEnvAndFlags(t *testing.T) {
 		{"REDIS_URL", "redis-url", "redis://env:6379", "redis://flag:6379", func(f flags) string { return f.redisURL }},
 		{"MOBILE_ROUTER", "router", "off", "on", func(f flags) string { return f.router }},
 		{"MOBILE_LOG_LEVEL", "log-level", "debug", "warn", func(f flags) string { return f.logLevel }},
-		{"AGENT", "agent", "openai", "link", func(f flags) string { return f.agent }},
-		{"OPENAI_BASE_URL", "openai-base-url", "http://env:11434/v1", "http://flag:8000/v1", func(f flags) string { return f.openaiBaseURL }},
-		{"OPENAI_API_KEY", "openai-api-key", "sk-env", "sk-flag", func(f flags) string { return string(f.openaiKey) }},
-		{"OPENAI_MODEL", "openai-model", "llama3", "gpt-4o-mini", func(f flags) string { return f.openaiModel }},
-		{"OPENAI_SYSTEM_PROMPT", "openai-system-prompt", "Be brief.", "Be kind.", func(f flags) string { return f.openaiPrompt }},
+		{"AGENT", "agent", "openai", "link", func(f flags) string { return f.agent.Name }},
+		{"OPENAI_BASE_URL", "openai-base-url", "http://env:11434/v1", "http://flag:8000/v1", func(f flags) string { return f.agent.OpenAIBaseURL }},
+		{"OPENAI_API_KEY", "openai-api-key", "sk-env", "sk-flag", func(f flags) string { return string(f.agent.OpenAIKey) }},
+		{"OPENAI_MODEL", "openai-model", "llama3", "gpt-4o-mini", func(f flags) string { return f.agent.OpenAIModel }},
+		{"OPENAI_SYSTEM_PROMPT", "openai-system-prompt", "Be brief.", "Be kind.", func(f flags) string { return f.agent.OpenAIPrompt }},
 		{"MOBILE_PROMPT_TTL", "prompt-ttl", "45", "90", func(f flags) string { return f.promptTTL.String() }},
 		{"MOBILE_ADMIN_LISTEN", "admin-listen", "off", "127.0.0.1:9002", func(f flags) string { return f.adminListen }},
 		{"MOBILE_DRAIN_WINDOW", "drain-window", "45", "90", func(f flags) string { return f.drainWindow.String() }},

@@ -37,17 +37,14 @@ const shutdownTimeout = 10 * time.Second
 
 // flags is the command line; every flag falls back to its env var.
 type flags struct {
-	listen, natsURL, natsPrefix            string
-	redisURL, redisPrefix                  string
-	deliverTokens, agentTokens             config.Secret
-	homeDevice, agent, eventsMax, logLevel string
-	promptTTL                              time.Duration
-	adminListen                            string
+	listen, natsURL, natsPrefix     string
+	redisURL, redisPrefix           string
+	deliverTokens, agentTokens      config.Secret
+	homeDevice, eventsMax, logLevel string
+	promptTTL                       time.Duration
+	adminListen                     string
 
-	// AGENT=openai
-	openaiBaseURL, openaiModel, openaiPrompt string
-	openaiKey                                config.Secret
-	openaiTimeout                            time.Duration
+	agent agent.Choice
 }
 
 func (f *flags) register(fs *flag.FlagSet) {
@@ -60,12 +57,7 @@ func (f *flags) register(fs *flag.FlagSet) {
 	config.SecretVar(fs, &f.agentTokens, "agent-tokens", "MOBILE_AGENT_TOKENS", "`tokens` of the agent link (sessions, events, blobs), comma-separated")
 	config.String(fs, &f.homeDevice, "home-device", "MOBILE_HOME_DEVICE", "", "target of a deliver without one")
 	config.Seconds(fs, &f.promptTTL, "prompt-ttl", "MOBILE_PROMPT_TTL", protocol.DefaultPromptTTL, "prompt card lifetime")
-	config.String(fs, &f.agent, "agent", "AGENT", "demo", "the agent: demo, openai (an OpenAI-compatible chat API) or link (an outside agent reads GET /v1/events)")
-	config.String(fs, &f.openaiBaseURL, "openai-base-url", "OPENAI_BASE_URL", agent.DefaultOpenAIBaseURL, "AGENT=openai: the API root (…/v1)")
-	config.SecretVar(fs, &f.openaiKey, "openai-api-key", "OPENAI_API_KEY", "AGENT=openai: the API key, sent as a bearer token")
-	config.String(fs, &f.openaiModel, "openai-model", "OPENAI_MODEL", "", "AGENT=openai: the model (required)")
-	config.String(fs, &f.openaiPrompt, "openai-system-prompt", "OPENAI_SYSTEM_PROMPT", "", "AGENT=openai: the system prompt")
-	config.Seconds(fs, &f.openaiTimeout, "openai-timeout", "OPENAI_TIMEOUT", agent.DefaultOpenAITimeout, "AGENT=openai: bound on one answer")
+	f.agent.Register(fs, "the agent: demo, openai (an OpenAI-compatible chat API) or link (an outside agent reads GET /v1/events)")
 	config.String(fs, &f.eventsMax, "events-max", "MOBILE_EVENTS_MAX", strconv.Itoa(agent.DefaultLinkMaxLen), "events the log of AGENT=link keeps (about)")
 	config.String(fs, &f.logLevel, "log-level", "MOBILE_LOG_LEVEL", "info", "debug, info, warn or error")
 	config.String(fs, &f.adminListen, "admin-listen", "MOBILE_ADMIN_LISTEN", "127.0.0.1:8790", "admin HTTP address (/healthz, /readyz, /metrics); off disables it")
@@ -109,16 +101,9 @@ func (f flags) settings() (settings, error) {
 	if f.redisURL == "" {
 		return s, errors.New("REDIS_URL is required: the router shares the cluster's state in its Redis (set REDIS_URL or -redis-url)")
 	}
-	switch s.agent = strings.ToLower(strings.TrimSpace(f.agent)); s.agent {
-	case "demo", "link":
-	case "openai":
-		oc, err := f.openAIConfig()
-		if err != nil {
-			return s, err
-		}
-		s.openai = oc
-	default:
-		return s, fmt.Errorf("AGENT: %q is not demo, openai or link", f.agent)
+	var err error
+	if s.agent, s.openai, err = f.agent.Resolve(); err != nil {
+		return s, err
 	}
 	n, err := strconv.Atoi(strings.TrimSpace(f.eventsMax))
 	if err != nil || n < 1 {
@@ -126,8 +111,8 @@ func (f flags) settings() (settings, error) {
 	}
 	s.eventsMax = n
 	s.api = router.APIConfig{
-		DeliverTokens: split(string(f.deliverTokens)),
-		AgentTokens:   split(string(f.agentTokens)),
+		DeliverTokens: config.List(string(f.deliverTokens)),
+		AgentTokens:   config.List(string(f.agentTokens)),
 		HomeDevice:    f.homeDevice,
 	}
 	s.router = router.Config{PromptTTL: f.promptTTL}
@@ -221,27 +206,4 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) (err error) {
 		return fmt.Errorf("serving HTTP: %w", err)
 	}
 	return nil
-}
-
-// openAIConfig is the configuration of AGENT=openai.
-func (f flags) openAIConfig() (agent.OpenAIConfig, error) {
-	c := agent.OpenAIConfig{BaseURL: f.openaiBaseURL, APIKey: string(f.openaiKey), Model: strings.TrimSpace(f.openaiModel),
-		SystemPrompt: f.openaiPrompt, Timeout: f.openaiTimeout}
-	if c.Model == "" {
-		return c, errors.New("AGENT=openai needs OPENAI_MODEL (or -openai-model): the model to ask")
-	}
-	if err := c.Check(); err != nil {
-		return c, fmt.Errorf("OPENAI_BASE_URL: %w", err)
-	}
-	return c, nil
-}
-
-func split(s string) []string {
-	var out []string
-	for _, v := range strings.Split(s, ",") {
-		if v = strings.TrimSpace(v); v != "" {
-			out = append(out, v)
-		}
-	}
-	return out
 }

@@ -76,9 +76,8 @@ func mustParse(t *testing.T, args ...string) flags {
 
 func TestFlagDefaults(t *testing.T) {
 	clearEnv(t)
-	want := flags{listen: "127.0.0.1:8788", redisPrefix: "hermes:", agent: "demo", eventsMax: "10000",
-		logLevel: "info", promptTTL: protocol.DefaultPromptTTL, adminListen: "127.0.0.1:8790",
-		openaiBaseURL: "https://api.openai.com/v1", openaiTimeout: 120 * time.Second}
+	want := flags{listen: "127.0.0.1:8788", redisPrefix: "hermes:", agent: agent.Choice{Name: "demo", OpenAIBaseURL: "https://api.openai.com/v1", OpenAITimeout: 120 * time.Second}, eventsMax: "10000",
+		logLevel: "info", promptTTL: protocol.DefaultPromptTTL, adminListen: "127.0.0.1:8790"}
 	if f := mustParse(t); f != want {
 		t.Fatalf("defaults = %+v, want %+v", f, want)
 	}
@@ -98,15 +97,15 @@ func TestEnvAndFlags(t *testing.T) {
 		{"MOBILE_DELIVER_TOKENS", "deliver-tokens", "d1,d2", "d3", func(f flags) string { return string(f.deliverTokens) }},
 		{"MOBILE_AGENT_TOKENS", "agent-tokens", "a1", "a2,a3", func(f flags) string { return string(f.agentTokens) }},
 		{"MOBILE_HOME_DEVICE", "home-device", "tel-home", "tel-other", func(f flags) string { return f.homeDevice }},
-		{"AGENT", "agent", "link", "demo", func(f flags) string { return f.agent }},
+		{"AGENT", "agent", "link", "demo", func(f flags) string { return f.agent.Name }},
 		{"MOBILE_EVENTS_MAX", "events-max", "500", "700", func(f flags) string { return f.eventsMax }},
 		{"MOBILE_LOG_LEVEL", "log-level", "debug", "warn", func(f flags) string { return f.logLevel }},
 		{"MOBILE_PROMPT_TTL", "prompt-ttl", "45", "90", func(f flags) string { return f.promptTTL.String() }},
 		{"MOBILE_ADMIN_LISTEN", "admin-listen", "off", "127.0.0.1:9002", func(f flags) string { return f.adminListen }},
-		{"OPENAI_BASE_URL", "openai-base-url", "http://env:11434/v1", "http://flag:8000/v1", func(f flags) string { return f.openaiBaseURL }},
-		{"OPENAI_API_KEY", "openai-api-key", "sk-env", "sk-flag", func(f flags) string { return string(f.openaiKey) }},
-		{"OPENAI_MODEL", "openai-model", "llama3", "gpt-4o-mini", func(f flags) string { return f.openaiModel }},
-		{"OPENAI_SYSTEM_PROMPT", "openai-system-prompt", "Be brief.", "Be kind.", func(f flags) string { return f.openaiPrompt }},
+		{"OPENAI_BASE_URL", "openai-base-url", "http://env:11434/v1", "http://flag:8000/v1", func(f flags) string { return f.agent.OpenAIBaseURL }},
+		{"OPENAI_API_KEY", "openai-api-key", "sk-env", "sk-flag", func(f flags) string { return string(f.agent.OpenAIKey) }},
+		{"OPENAI_MODEL", "openai-model", "llama3", "gpt-4o-mini", func(f flags) string { return f.agent.OpenAIModel }},
+		{"OPENAI_SYSTEM_PROMPT", "openai-system-prompt", "Be brief.", "Be kind.", func(f flags) string { return f.agent.OpenAIPrompt }},
 	} {
 		t.Run(tc.env, func(t *testing.T) {
 			clearEnv(t)
@@ -151,7 +150,7 @@ func TestSettings(t *testing.T) {
 }
 
 func TestRunRejectsBadConfig(t *testing.T) {
-	ok := flags{listen: "127.0.0.1:0", natsURL: "nats://127.0.0.1:1", redisURL: "redis://127.0.0.1:1", agent: "demo", eventsMax: "10", logLevel: "info"}
+	ok := flags{listen: "127.0.0.1:0", natsURL: "nats://127.0.0.1:1", redisURL: "redis://127.0.0.1:1", agent: agent.Choice{Name: "demo"}, eventsMax: "10", logLevel: "info"}
 	for _, tc := range []struct {
 		name   string
 		mutate func(*flags)
@@ -159,9 +158,11 @@ func TestRunRejectsBadConfig(t *testing.T) {
 	}{
 		{"no NATS_URL", func(f *flags) { f.natsURL = "" }, "NATS_URL"},
 		{"no REDIS_URL", func(f *flags) { f.redisURL = "" }, "REDIS_URL"},
-		{"agent", func(f *flags) { f.agent = "smart" }, "AGENT"},
-		{"openai without a model", func(f *flags) { f.agent = "openai" }, "OPENAI_MODEL"},
-		{"openai base URL", func(f *flags) { f.agent, f.openaiModel, f.openaiBaseURL = "openai", "m", "api.example/v1" }, "OPENAI_BASE_URL"},
+		{"agent", func(f *flags) { f.agent.Name = "smart" }, "AGENT"},
+		{"openai without a model", func(f *flags) { f.agent.Name = "openai" }, "OPENAI_MODEL"},
+		{"openai base URL", func(f *flags) {
+			f.agent.Name, f.agent.OpenAIModel, f.agent.OpenAIBaseURL = "openai", "m", "api.example/v1"
+		}, "OPENAI_BASE_URL"},
 		{"events max", func(f *flags) { f.eventsMax = "0" }, "MOBILE_EVENTS_MAX"},
 		{"events max not a number", func(f *flags) { f.eventsMax = "many" }, "MOBILE_EVENTS_MAX"},
 		{"log level", func(f *flags) { f.logLevel = "loud" }, "MOBILE_LOG_LEVEL"},

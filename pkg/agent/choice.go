@@ -1,0 +1,53 @@
+package agent
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hermes-mobile/gateway/pkg/config"
+)
+
+// Choice is the agent a router runs and its settings, as both services take
+// them from flags and the environment (AGENT, OPENAI_*).
+type Choice struct {
+	Name                                     string // demo, openai or link
+	OpenAIBaseURL, OpenAIModel, OpenAIPrompt string
+	OpenAIKey                                config.Secret
+	OpenAITimeout                            time.Duration
+}
+
+// Register registers AGENT (described by usage) and the OPENAI_* settings.
+func (c *Choice) Register(fs *flag.FlagSet, usage string) {
+	config.String(fs, &c.Name, "agent", "AGENT", "demo", usage)
+	config.String(fs, &c.OpenAIBaseURL, "openai-base-url", "OPENAI_BASE_URL", DefaultOpenAIBaseURL, "AGENT=openai: the API root (…/v1)")
+	config.SecretVar(fs, &c.OpenAIKey, "openai-api-key", "OPENAI_API_KEY", "AGENT=openai: the API key, sent as a bearer token")
+	config.String(fs, &c.OpenAIModel, "openai-model", "OPENAI_MODEL", "", "AGENT=openai: the model (required)")
+	config.String(fs, &c.OpenAIPrompt, "openai-system-prompt", "OPENAI_SYSTEM_PROMPT", "", "AGENT=openai: the system prompt")
+	config.Seconds(fs, &c.OpenAITimeout, "openai-timeout", "OPENAI_TIMEOUT", DefaultOpenAITimeout, "AGENT=openai: bound on one answer")
+}
+
+// Resolve checks the choice. It returns the agent's name (demo when empty)
+// and, for openai, its configuration; an error names the setting at fault.
+func (c Choice) Resolve() (name string, oc OpenAIConfig, err error) {
+	switch name = strings.ToLower(strings.TrimSpace(c.Name)); name {
+	case "", "demo":
+		return "demo", oc, nil
+	case "link":
+		return name, oc, nil
+	case "openai":
+	default:
+		return "", oc, fmt.Errorf("AGENT: %q is not demo, openai or link", c.Name)
+	}
+	oc = OpenAIConfig{BaseURL: c.OpenAIBaseURL, APIKey: string(c.OpenAIKey), Model: strings.TrimSpace(c.OpenAIModel),
+		SystemPrompt: c.OpenAIPrompt, Timeout: c.OpenAITimeout}
+	if oc.Model == "" {
+		return "", oc, errors.New("AGENT=openai needs OPENAI_MODEL (or -openai-model): the model to ask")
+	}
+	if err := oc.Check(); err != nil {
+		return "", oc, fmt.Errorf("OPENAI_BASE_URL: %w", err)
+	}
+	return name, oc, nil
+}
