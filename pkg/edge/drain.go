@@ -45,7 +45,9 @@ func (s *Server) Drain(ctx context.Context, window time.Duration) error {
 			case <-time.After(time.Until(at)):
 			}
 		}
-		closing.Go(c.drainClose)
+		if !c.isClosing() { // else the phone or the edge is closing it already
+			closing.Go(c.drainClose)
+		}
 	}
 	done := make(chan struct{})
 	go func() {
