@@ -2,19 +2,13 @@ package router
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"strings"
 	"sync"
 
-	"github.com/hermes-mobile/gateway/pkg/bus"
+	"github.com/hermes-mobile/gateway/pkg/admin"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
-	"github.com/hermes-mobile/gateway/pkg/store"
 )
-
-// readySubject is asked by /readyz: nobody listens on it, so a bus that
-// works answers "no responders" at once.
-const readySubject = "hermes.readyz"
 
 // readyBody is the answer of /readyz.
 type readyBody struct {
@@ -38,17 +32,8 @@ func (a *API) readyz(w http.ResponseWriter, req *http.Request) error {
 	defer cancel()
 	var storeErr, busErr error
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		// Any device will do: not found is an answer.
-		if _, err := a.r.store.DeviceOwner(ctx, "readyz-probe"); !errors.Is(err, store.ErrNotFound) {
-			storeErr = err
-		}
-	})
-	wg.Go(func() {
-		if _, err := a.r.bus.Request(ctx, readySubject, nil, nil); !errors.Is(err, bus.ErrNoResponders) {
-			busErr = err
-		}
-	})
+	wg.Go(func() { storeErr = admin.StoreCheck(a.r.store)(ctx) })
+	wg.Go(func() { busErr = admin.BusCheck(a.r.bus)(ctx) })
 	wg.Wait()
 	body := readyBody{OK: true, Store: "ok", Bus: "ok"}
 	var failed []string
