@@ -5,7 +5,6 @@ import (
 	"context"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/hermes-mobile/gateway/pkg/protocol"
@@ -92,15 +91,7 @@ func (t *edgeTelemetry) traceDelivery(header map[string]string, op string, done 
 	_, span := t.tracer.Start(ctx, "edge.deliver", trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(attribute.String("hermes.output.op", op)))
 	return func(err error) {
-		endSpan(span, err)
+		telemetry.EndSpan(span, err)
 		done(err)
 	}
-}
-
-// endSpan ends span, marking it failed when err is set.
-func endSpan(span trace.Span, err error) {
-	if err != nil {
-		span.SetStatus(codes.Error, err.Error())
-	}
-	span.End()
 }

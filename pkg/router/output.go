@@ -13,6 +13,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/dispatch"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/store"
+	"github.com/hermes-mobile/gateway/pkg/telemetry"
 	"github.com/hermes-mobile/gateway/pkg/wire"
 )
 
@@ -38,7 +39,7 @@ func (o *output) send(ctx context.Context, out wire.Output) error {
 		start := time.Now()
 		sctx, span := o.r.tel.start(ctx, "router.deliver", out.Op)
 		err := o.r.sender.Send(sctx, out)
-		end(span, err)
+		telemetry.EndSpan(span, err)
 		if err == nil {
 			o.r.tel.m.DeliveryLatency(time.Since(start))
 			return nil

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/hermes-mobile/gateway/pkg/bus"
@@ -49,12 +48,4 @@ func withParent(ctx context.Context, parent trace.SpanContext) context.Context {
 		return ctx
 	}
 	return trace.ContextWithSpanContext(ctx, parent)
-}
-
-// end ends span, marking it failed when err is set.
-func end(span trace.Span, err error) {
-	if err != nil {
-		span.SetStatus(codes.Error, err.Error())
-	}
-	span.End()
 }
