@@ -491,20 +491,38 @@ func TestAdminAndDrain(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	// Each phone's close is timed as it comes: the edge closes them in no
+	// particular order, so waiting for one after the other would time the
+	// later ones by the slowest before them.
+	type closed struct {
+		at   time.Duration
+		code int
+		err  error
+	}
+	got := make(chan closed, phones)
+	for _, c := range conns {
+		go func() {
+			ci, err := c.ExpectClose(testCtx(t))
+			if err != nil {
+				got <- closed{err: err}
+				return
+			}
+			got <- closed{at: time.Since(begin), code: ci.Code}
+		}()
+	}
 	var first, last time.Duration
-	for i, c := range conns {
-		ci, err := c.ExpectClose(testCtx(t))
-		if err != nil {
-			t.Fatalf("phone %d: %v", i, err)
+	for i := range phones {
+		cl := <-got
+		if cl.err != nil {
+			t.Fatalf("phone: %v", cl.err)
 		}
-		if ci.Code != 1001 {
-			t.Fatalf("phone %d: close %s, want 1001", i, ci)
+		if cl.code != 1001 {
+			t.Fatalf("phone: close %d, want 1001", cl.code)
 		}
-		at := time.Since(begin)
-		if i == 0 || at < first {
-			first = at
+		if i == 0 || cl.at < first {
+			first = cl.at
 		}
-		last = max(last, at)
+		last = max(last, cl.at)
 	}
 	if last-first < window/3 {
 		t.Fatalf("closes between %v and %v: not spread over the %v window", first, last, window)
