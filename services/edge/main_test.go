@@ -25,23 +25,12 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 )
 
-// envVars is every variable the command reads.
-var envVars = []string{
-	"MOBILE_TOKEN", "MOBILE_EXTRA_TOKENS", "MOBILE_ALLOWED_DEVICES", "MOBILE_DELIVER_TOKENS",
-	"MOBILE_HOME_DEVICE", "MOBILE_PROMPT_TTL", "MOBILE_LISTEN", "MOBILE_AVATAR_URL",
-	"MOBILE_TRUSTED_PROXIES", "NATS_URL", "REDIS_URL", "MOBILE_ROUTER", "MOBILE_LOG_LEVEL",
-	"MOBILE_ADMIN_LISTEN", "MOBILE_DRAIN_WINDOW",
-	"AGENT", "OPENAI_BASE_URL", "OPENAI_API_KEY", "OPENAI_MODEL", "OPENAI_SYSTEM_PROMPT", "OPENAI_TIMEOUT",
-}
-
-// clearEnv unsets every variable of the command for the test, so the
-// environment the tests run in does not leak into them.
+// clearEnv unsets every variable the command reads, for the test.
 func clearEnv(t *testing.T) {
-	t.Helper()
-	for _, v := range envVars {
-		t.Setenv(v, "") // restores the old value after the test
-		os.Unsetenv(v)
-	}
+	var f flags
+	fs := flag.NewFlagSet("edge", flag.ContinueOnError)
+	f.register(fs)
+	testsvc.ClearEnv(t, fs, "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME")
 }
 
 // parse registers the flags on a new FlagSet (reading the environment as it

@@ -27,14 +27,6 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/router"
 )
 
-// envVars is every variable the command reads.
-var envVars = []string{
-	"MOBILE_ROUTER_LISTEN", "NATS_URL", "NATS_PREFIX", "REDIS_URL", "REDIS_PREFIX", "MOBILE_DELIVER_TOKENS",
-	"MOBILE_AGENT_TOKENS", "MOBILE_HOME_DEVICE", "MOBILE_PROMPT_TTL", "AGENT", "MOBILE_EVENTS_MAX",
-	"MOBILE_LOG_LEVEL", "MOBILE_ADMIN_LISTEN",
-	"OPENAI_BASE_URL", "OPENAI_API_KEY", "OPENAI_MODEL", "OPENAI_SYSTEM_PROMPT", "OPENAI_TIMEOUT",
-}
-
 // TestMain runs main itself when asked to, so that the tests can check
 // its exit status and output.
 func TestMain(m *testing.M) {
@@ -46,13 +38,12 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// clearEnv unsets every variable of the command for the test.
+// clearEnv unsets every variable the command reads, for the test.
 func clearEnv(t *testing.T) {
-	t.Helper()
-	for _, v := range envVars {
-		t.Setenv(v, "") // restores the old value after the test
-		os.Unsetenv(v)
-	}
+	var f flags
+	fs := flag.NewFlagSet("router", flag.ContinueOnError)
+	f.register(fs)
+	testsvc.ClearEnv(t, fs, "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME")
 }
 
 func parse(t *testing.T, args ...string) (flags, error) {
