@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -97,12 +98,16 @@ func TestKeyLayout(t *testing.T) {
 
 // TestUploadExpiry checks that an upload lives UploadTTL after its last part
 // and that the device's limits heal when one of its uploads expires while
-// another keeps the device's accounting alive.
+// another keeps the device's accounting alive. Redis keeps the time: the
+// test reads the TTLs each part sets and ends the idle upload's life itself
+// (PEXPIRE, then waits until Redis has dropped it), so no step depends on
+// how fast the machine runs.
 func TestUploadExpiry(t *testing.T) {
 	t.Parallel()
-	const ttl = 300 * time.Millisecond
+	const ttl = time.Hour
 	url := sharedRedis(t)
 	s := newStore(t, url, Options{UploadTTL: ttl})
+	rdb := client(t, url)
 	ctx := t.Context()
 	lim := store.UploadLimits{MaxOpen: 2, MaxFileBytes: 100, MaxBytes: 100}
 	put := func(id string, index int, data string) error {
@@ -119,24 +124,47 @@ func TestUploadExpiry(t *testing.T) {
 			t.Fatalf("UploadBytes = %d, %v; want %d", got, err, want)
 		}
 	}
+	bufKey := func(id string) string { return s.uploadKeyPrefix("dev") + uploadName("c", id) }
+	// wantTTL: key lives ttl from the part just written (a minute of slack
+	// for a slow machine; the TTL was shortened below before each check).
+	wantTTL := func(key string) {
+		t.Helper()
+		got, err := rdb.PTTL(ctx, key).Result()
+		if err != nil || got <= ttl-time.Minute || got > ttl {
+			t.Fatalf("PTTL %s = %v, %v; want about %v", key, got, err, ttl)
+		}
+	}
 
 	if err := put("idle", 0, "zzzzzzzzzz"); err != nil {
 		t.Fatal(err)
 	}
-	// Parts closer together than the ttl keep "busy" open, and the device's
-	// accounting with it, while "idle" expires.
+	wantTTL(bufKey("idle"))
 	for i := range 9 {
+		// Each part restarts its upload's life and the device's accounting.
+		if i > 0 {
+			rdb.PExpire(ctx, bufKey("busy"), time.Minute)
+			rdb.PExpire(ctx, s.uploadsKey("dev"), time.Minute)
+		}
 		if err := put("busy", i, "ab"); err != nil {
 			t.Fatalf("busy part %d: %v", i, err)
 		}
-		time.Sleep(ttl / 3)
+		wantTTL(bufKey("busy"))
+		wantTTL(s.uploadsKey("dev"))
+	}
+	wantBytes(28)
+	// The idle upload's life ends; Redis drops its buffer.
+	if err := rdb.PExpire(ctx, bufKey("idle"), time.Millisecond).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if !eventually(10*time.Second, func() bool { return rdb.Exists(ctx, bufKey("idle")).Val() == 0 }) {
+		t.Fatal("Redis did not expire the idle upload's buffer")
 	}
 	wantBytes(18)
 	if err := put("new", 0, "xyz"); err != nil {
 		t.Fatalf("new upload after the idle one expired (MaxOpen 2): %v", err)
 	}
 	wantBytes(21)
-	n, err := client(t, url).HLen(ctx, s.uploadsKey("dev")).Result()
+	n, err := rdb.HLen(ctx, s.uploadsKey("dev")).Result()
 	if err != nil || n != 2 {
 		t.Fatalf("uploads hash has %d entries (%v), want busy and new", n, err)
 	}
@@ -145,6 +173,37 @@ func TestUploadExpiry(t *testing.T) {
 		t.Fatalf("part of the expired upload = %v, want ErrTooManyUploads (a third upload)", err)
 	}
 	wantBytes(21)
+}
+
+// TestReadEventsCutByContext: a waiting ReadEvents whose context ends while
+// Redis has not answered (the server is stopped, so the socket deadline
+// taken from the context fires, whichever timer is first) reports the
+// context's error, not an unavailable store: the caller ended the wait.
+func TestReadEventsCutByContext(t *testing.T) {
+	t.Parallel()
+	srv := privateRedis(t)
+	s := newStore(t, srv.url(), Options{})
+	last, err := s.AppendEvent(t.Context(), []byte("x"), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.signal(syscall.SIGCONT)
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	got, err := s.ReadEvents(ctx, last, 10, 10*time.Second)
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("ReadEvents on a stopped Redis with a 300ms context = %v, %v; want only context.DeadlineExceeded", got, err)
+	}
+	// Without a wait the same cut is an unavailable store: Redis did not
+	// answer a plain read in the time given.
+	ctx2, cancel2 := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel2()
+	if _, err := s.ReadEvents(ctx2, last, 10, 0); !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("ReadEvents (no wait) on a stopped Redis = %v; want store.ErrUnavailable", err)
+	}
 }
 
 // TestMaxBlobBytes checks the bound on live blob bytes across Stores.

@@ -97,6 +97,12 @@ func (s *Store) ReadEvents(ctx context.Context, after string, max int, wait time
 		return nil, nil
 	}
 	if err != nil {
+		if cerr := ctxEnded(ctx); cerr != nil && wait > 0 {
+			// A wait the caller's context cut short (the socket deadline,
+			// taken from ctx, may fire first) is the caller's ending, not
+			// Redis failing: the context's error alone, as memstore gives.
+			return nil, fmt.Errorf("redisstore: ReadEvents: %w (%v)", cerr, err)
+		}
 		return nil, redisErr(ctx, "ReadEvents", err)
 	}
 	var out []store.EventEntry

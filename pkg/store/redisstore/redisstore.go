@@ -255,12 +255,7 @@ func opErr(op string, err error) error { return fmt.Errorf("redisstore: %s: %w",
 // store.ErrUnavailable when a retry may succeed, and ctx's error when ctx
 // ended meanwhile; see the package comment.
 func redisErr(ctx context.Context, op string, err error) error {
-	cerr := ctx.Err()
-	if dl, ok := ctx.Deadline(); ok && cerr == nil && !time.Now().Before(dl) {
-		// The socket deadline, taken from ctx, fired before ctx's timer.
-		cerr = context.DeadlineExceeded
-	}
-	if cerr != nil && !errors.Is(err, cerr) {
+	if cerr := ctxEnded(ctx); cerr != nil && !errors.Is(err, cerr) {
 		err = fmt.Errorf("%w: %w", cerr, err)
 	}
 	switch {
@@ -271,6 +266,19 @@ func redisErr(ctx context.Context, op string, err error) error {
 	default:
 		return fmt.Errorf("redisstore: %s: %w", op, err)
 	}
+}
+
+// ctxEnded returns ctx's error, or context.DeadlineExceeded when ctx's
+// deadline has passed but its timer has not fired yet (the socket deadline,
+// taken from ctx, can fire first).
+func ctxEnded(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 // unavailable reports whether err means that Redis cannot serve the call
