@@ -32,7 +32,7 @@ const (
 // startOutboxNode starts a node whose agent, on the text "fill", waits for
 // the device to go offline and then sends bigOutboxItems messages, which go
 // to the device's outbox. fill returns once they are all there.
-func startOutboxNode(t *testing.T) (n *node, fill func(device string)) {
+func startOutboxNode(t *testing.T, opts ...func(*gateway.Config)) (n *node, fill func(device string)) {
 	offline := make(chan struct{})
 	filled := make(chan error, 1)
 	n = startNode(t, func(cfg *gateway.Config) {
@@ -51,6 +51,9 @@ func startOutboxNode(t *testing.T) (n *node, fill func(device string)) {
 			filled <- nil
 			return nil
 		})
+		for _, o := range opts {
+			o(cfg)
+		}
 	})
 	fill = func(device string) {
 		t.Helper()
@@ -176,18 +179,17 @@ func TestOutboxSurvivesBrokenFlush(t *testing.T) {
 // TestOutboxTakeoverMidFlush: a second socket of the device takes over
 // while the first one's flush is stuck on a phone that stopped reading.
 // The new socket's flush is not held up by the old one and gets every
-// item; the old one, replaced, removes nothing it did not write.
+// item; the old one, replaced, removes nothing it did not write. The write
+// timeout is an hour, so the old socket is still stuck (not cut) when the
+// new one has everything: the order, not a duration, shows that the new
+// flush did not wait for the old one.
 func TestOutboxTakeoverMidFlush(t *testing.T) {
-	n, fill := startOutboxNode(t)
+	n, fill := startOutboxNode(t, func(cfg *gateway.Config) { cfg.Edge.WriteTimeout = time.Hour })
 	fill("tel-big")
 
 	stuck := helloSlow(t, n, "tel-big")
 	defer stuck.CloseNow()
-	start := time.Now()
 	c, _ := n.connect(t, "tel-big")
 	receiveAll(t, c)
-	if took := time.Since(start); took > 8*time.Second {
-		t.Errorf("the new socket needed %v for its outbox: held up by the old socket's 10 s write timeout", took)
-	}
 	waitOutboxEmpty(t, n, "tel-big")
 }
