@@ -32,13 +32,12 @@ func (s *Server) Drain(ctx context.Context, window time.Duration) error {
 	s.log.Info("draining", "conns", len(conns), "window", window.String())
 
 	var closing sync.WaitGroup
-	slot := window / time.Duration(max(len(conns), 1))
 	start := time.Now()
+	offsets := drainSchedule(len(conns), window, rand.N[time.Duration])
 	hurry := false
 	for i, c := range conns {
 		if !hurry {
-			// Connection i closes at a random moment of its own slot.
-			at := start.Add(slot*time.Duration(i) + rand.N(slot+1))
+			at := start.Add(offsets[i])
 			select {
 			case <-ctx.Done():
 				hurry = true
@@ -65,6 +64,19 @@ func (s *Server) Drain(ctx context.Context, window time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// drainSchedule returns when, from the start of a drain, each of n
+// connections closes: connection i at a random moment (rnd(k) is uniform in
+// [0, k)) of the i-th of n equal slots of window, so the offsets grow with i,
+// none passes window, and each slot holds one close.
+func drainSchedule(n int, window time.Duration, rnd func(time.Duration) time.Duration) []time.Duration {
+	slot := window / time.Duration(max(n, 1))
+	out := make([]time.Duration, n)
+	for i := range out {
+		out[i] = slot*time.Duration(i) + rnd(slot+1)
+	}
+	return out
 }
 
 // isDraining reports whether Drain has begun.

@@ -66,8 +66,8 @@ func TestDrainSpreadsCloses(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Drain: %v", err)
 		}
-	case <-time.After(window + 3*time.Second):
-		t.Fatal("Drain did not return 3 s after its window")
+	case <-time.After(window + 10*time.Second):
+		t.Fatal("Drain did not return 10 s after its window")
 	}
 	if n.Edge.Conns() != 0 {
 		t.Fatalf("%d connections open after Drain", n.Edge.Conns())
@@ -79,7 +79,7 @@ func TestDrainSpreadsCloses(t *testing.T) {
 	if last-first < window/2 {
 		t.Fatalf("closes from %v to %v: spread %v, want at least half the window (%v)", first, last, last-first, window/2)
 	}
-	if last > window+time.Second {
+	if last > window+5*time.Second { // generous: a busy machine delays when a phone sees its close
 		t.Fatalf("the last close came at %v, window %v", last, window)
 	}
 }

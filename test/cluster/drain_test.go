@@ -25,11 +25,9 @@ import (
 const (
 	drainPhones = 200
 	drainWindow = 2 * time.Second
-	// drainGrace is how long past its window the edge may take to exit.
-	drainGrace = 5 * time.Second
-	// drainSliceMax bounds the closes in any tenth of the window: spread
-	// evenly there would be a tenth of them in each.
-	drainSliceMax = 0.2
+	// drainGrace is how long past its window the edge may take to exit:
+	// the edge's own grace (10 s, services/edge) and a margin.
+	drainGrace = 15 * time.Second
 	// drainPrompt bounds how soon after SIGTERM /readyz fails and the
 	// listener refuses (generous: the machine may be busy).
 	drainPrompt = drainWindow / 2
@@ -41,9 +39,9 @@ const (
 // while cron delivers to them through the router. D gets SIGTERM with
 // MOBILE_DRAIN_WINDOW=2: its /readyz turns 503 at once, its listener
 // refuses new connections, every phone gets close 1001, the closes are
-// spread over the window (the first to the last at least half of it, at
-// most a fifth of them in any tenth), and D exits 0 within the window and a
-// grace. The phones reconnect to edge B, resending what was not answered
+// spread over the window (the first to the last at least half of it; how
+// they fall within it is TestDrainSchedule's), and D exits 0 within the
+// window and its grace. The phones reconnect to edge B, resending what was not answered
 // (as the protocol's idempotency rules allow), and then every message a
 // phone sent is answered exactly once and every delivery the router
 // acknowledged with 200 arrives exactly once.
@@ -98,7 +96,11 @@ func TestGracefulDrain(t *testing.T) {
 		})
 	}
 
-	time.Sleep(time.Second) // traffic flows through D
+	// Traffic flows through D: every phone has had an answer there.
+	waitPhones(t, phones, "an answer on D", func(p *drainPhone) bool {
+		edge, answers := p.progress()
+		return edge == "D" && answers > 0
+	})
 	sigterm := time.Now()
 	d.signal(t, syscall.SIGTERM)
 
@@ -136,7 +138,16 @@ func TestGracefulDrain(t *testing.T) {
 		t.Fatalf("D still runs %v after SIGTERM (window %v)", drainWindow+drainGrace, drainWindow)
 	}
 
-	time.Sleep(time.Second) // traffic flows through B
+	// Traffic flows through B: every phone is there and has been answered
+	// there.
+	atExit := make(map[*drainPhone]int)
+	for _, p := range phones {
+		_, atExit[p] = p.progress()
+	}
+	waitPhones(t, phones, "an answer on B", func(p *drainPhone) bool {
+		edge, answers := p.progress()
+		return edge == "B" && answers > atExit[p]
+	})
 	close(stopCron)
 	cron.Wait()
 	for _, p := range phones {
@@ -215,13 +226,29 @@ func TestGracefulDrain(t *testing.T) {
 	}
 }
 
-// checkDrainCloses requires close 1001 on every phone, spread over the
-// window.
+// waitPhones waits until cond holds for every phone.
+func waitPhones(t *testing.T, phones []*drainPhone, what string, cond func(*drainPhone) bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for _, p := range phones {
+		for !cond(p) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: no %s within 60 s", p.dev, what)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+// checkDrainCloses requires close 1001 on every phone, the first close
+// near the start of the window and the last near its end. How the closes
+// fall within the window is drainSchedule's, tested in pkg/edge with its
+// own draws; here a busy machine may delay when a phone sees its close, so
+// only the spread's lower bound is asserted (a delay can only make the
+// last close later).
 func checkDrainCloses(t *testing.T, phones []*drainPhone, sigterm time.Time) {
 	t.Helper()
 	var first, last time.Duration = -1, 0
-	tenths := make([]int, 10)
-	late := 0 // after the window
 	for _, p := range phones {
 		if p.closeCode != 1001 {
 			t.Errorf("%s: closed with %d, want 1001", p.dev, p.closeCode)
@@ -232,23 +259,13 @@ func checkDrainCloses(t *testing.T, phones []*drainPhone, sigterm time.Time) {
 			first = at
 		}
 		last = max(last, at)
-		if at >= drainWindow {
-			late++
-			continue
-		}
-		tenths[max(0, int(10*at/drainWindow))]++
 	}
-	t.Logf("closes from %v to %v after SIGTERM; per tenth of the window: %v; after it: %d", first.Round(time.Millisecond), last.Round(time.Millisecond), tenths, late)
+	t.Logf("closes from %v to %v after SIGTERM", first.Round(time.Millisecond), last.Round(time.Millisecond))
 	if last-first < drainWindow/2 {
 		t.Errorf("closes from %v to %v: spread over less than half the %v window", first, last, drainWindow)
 	}
 	if last > drainWindow+drainGrace {
 		t.Errorf("the last close came %v after SIGTERM", last)
-	}
-	for i, n := range append(tenths, late) {
-		if float64(n) > drainSliceMax*float64(len(phones)) {
-			t.Errorf("%d of %d closes in tenth %d of the window (10: after it), want at most %.0f%%", n, len(phones), i, 100*drainSliceMax)
-		}
 	}
 }
 
@@ -499,6 +516,16 @@ func (p *drainPhone) resendUnanswered(every time.Duration) {
 	for i, id := range ids {
 		conn.Text(id, texts[i])
 	}
+}
+
+// progress reports the edge the phone is on and how many answers it has.
+func (p *drainPhone) progress() (edge string, answers int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, n := range p.finals {
+		answers += n
+	}
+	return p.edge, answers
 }
 
 func (p *drainPhone) count(id string) int {
