@@ -43,7 +43,7 @@ func (s *Store) PutBlob(ctx context.Context, data []byte, ttl time.Duration) (st
 	}
 	data = bytes.Clone(data)
 	b := &s.blobs
-	now := time.Now()
+	now := s.clock.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.expireLocked(now)
@@ -74,7 +74,7 @@ func (s *Store) GetBlob(ctx context.Context, key string) ([]byte, error) {
 		return nil, err
 	}
 	b := &s.blobs
-	now := time.Now()
+	now := s.clock.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.expireLocked(now)

@@ -41,7 +41,7 @@ func (s *Store) Claim(ctx context.Context, key, attempt string, ttl time.Duratio
 		return false, errBadTTL
 	}
 	d := &s.dedup
-	now := time.Now()
+	now := s.clock.Now()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.expireLocked(now)
@@ -78,7 +78,7 @@ func (s *Store) Seen(ctx context.Context, key string) (bool, error) {
 		return false, err
 	}
 	d := &s.dedup
-	now := time.Now()
+	now := s.clock.Now()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.expireLocked(now)

@@ -72,7 +72,7 @@ func (s *Store) AppendEvent(ctx context.Context, data []byte, maxLen int) (strin
 	l := &s.events
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	id := eventID{ms: uint64(time.Now().UnixMilli())}
+	id := eventID{ms: uint64(s.clock.Now().UnixMilli())}
 	if !id.after(l.last) {
 		// The clock did not move on (or went back): count within the last ms.
 		id = eventID{l.last.ms, l.last.seq + 1}

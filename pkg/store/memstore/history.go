@@ -39,7 +39,7 @@ func (s *Store) AppendHistory(ctx context.Context, session string, items [][]byt
 		return errBadTTL
 	}
 	q := &s.history
-	now := time.Now()
+	now := s.clock.Now()
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.expireLocked(now)
@@ -80,7 +80,7 @@ func (s *Store) History(ctx context.Context, session string) ([][]byte, error) {
 	q := &s.history
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.expireLocked(time.Now())
+	q.expireLocked(s.clock.Now())
 	h, ok := q.bySession[session]
 	if !ok {
 		return nil, nil

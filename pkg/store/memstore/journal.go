@@ -57,7 +57,7 @@ func (s *Store) AppendJournal(ctx context.Context, device, owner string, data []
 	}
 	data = bytes.Clone(data)
 	q := &s.journals
-	now := time.Now()
+	now := s.clock.Now()
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	j := q.getLocked(device, now)
@@ -100,7 +100,7 @@ func (s *Store) NextJournal(ctx context.Context, device, owner string, done int6
 		return store.JournalEntry{}, false, errBadTTL
 	}
 	q := &s.journals
-	now := time.Now()
+	now := s.clock.Now()
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	j := q.getLocked(device, now)
@@ -130,7 +130,7 @@ func (s *Store) RenewJournal(ctx context.Context, device, owner string, lease ti
 		return errBadTTL
 	}
 	q := &s.journals
-	now := time.Now()
+	now := s.clock.Now()
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	j := q.getLocked(device, now)
@@ -147,7 +147,7 @@ func (s *Store) ReleaseJournal(ctx context.Context, device, owner string) error 
 		return err
 	}
 	q := &s.journals
-	now := time.Now()
+	now := s.clock.Now()
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if j := q.getLocked(device, now); j.held(owner, now) {
@@ -170,7 +170,7 @@ func (s *Store) TakeJournals(ctx context.Context, owner string, lease time.Durat
 		return nil, errBadTTL
 	}
 	q := &s.journals
-	now := time.Now()
+	now := s.clock.Now()
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	var out []string

@@ -25,6 +25,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hermes-mobile/gateway/pkg/clock"
 	"github.com/hermes-mobile/gateway/pkg/store"
 )
 
@@ -53,6 +54,9 @@ type Options struct {
 	// SweepInterval is how often the background sweeper removes expired
 	// items. Zero or negative means DefaultSweepInterval (1 s).
 	SweepInterval time.Duration
+	// Clock tells the time every deadline is set and checked by (the
+	// sweeper's interval stays real time). Nil means the system clock.
+	Clock clock.Clock
 }
 
 // Store keeps everything in memory. Create it with New and stop its sweeper
@@ -69,6 +73,7 @@ type Store struct {
 
 	journals journals
 
+	clock     clock.Clock
 	done      chan struct{} // closed by Close to stop the sweeper
 	swept     chan struct{} // closed when the sweeper has returned
 	closeOnce sync.Once
@@ -88,6 +93,7 @@ func New(opts Options) *Store {
 		opts.SweepInterval = DefaultSweepInterval
 	}
 	s := &Store{
+		clock:   clock.Or(opts.Clock),
 		dedup:   newDedup(opts.MaxDedupKeys),
 		uploads: newUploads(),
 		prompts: newPrompts(),
@@ -120,7 +126,7 @@ func (s *Store) sweep(interval time.Duration) {
 		case <-s.done:
 			return
 		case <-tick.C:
-			s.expire(time.Now())
+			s.expire(s.clock.Now())
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hermes-mobile/gateway/pkg/clock"
 	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/store/storetest"
 )
@@ -65,15 +66,17 @@ func TestMaxBlobBytes(t *testing.T) {
 }
 
 func TestMaxBlobBytesCountsLiveBlobs(t *testing.T) {
-	s := newStore(t, Options{MaxBlobBytes: 10, SweepInterval: time.Hour})
+	clk := clock.NewFake(time.Unix(1_000_000, 0))
+	s := newStore(t, Options{MaxBlobBytes: 10, SweepInterval: time.Hour, Clock: clk})
 	ctx := t.Context()
 	if _, err := s.PutBlob(ctx, make([]byte, 10), 50*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
+	clk.Advance(50*time.Millisecond - 1)
 	if _, err := s.PutBlob(ctx, make([]byte, 10), time.Minute); !errors.Is(err, store.ErrFull) {
-		t.Fatalf("PutBlob when full = %v, want ErrFull", err)
+		t.Fatalf("PutBlob when full (the old blob has 1ns to live) = %v, want ErrFull", err)
 	}
-	time.Sleep(60 * time.Millisecond)
+	clk.Advance(1)
 	// The sweeper has not run: PutBlob itself must not count the expired blob.
 	if _, err := s.PutBlob(ctx, make([]byte, 10), time.Minute); err != nil {
 		t.Fatalf("PutBlob after the old blob expired: %v", err)
@@ -129,7 +132,8 @@ func TestMaxDedupKeys(t *testing.T) {
 }
 
 func TestSweeperRemovesExpired(t *testing.T) {
-	s := newStore(t, Options{SweepInterval: 10 * time.Millisecond})
+	clk := clock.NewFake(time.Unix(1_000_000, 0))
+	s := newStore(t, Options{SweepInterval: time.Millisecond, Clock: clk})
 	ctx := t.Context()
 	const ttl = 30 * time.Millisecond
 	for i := range 10 {
@@ -146,7 +150,7 @@ func TestSweeperRemovesExpired(t *testing.T) {
 		if _, err := s.PutBlob(ctx, []byte("blob"), ttl); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.PutPrompt(ctx, store.PromptRecord{ID: k, Device: k, Expires: time.Now().Add(ttl)}); err != nil {
+		if err := s.PutPrompt(ctx, store.PromptRecord{ID: k, Device: k, Expires: clk.Now().Add(ttl)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -154,6 +158,7 @@ func TestSweeperRemovesExpired(t *testing.T) {
 		t.Fatalf("before expiry: %d keys, %d owners, %d outboxes, %d blob bytes",
 			s.dedup.len(), s.owners.len(), s.outbox.len(), s.blobs.size())
 	}
+	clk.Advance(ttl)
 	deadline := time.Now().Add(5 * time.Second)
 	for s.dedup.len()+s.owners.len()+s.outbox.len()+int(s.blobs.size()) > 0 {
 		if time.Now().After(deadline) {
@@ -163,7 +168,7 @@ func TestSweeperRemovesExpired(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	// Expired cards wait for TakeExpired: that is how their expiry is reported.
-	recs, err := s.TakeExpired(ctx, time.Now(), 100)
+	recs, err := s.TakeExpired(ctx, clk.Now(), 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +228,8 @@ func TestNonPositiveTTL(t *testing.T) {
 }
 
 func TestClose(t *testing.T) {
-	s := New(Options{SweepInterval: time.Millisecond})
+	clk := clock.NewFake(time.Unix(1_000_000, 0))
+	s := New(Options{SweepInterval: time.Millisecond, Clock: clk})
 	if err := s.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
@@ -240,7 +246,7 @@ func TestClose(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("Claim after Close = %v, %v", ok, err)
 	}
-	time.Sleep(5 * time.Millisecond)
+	clk.Advance(time.Millisecond)
 	if ok, _ := s.Seen(t.Context(), "k"); ok {
 		t.Fatal("key not expired lazily after Close")
 	}
@@ -249,7 +255,8 @@ func TestClose(t *testing.T) {
 // TestLazyExpiry checks that every concern expires items on access, without
 // the sweeper.
 func TestLazyExpiry(t *testing.T) {
-	s := newStore(t, Options{SweepInterval: time.Hour})
+	clk := clock.NewFake(time.Unix(1_000_000, 0))
+	s := newStore(t, Options{SweepInterval: time.Hour, Clock: clk})
 	ctx := t.Context()
 	const ttl = 30 * time.Millisecond
 	if _, err := s.Claim(ctx, "k", "a", ttl); err != nil {
@@ -271,10 +278,10 @@ func TestLazyExpiry(t *testing.T) {
 	if err := s.PushOutbox(ctx, "e", []byte("a"), 10, ttl); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.PutPrompt(ctx, store.PromptRecord{ID: "p", Device: "d", Expires: time.Now().Add(ttl)}); err != nil {
+	if err := s.PutPrompt(ctx, store.PromptRecord{ID: "p", Device: "d", Expires: clk.Now().Add(ttl)}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * ttl)
+	clk.Advance(ttl)
 
 	if ok, err := s.Seen(ctx, "k"); ok || err != nil {
 		t.Errorf("Seen(expired key) = %v, %v", ok, err)

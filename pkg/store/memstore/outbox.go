@@ -51,7 +51,7 @@ func (s *Store) PushOutbox(ctx context.Context, device string, item []byte, max 
 	}
 	item = bytes.Clone(item)
 	q := &s.outbox
-	now := time.Now()
+	now := s.clock.Now()
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.expireLocked(now)
@@ -96,7 +96,7 @@ func (s *Store) PeekOutbox(ctx context.Context, device string, after int64) ([]s
 		return nil, err
 	}
 	q := &s.outbox
-	now := time.Now()
+	now := s.clock.Now()
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	b, ok := q.byDevice[device]
@@ -120,7 +120,7 @@ func (s *Store) AckOutbox(ctx context.Context, device string, epoch, upTo int64)
 		return false, err
 	}
 	o, q := &s.owners, &s.outbox
-	now := time.Now()
+	now := s.clock.Now()
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.expireLocked(now)

@@ -39,7 +39,7 @@ func (s *Store) ClaimDevice(ctx context.Context, device, edge string, ttl time.D
 		return 0, errBadTTL
 	}
 	o := &s.owners
-	now := time.Now()
+	now := s.clock.Now()
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.epoch++
@@ -61,7 +61,7 @@ func (s *Store) DeviceOwner(ctx context.Context, device string) (store.Owner, er
 		return store.Owner{}, err
 	}
 	o := &s.owners
-	now := time.Now()
+	now := s.clock.Now()
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.expireLocked(now)
@@ -82,7 +82,7 @@ func (s *Store) RefreshDevices(ctx context.Context, owned map[string]int64, ttl 
 		return nil, errBadTTL
 	}
 	o := &s.owners
-	now := time.Now()
+	now := s.clock.Now()
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.expireLocked(now)

@@ -54,7 +54,7 @@ func (s *Store) TakePrompt(ctx context.Context, id, device string) (store.Prompt
 	if err := ctx.Err(); err != nil {
 		return store.PromptRecord{}, err
 	}
-	now := time.Now()
+	now := s.clock.Now()
 	q := &s.prompts
 	q.mu.Lock()
 	defer q.mu.Unlock()
