@@ -16,6 +16,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/agent"
 	"github.com/hermes-mobile/gateway/pkg/bus"
 	"github.com/hermes-mobile/gateway/pkg/bus/natsbus"
+	"github.com/hermes-mobile/gateway/pkg/clock"
 	"github.com/hermes-mobile/gateway/pkg/edge"
 	"github.com/hermes-mobile/gateway/pkg/router"
 	"github.com/hermes-mobile/gateway/pkg/store"
@@ -57,6 +58,9 @@ type Config struct {
 	// Telemetry receives the node's metrics and spans (unless Edge or
 	// RouterCfg name their own); nil records nothing.
 	Telemetry *telemetry.Telemetry
+	// Clock is the time the store and the router expire things by (unless
+	// RouterCfg names its own); nil is the system clock. Tests drive it.
+	Clock clock.Clock
 }
 
 // Gateway is a running node.
@@ -93,13 +97,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err e
 	}()
 	if cfg.RedisURL != "" {
 		redisstore.SetLogger(log)
-		rs, err := redisstore.New(ctx, redisstore.Options{URL: cfg.RedisURL, Prefix: cfg.RedisPrefix})
+		rs, err := redisstore.New(ctx, redisstore.Options{URL: cfg.RedisURL, Prefix: cfg.RedisPrefix, Clock: cfg.Clock})
 		if err != nil {
 			return nil, fmt.Errorf("REDIS_URL: %w", err)
 		}
 		g.Store = rs
 	} else {
-		g.Store = memstore.New(memstore.Options{})
+		g.Store = memstore.New(memstore.Options{Clock: cfg.Clock})
 	}
 	var nb *natsbus.Bus // kept out of g.Bus until it is not nil
 	if cfg.NATSURL != "" {
@@ -126,6 +130,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err e
 			}
 		case a == nil:
 			a = agent.Demo{}
+		}
+		if cfg.RouterCfg.Clock == nil {
+			cfg.RouterCfg.Clock = cfg.Clock
 		}
 		g.Router = router.New(cfg.RouterCfg, g.Store, g.Bus, a, log.With("component", "router"))
 		if err := g.Router.Start(); err != nil {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hermes-mobile/gateway/pkg/client"
+	"github.com/hermes-mobile/gateway/pkg/clock"
 	"github.com/hermes-mobile/gateway/pkg/gateway"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/wire"
@@ -526,37 +527,43 @@ func TestPromptForeignDevice(t *testing.T) {
 	promptExpectAlive(t, b) // B saw nothing of A's card
 }
 
-// TestPromptExpiry: with a 1 s lifetime an unanswered card closes by itself
-// after ~1 s with the kind's safe option, the demo reports it, and a late
-// answer gets prompt_done{expired:true}.
+// TestPromptExpiry: with an hour's lifetime an unanswered card closes by itself
+// once the node's clock reaches its expiry, with the kind's safe option, the
+// demo reports it, and a late answer gets prompt_done{expired:true}. A card
+// opened at the same moment and answered a microsecond before its expiry is
+// resolved as answered. The node's clock is a fake one that only the test
+// moves, so "not before its time" needs no wall-clock bound.
 func TestPromptExpiry(t *testing.T) {
 	t.Parallel()
-	n := promptsStartNode(t, func(cfg *gateway.Config) { cfg.RouterCfg.PromptTTL = time.Second })
 	for _, tc := range []struct {
 		kind, command, option, say string
+		early, earlySay            string // the answer a microsecond before expiry
 	}{
-		{protocol.PromptExecApproval, "/approve rm -rf /tmp/x", "deny", "exec_approval expired: deny"},
-		{protocol.PromptSlashConfirm, "/confirm Deploy?", "cancel", "slash_confirm expired: cancel"},
+		{protocol.PromptExecApproval, "/approve rm -rf /tmp/x", "deny", "exec_approval expired: deny", "once", "exec_approval resolved: once"},
+		{protocol.PromptSlashConfirm, "/confirm Deploy?", "cancel", "slash_confirm expired: cancel", "once", "slash_confirm resolved: once"},
 		// clarify: the spec does not say; absent or other are both fine.
-		{protocol.PromptClarify, "/clarify Pick one | red | blue", "|other", "clarify expired: other"},
+		{protocol.PromptClarify, "/clarify Pick one | red | blue", "|other", "clarify expired: other", "c1", "clarify resolved: c1"},
 	} {
 		t.Run(tc.kind, func(t *testing.T) {
 			t.Parallel()
+			clk := clock.NewFake(time.Now())
+			n := promptsStartNode(t, func(cfg *gateway.Config) { cfg.RouterCfg.PromptTTL = time.Hour; cfg.Clock = clk })
 			c, _ := n.connect(t, "tel-exp-"+tc.kind)
+			early := promptOpen(t, c, tc.command).Str("id")
 			card := promptOpen(t, c, tc.command)
-			shown := time.Now()
 			id := card.Str("id")
-			if got := card.Int("timeout_seconds"); got != 1 {
-				t.Errorf("timeout_seconds = %d, want 1", got)
+			if got := card.Int("timeout_seconds"); got != 3600 {
+				t.Errorf("timeout_seconds = %d, want 3600", got)
 			}
+
+			clk.Advance(time.Hour - time.Microsecond)
+			if err := c.Answer(early, tc.early, ""); err != nil {
+				t.Fatal(err)
+			}
+			promptExpectResolved(t, c, early, tc.early, tc.earlySay)
+
+			clk.Advance(time.Microsecond)
 			promptExpectDone(t, c, id, tc.option, true)
-			elapsed := time.Since(shown)
-			if elapsed < 900*time.Millisecond {
-				t.Errorf("card expired %v after it was shown, want ~1s (not before 0.9s)", elapsed)
-			}
-			if elapsed > 3*time.Second {
-				t.Errorf("card expired %v after it was shown, want ~1s", elapsed)
-			}
 			promptExpectSay(t, c, tc.say)
 			p := promptAgentOutcome(t, n, id)
 			if !p.Expired || p.Kind != tc.kind || p.Option != protocol.SafeOption(tc.kind) {

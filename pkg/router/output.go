@@ -126,7 +126,7 @@ func (o *output) Prompt(ctx context.Context, p agent.Prompt) (string, error) {
 		return "", err
 	}
 	rec := store.PromptRecord{ID: card.ID, Device: o.device, Kind: p.Kind, Choices: len(p.Choices),
-		Expires: time.Now().Add(ttl), Data: data}
+		Expires: o.r.cfg.Clock.Now().Add(ttl), Data: data}
 	if err := o.r.store.PutPrompt(ctx, rec); err != nil {
 		return "", err
 	}

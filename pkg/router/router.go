@@ -23,6 +23,7 @@ import (
 
 	"github.com/hermes-mobile/gateway/pkg/agent"
 	"github.com/hermes-mobile/gateway/pkg/bus"
+	"github.com/hermes-mobile/gateway/pkg/clock"
 	"github.com/hermes-mobile/gateway/pkg/dispatch"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/store"
@@ -62,6 +63,10 @@ type Config struct {
 	CloseGrace time.Duration
 	// SweepEvery is how often expired cards are looked for (250 ms).
 	SweepEvery time.Duration
+	// Clock sets when a card expires and when the sweep finds it expired
+	// (the sweep's interval stays real time). Nil means the system clock;
+	// give the store the same clock.
+	Clock clock.Clock
 	// HandleTimeout bounds one agent call (10 min).
 	HandleTimeout time.Duration
 	// BlobTTL is how long media the agent sends is kept for delivery (15 min).
@@ -98,6 +103,7 @@ func (c *Config) setDefaults() {
 	if c.CloseGrace <= 0 {
 		c.CloseGrace = 10 * time.Second
 	}
+	c.Clock = clock.Or(c.Clock)
 	if c.SweepEvery <= 0 {
 		c.SweepEvery = 250 * time.Millisecond
 	}
@@ -247,7 +253,7 @@ func (r *Router) sweep() {
 		case <-t.C:
 		}
 		ctx, cancel := context.WithTimeout(r.ctx, 5*time.Second)
-		recs, err := r.store.TakeExpired(ctx, time.Now(), 256)
+		recs, err := r.store.TakeExpired(ctx, r.cfg.Clock.Now(), 256)
 		if err != nil {
 			r.log.Warn("looking for expired cards failed", "err", err)
 		}

@@ -91,7 +91,7 @@ func (s *Store) TakePrompt(ctx context.Context, id, device string) (store.Prompt
 		return store.PromptRecord{}, opErr("TakePrompt", err)
 	}
 	r, err := takePromptScript.Run(ctx, s.rdb, []string{s.cardKeyPrefix() + id, s.dueKey()},
-		id, device, micros(time.Now())).Slice()
+		id, device, micros(s.clock.Now())).Slice()
 	if err != nil {
 		return store.PromptRecord{}, redisErr(ctx, "TakePrompt", err)
 	}

@@ -100,6 +100,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hermes-mobile/gateway/pkg/clock"
 	"github.com/hermes-mobile/gateway/pkg/store"
 )
 
@@ -142,6 +143,10 @@ type Options struct {
 	// PromptGrace is how long an expired prompt card is kept for
 	// TakeExpired. Zero or negative means DefaultPromptGrace (1 hour).
 	PromptGrace time.Duration
+	// Clock is what TakePrompt compares a card's Expires with; give it the
+	// clock the router sets Expires by. Nil means the system clock. (Leases
+	// and key TTLs are Redis's own clock.)
+	Clock clock.Clock
 }
 
 // Store keeps the shared state in Redis. Create it with New and release its
@@ -153,6 +158,7 @@ type Store struct {
 	maxBlobBytes int64
 	uploadTTL    time.Duration
 	promptGrace  time.Duration
+	clock        clock.Clock
 
 	closeOnce sync.Once
 	closeErr  error
@@ -181,6 +187,7 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		maxBlobBytes: opts.MaxBlobBytes,
 		uploadTTL:    opts.UploadTTL,
 		promptGrace:  opts.PromptGrace,
+		clock:        clock.Or(opts.Clock),
 	}
 	if s.rdb == nil {
 		if opts.URL == "" {
