@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	jsonv2 "github.com/go-json-experiment/json"
@@ -84,6 +85,7 @@ type API struct {
 	deliverTokens, agentTokens [][sha256.Size]byte
 
 	waiting chan struct{} // a slot per event read waiting in the store
+	readers atomic.Int64  // event reads in progress (long polls, streams)
 
 	// ctx ends with Close or with the router: the event streams end.
 	ctx       context.Context

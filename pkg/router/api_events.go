@@ -217,12 +217,18 @@ func (a *API) streamContext(req *http.Request) (context.Context, func()) {
 	}
 }
 
+// Readers is the number of event reads in progress: long polls and event
+// streams waiting for an entry.
+func (a *API) Readers() int { return int(a.readers.Load()) }
+
 // read returns the entries after cursor, waiting up to wait for one. It
 // waits in steps of waitStep: redisstore cannot interrupt a blocking read
 // when ctx is canceled, so a stream whose client left, or a shutdown, is
 // noticed within a step. At most MaxWaiting reads wait in the store at
 // once; the others look again every pollEvery.
 func (a *API) read(ctx context.Context, after string, max int, wait time.Duration) ([]store.EventEntry, error) {
+	a.readers.Add(1)
+	defer a.readers.Add(-1)
 	deadline := time.Now().Add(wait)
 	for {
 		left := time.Until(deadline)

@@ -31,7 +31,7 @@ func TestEventsJSON(t *testing.T) {
 			evs, _ := e.readEvents(t, "wait=20")
 			polled <- result{evs, time.Since(start)}
 		}()
-		time.Sleep(300 * time.Millisecond)
+		waitReaders(t, e.api, 1)
 		if err := phone.Text("m-0", "text 0"); err != nil {
 			t.Fatal(err)
 		}
@@ -178,7 +178,7 @@ func TestEventsStreamEndsOnClose(t *testing.T) {
 		s := e.openStream(t, "", nil)
 		polled := make(chan response, 1)
 		go func() { polled <- e.call(t, "GET", "/v1/events?wait=30", agentToken, nil) }()
-		time.Sleep(300 * time.Millisecond)
+		waitReaders(t, e.api, 2) // the stream and the long poll
 		start := time.Now()
 		e.api.Close()
 		select {
@@ -215,7 +215,7 @@ func TestEventsManyReaders(t *testing.T) {
 			got <- evs
 		}()
 	}
-	time.Sleep(300 * time.Millisecond)
+	waitReaders(t, e.api, readers)
 	if err := phone.Text("m-1", "for everyone"); err != nil {
 		t.Fatal(err)
 	}
@@ -228,5 +228,17 @@ func TestEventsManyReaders(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("a reader did not get the event within 10 s")
 		}
+	}
+}
+
+// waitReaders waits until api has n event reads in progress.
+func waitReaders(t *testing.T, api *router.API, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for api.Readers() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d event reads in progress after 10 s, want %d", api.Readers(), n)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
