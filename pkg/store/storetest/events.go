@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/store"
 )
 
@@ -226,7 +227,7 @@ func testEventsWaitWakes(t *testing.T, s store.Store) {
 		if r.err != nil || len(r.es) != 1 || string(r.es[0].Data) != "wake" || r.es[0].Cursor != c {
 			t.Fatalf("waiting ReadEvents = %v, %v; want the appended entry", r.es, r.err)
 		}
-		if r.took > 3*time.Second {
+		if r.took > testsvc.Slack(3*time.Second) {
 			t.Fatalf("waiting ReadEvents returned %v after it began, want soon after the append", r.took)
 		}
 	case <-time.After(5 * time.Second):
@@ -250,7 +251,7 @@ func testEventsWaitContext(t *testing.T, s store.Store) {
 	default:
 		t.Fatalf("ReadEvents(wait 10s) with a 400ms context = %q, %v; want none, or only context.DeadlineExceeded", eventData(got), err)
 	}
-	if took > 1500*time.Millisecond {
+	if took > testsvc.Slack(1500*time.Millisecond) {
 		t.Fatalf("ReadEvents with a 400ms context took %v", took)
 	}
 }

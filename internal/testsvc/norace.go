@@ -1,0 +1,5 @@
+//go:build !race
+
+package testsvc
+
+const raceEnabled = false
