@@ -56,6 +56,11 @@ type Config struct {
 	BlobTTL time.Duration
 	// OpTimeout bounds one store or bus call made for a frame (5 s).
 	OpTimeout time.Duration
+	// ClaimTTL is how long a message id stays claimed by a connection that
+	// has not handed the message over yet (3 × OpTimeout): a resend of the
+	// id meanwhile is told to send again; after it, a claim whose holder
+	// died or lost its reply no longer blocks the resend.
+	ClaimTTL time.Duration
 	// Telemetry receives the edge's metrics and spans; nil records nothing.
 	Telemetry *telemetry.Telemetry
 }
@@ -74,6 +79,7 @@ func (c *Config) setDefaults() {
 	def(&c.OwnerTTL, 30*time.Second)
 	def(&c.BlobTTL, 15*time.Minute)
 	def(&c.OpTimeout, 5*time.Second)
+	def(&c.ClaimTTL, 3*c.OpTimeout)
 	if c.MaxOutboundBytes <= 0 {
 		c.MaxOutboundBytes = 32 << 20
 	}

@@ -243,7 +243,15 @@ func (c *conn) submit(ev wire.Event, blob []byte) {
 	st := c.srv.store
 	key := c.device + ":" + ev.ID
 	attempt := c.attemptFor(key)
-	first, err := st.Claim(ctx, key, attempt, protocol.DedupWindow)
+	first, err := st.Claim(ctx, key, attempt, c.srv.cfg.ClaimTTL)
+	if errors.Is(err, store.ErrPending) {
+		// Another connection (a socket the phone gave up on, an edge that
+		// died) claimed this id and has not handed it over yet: its
+		// attempt may still fail, so this one must not be dropped.
+		c.log.Debug("id claimed by another attempt", "id", ev.ID)
+		c.sendError(protocol.NewError(protocol.CodeInternalError, "this message is still being delivered from another connection; send it again shortly"))
+		return
+	}
 	if err != nil {
 		// The claim may still take effect (a reply lost, a command run
 		// late): keep the attempt, so the phone's resend claims as us.
@@ -274,6 +282,15 @@ func (c *conn) submit(ev wire.Event, blob []byte) {
 		c.log.Warn("handing event to the agent failed", "err", err)
 		c.sendError(protocol.NewError(protocol.CodeInternalError, "the agent is not reachable; send again"))
 		c.setAvatar(protocol.AvatarIdle, nil)
+		return
+	}
+	// Handed over: from now on a resend is a duplicate.
+	cctx, ccancel := c.compensationContext()
+	defer ccancel()
+	if err := st.Confirm(cctx, key, attempt, protocol.DedupWindow); err != nil {
+		// The claim lapses by itself; a resend after that is handed over
+		// again (a duplicate, never a loss).
+		c.log.Warn("confirming a dedup key failed", "err", err)
 	}
 }
 

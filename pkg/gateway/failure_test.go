@@ -1120,6 +1120,47 @@ func TestFailureRedisHung(t *testing.T) {
 	flWaitConns(t, n, "after the Redis outage", p)
 }
 
+// TestFailureOrphanedClaim: Redis hangs while the edge claims a text's id;
+// the edge gives up (the phone hears internal_error) but the claim runs in
+// Redis once it answers again, with nobody left to hand the text over. The
+// phone does what the error table says: it reconnects and sends the same id
+// again. The resend must reach the agent (told to wait while the orphaned
+// claim is pending, never dropped as a duplicate of a text the agent never
+// got).
+func TestFailureOrphanedClaim(t *testing.T) {
+	t.Parallel()
+	d := flStartDeps(t)
+	const claimTTL = 3 * time.Second
+	n := d.node(t, true, func(cfg *gateway.Config) { cfg.Edge.OpTimeout, cfg.Edge.ClaimTTL = time.Second, claimTTL })
+	p := flConnect(t, n, "tel-orphan")
+	if _, err := p.echo("o-0", "before the outage", 5*time.Second); err != nil {
+		t.Fatalf("before the outage: %v", err)
+	}
+	n.quiesce(t)
+
+	d.redis.freeze()
+	sent := time.Now()
+	if err := p.Text("o-1", "claimed while redis hangs"); err != nil {
+		t.Fatal(err)
+	}
+	p.expectRetryable("text while Redis hangs", sent)
+	p.CloseNow() // the app reconnects
+	d.redis.thaw()
+
+	p2, err := flConnectWithin(t, n, "tel-orphan", flRecover)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took, err := p2.echo("o-1", "claimed while redis hangs", flRecover+claimTTL); err != nil {
+		t.Errorf("the resend on a new connection: %v", err)
+	} else {
+		t.Logf("the resend on a new connection was echoed after %v", took.Round(time.Millisecond))
+	}
+	if got := n.agent.count(func(ev wire.Event) bool { return ev.ID == "o-1" }); got != 1 {
+		t.Errorf("the agent got o-1 %d times, want once", got)
+	}
+}
+
 // TestFailureOutagesLeakNothing: many frames and hellos fail during a Redis
 // and then a NATS outage; afterwards the edge counts exactly the open
 // phones and the process is back to its goroutine count. Not parallel: it

@@ -32,6 +32,9 @@ var (
 	ErrFull = errors.New("store: full")
 	// ErrUnavailable: the backend cannot be reached; retry later.
 	ErrUnavailable = errors.New("store: unavailable")
+	// ErrPending: another attempt holds the dedup key and has not confirmed
+	// it yet; retry once it has, or once its claim lapsed.
+	ErrPending = errors.New("store: claimed by another attempt, not confirmed")
 )
 
 // Store is everything the edge and the router keep outside their memory.
@@ -48,17 +51,31 @@ type Store interface {
 	Close() error
 }
 
-// Dedup remembers message ids for a window.
+// Dedup remembers message ids for a window, in two steps, so that a claim
+// whose holder died (or whose reply was lost) cannot turn the client's resend
+// into a silent loss: Claim records a key as pending for a short ttl, and
+// Confirm, once the message has been handed over, records it as delivered
+// for the dedup window. Only a confirmed key makes a resend a duplicate; a
+// pending one makes it wait (ErrPending) until it is confirmed or lapses.
 type Dedup interface {
-	// Claim records key for ttl and reports whether the caller holds its first
-	// delivery. attempt is a token unique to this delivery attempt: a retried
-	// call with the same attempt (after a lost reply) reports true again, so a
-	// retry cannot turn a first delivery into a duplicate.
+	// Claim records key as pending for attempt for ttl and reports whether
+	// attempt holds it: true when it was free or attempt holds it pending
+	// already (a retry after a lost reply), false when key is confirmed (a
+	// duplicate), ErrPending when another attempt holds it pending. A retry
+	// does not extend the ttl. attempt is a token unique to the delivery
+	// attempt.
 	Claim(ctx context.Context, key, attempt string, ttl time.Duration) (bool, error)
-	// Release forgets key if it is still held by attempt, for a delivery that
-	// failed after Claim and must be retried by the client.
+	// Confirm records key as delivered by attempt for ttl (the dedup
+	// window): from then on every Claim of key is a duplicate. It records
+	// key also when attempt's pending claim has lapsed; a key confirmed
+	// already, or held pending by another attempt, is left as it is (that
+	// attempt is delivering the same message again: a duplicate, not a
+	// loss).
+	Confirm(ctx context.Context, key, attempt string, ttl time.Duration) error
+	// Release forgets key if it is still held pending by attempt, for a
+	// delivery that failed after Claim and must be retried by the client.
 	Release(ctx context.Context, key, attempt string) error
-	// Seen reports whether key is recorded.
+	// Seen reports whether key is confirmed.
 	Seen(ctx context.Context, key string) (bool, error)
 }
 

@@ -5,6 +5,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/hermes-mobile/gateway/pkg/store"
 )
 
 // dedupEntry is one recorded key.
@@ -12,6 +14,7 @@ type dedupEntry struct {
 	expiry
 	key     string
 	attempt string        // the delivery attempt that holds key
+	done    bool          // confirmed: delivered
 	age     *list.Element // place in dedup.fifo
 }
 
@@ -29,10 +32,8 @@ func newDedup(max int) dedup {
 	return dedup{max: max, keys: make(map[string]*dedupEntry), fifo: list.New()}
 }
 
-// Claim records key for ttl and reports whether attempt holds its first
-// delivery; see store.Dedup. A retry with the holding attempt does not extend
-// the ttl. When more than Options.MaxDedupKeys keys would be recorded, the
-// oldest are forgotten.
+// Claim records key as pending for ttl; see store.Dedup. When more than
+// Options.MaxDedupKeys keys would be recorded, the oldest are forgotten.
 func (s *Store) Claim(ctx context.Context, key, attempt string, ttl time.Duration) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
@@ -46,16 +47,56 @@ func (s *Store) Claim(ctx context.Context, key, attempt string, ttl time.Duratio
 	defer d.mu.Unlock()
 	d.expireLocked(now)
 	if e, ok := d.keys[key]; ok {
-		return e.attempt == attempt, nil
+		switch {
+		case e.done:
+			return false, nil
+		case e.attempt == attempt:
+			return true, nil
+		}
+		return false, store.ErrPending
 	}
-	e := &dedupEntry{expiry: expiry{at: now.Add(ttl)}, key: key, attempt: attempt}
+	d.addLocked(key, attempt, now.Add(ttl))
+	return true, nil
+}
+
+// Confirm records key as delivered for ttl; see store.Dedup.
+func (s *Store) Confirm(ctx context.Context, key, attempt string, ttl time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if ttl <= 0 {
+		return errBadTTL
+	}
+	d := &s.dedup
+	now := s.clock.Now()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.expireLocked(now)
+	e, ok := d.keys[key]
+	switch {
+	case !ok:
+		e = d.addLocked(key, attempt, now.Add(ttl))
+	case e.done || e.attempt != attempt:
+		return nil
+	default:
+		e.at = now.Add(ttl)
+		d.byExpiry.fix(e)
+	}
+	e.done = true
+	return nil
+}
+
+// addLocked records key for attempt until at, forgetting the oldest keys
+// past the bound.
+func (d *dedup) addLocked(key, attempt string, at time.Time) *dedupEntry {
+	e := &dedupEntry{expiry: expiry{at: at}, key: key, attempt: attempt}
 	d.keys[key] = e
 	d.byExpiry.add(e)
 	e.age = d.fifo.PushBack(e)
 	for len(d.keys) > d.max {
 		d.removeLocked(d.fifo.Front().Value.(*dedupEntry))
 	}
-	return true, nil
+	return e
 }
 
 // Release forgets key if attempt still holds it.
@@ -66,13 +107,13 @@ func (s *Store) Release(ctx context.Context, key, attempt string) error {
 	d := &s.dedup
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if e, ok := d.keys[key]; ok && e.attempt == attempt {
+	if e, ok := d.keys[key]; ok && e.attempt == attempt && !e.done {
 		d.removeLocked(e)
 	}
 	return nil
 }
 
-// Seen reports whether key is recorded.
+// Seen reports whether key is confirmed.
 func (s *Store) Seen(ctx context.Context, key string) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
@@ -82,8 +123,8 @@ func (s *Store) Seen(ctx context.Context, key string) (bool, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.expireLocked(now)
-	_, ok := d.keys[key]
-	return ok, nil
+	e, ok := d.keys[key]
+	return ok && e.done, nil
 }
 
 func (d *dedup) expire(now time.Time) {

@@ -20,7 +20,8 @@
 // has a TTL, so nothing outlives the state it holds. D is a device, C a
 // connection, F a file id, S a session, len(x) the byte length of x in decimal:
 //
-//	P dedup:<key>                         string  the attempt holding key; PX the Claim ttl
+//	P dedup:<key>                         string  the attempt holding key pending, "!<attempt>" once confirmed;
+//	                                              PX the Claim ttl, then the Confirm ttl
 //	P uploads:{D}                         hash    <upload> -> bytes buffered; PX UploadTTL from D's last part
 //	P upload:<len(D)>:{D}:<upload>        hash    "count", "meta" and one field per part index; PX UploadTTL from its last part
 //	                                              (<upload> is <len(C)>:<C>:<F>)

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -12,21 +13,42 @@ import (
 var dedupTests = []test{
 	{"ClaimFirstThenDuplicate", testClaimFirstThenDuplicate},
 	{"ClaimRetrySameAttempt", testClaimRetrySameAttempt},
+	{"ClaimPendingByAnother", testClaimPendingByAnother},
 	{"ClaimKeysIndependent", testClaimKeysIndependent},
+	{"ConfirmAfterLapse", testConfirmAfterLapse},
+	{"ConfirmByOtherAttempt", testConfirmByOtherAttempt},
 	{"ReleaseByHolder", testReleaseByHolder},
 	{"ReleaseByOtherAttemptIgnored", testReleaseByOtherAttemptIgnored},
 	{"ReleaseUnknownKey", testReleaseUnknownKey},
-	{"ClaimExpires", testClaimExpires},
+	{"ReleaseConfirmedIgnored", testReleaseConfirmedIgnored},
+	{"PendingClaimLapses", testPendingClaimLapses},
+	{"ConfirmedExpires", testConfirmedExpires},
 	{"ClaimConcurrent", testClaimConcurrent},
+}
+
+func claimErr(t *testing.T, s store.Store, key, attempt string, ttl time.Duration) (bool, error) {
+	t.Helper()
+	ok, err := s.Claim(t.Context(), key, attempt, ttl)
+	if err != nil && !errors.Is(err, store.ErrPending) {
+		t.Fatalf("Claim(%q, %q): %v", key, attempt, err)
+	}
+	return ok, err
 }
 
 func claim(t *testing.T, s store.Store, key, attempt string, ttl time.Duration) bool {
 	t.Helper()
-	ok, err := s.Claim(t.Context(), key, attempt, ttl)
+	ok, err := claimErr(t, s, key, attempt, ttl)
 	if err != nil {
 		t.Fatalf("Claim(%q, %q): %v", key, attempt, err)
 	}
 	return ok
+}
+
+func confirm(t *testing.T, s store.Store, key, attempt string, ttl time.Duration) {
+	t.Helper()
+	if err := s.Confirm(t.Context(), key, attempt, ttl); err != nil {
+		t.Fatalf("Confirm(%q, %q): %v", key, attempt, err)
+	}
 }
 
 func seen(t *testing.T, s store.Store, key string) bool {
@@ -53,6 +75,15 @@ func wantClaim(t *testing.T, s store.Store, key, attempt string, want bool) {
 	}
 }
 
+// wantPending claims key as attempt and fails t unless another attempt
+// holds it pending.
+func wantPending(t *testing.T, s store.Store, key, attempt string) {
+	t.Helper()
+	if ok, err := claimErr(t, s, key, attempt, time.Minute); ok || !errors.Is(err, store.ErrPending) {
+		t.Fatalf("Claim(key, %q) = %v, %v; want ErrPending", attempt, ok, err)
+	}
+}
+
 func wantSeen(t *testing.T, s store.Store, key string, want bool) {
 	t.Helper()
 	if got := seen(t, s, key); got != want {
@@ -64,9 +95,12 @@ func testClaimFirstThenDuplicate(t *testing.T, s store.Store) {
 	key := name(t, "msg")
 	wantSeen(t, s, key, false)
 	wantClaim(t, s, key, "a1", true)
+	wantSeen(t, s, key, false) // pending is not delivered
+	confirm(t, s, key, "a1", time.Minute)
 	wantSeen(t, s, key, true)
 	wantClaim(t, s, key, "a2", false)
 	wantClaim(t, s, key, "a3", false)
+	wantClaim(t, s, key, "a1", false) // the holder's own resend is a duplicate too
 	wantSeen(t, s, key, true)
 }
 
@@ -74,16 +108,53 @@ func testClaimRetrySameAttempt(t *testing.T, s store.Store) {
 	key := name(t, "msg")
 	wantClaim(t, s, key, "a1", true)
 	wantClaim(t, s, key, "a1", true) // the reply to the first call was lost
-	wantClaim(t, s, key, "a2", false)
-	wantClaim(t, s, key, "a1", true) // a duplicate in between changes nothing
+	wantPending(t, s, key, "a2")
+	wantClaim(t, s, key, "a1", true) // a resend in between changes nothing
+}
+
+// testClaimPendingByAnother: a resend while the first attempt is pending is
+// told to wait, not dropped: the first attempt may still fail.
+func testClaimPendingByAnother(t *testing.T, s store.Store) {
+	key := name(t, "msg")
+	wantClaim(t, s, key, "a1", true)
+	wantPending(t, s, key, "a2")
+	release(t, s, key, "a1") // a1's delivery failed
+	wantClaim(t, s, key, "a2", true)
+	confirm(t, s, key, "a2", time.Minute)
+	wantClaim(t, s, key, "a1", false)
 }
 
 func testClaimKeysIndependent(t *testing.T, s store.Store) {
 	k1, k2 := name(t, "msg1"), name(t, "msg2")
 	wantClaim(t, s, k1, "a1", true)
+	confirm(t, s, k1, "a1", time.Minute)
 	wantSeen(t, s, k2, false)
 	wantClaim(t, s, k2, "a2", true)
 	wantClaim(t, s, k1, "a2", false)
+	wantPending(t, s, k2, "a1")
+}
+
+// testConfirmAfterLapse: a holder whose pending claim lapsed while it
+// delivered still records the key, unless another attempt took it.
+func testConfirmAfterLapse(t *testing.T, s store.Store) {
+	key := name(t, "msg")
+	confirm(t, s, key, "a1", time.Minute) // no claim at all (it lapsed)
+	wantSeen(t, s, key, true)
+	wantClaim(t, s, key, "a2", false)
+}
+
+// testConfirmByOtherAttempt: a Confirm by an attempt that does not hold the
+// key changes nothing.
+func testConfirmByOtherAttempt(t *testing.T, s store.Store) {
+	key := name(t, "msg")
+	wantClaim(t, s, key, "a1", true)
+	confirm(t, s, key, "a2", time.Minute)
+	wantSeen(t, s, key, false)
+	wantClaim(t, s, key, "a1", true)
+	confirm(t, s, key, "a1", time.Minute)
+	confirm(t, s, key, "a2", time.Minute)
+	wantClaim(t, s, key, "a2", false)
+	wantClaim(t, s, key, "a1", false)
 }
 
 func testReleaseByHolder(t *testing.T, s store.Store) {
@@ -92,19 +163,17 @@ func testReleaseByHolder(t *testing.T, s store.Store) {
 	release(t, s, key, "a1")
 	wantSeen(t, s, key, false)
 	wantClaim(t, s, key, "a2", true) // the client's retry is a first delivery
-	wantClaim(t, s, key, "a1", false)
+	wantPending(t, s, key, "a1")
 	// A late Release by the attempt that no longer holds key is ignored.
 	release(t, s, key, "a1")
-	wantSeen(t, s, key, true)
-	wantClaim(t, s, key, "a3", false)
+	wantPending(t, s, key, "a3")
 }
 
 func testReleaseByOtherAttemptIgnored(t *testing.T, s store.Store) {
 	key := name(t, "msg")
 	wantClaim(t, s, key, "a1", true)
 	release(t, s, key, "a2")
-	wantSeen(t, s, key, true)
-	wantClaim(t, s, key, "a3", false)
+	wantPending(t, s, key, "a3")
 	wantClaim(t, s, key, "a1", true)
 }
 
@@ -115,16 +184,39 @@ func testReleaseUnknownKey(t *testing.T, s store.Store) {
 	wantClaim(t, s, key, "a1", true)
 }
 
-func testClaimExpires(t *testing.T, s store.Store) {
+// testReleaseConfirmedIgnored: a delivered key stays, whoever releases it.
+func testReleaseConfirmedIgnored(t *testing.T, s store.Store) {
+	key := name(t, "msg")
+	wantClaim(t, s, key, "a1", true)
+	confirm(t, s, key, "a1", time.Minute)
+	release(t, s, key, "a1")
+	wantSeen(t, s, key, true)
+	wantClaim(t, s, key, "a2", false)
+}
+
+// testPendingClaimLapses: a pending claim nobody confirms (its holder died)
+// frees the key after its ttl: the client's resend is then a first delivery.
+func testPendingClaimLapses(t *testing.T, s store.Store) {
 	key, long := name(t, "short"), name(t, "long")
-	if !claim(t, s, key, "a1", time.Second) {
+	if !claim(t, s, key, "dead", time.Second) {
 		t.Fatal("first Claim = false")
 	}
 	wantClaim(t, s, long, "a1", true)
+	eventually(t, expiryWait, "a pending claim of 1s lapsing", func() bool {
+		ok, _ := claimErr(t, s, key, "resend", time.Minute)
+		return ok
+	})
+	wantPending(t, s, long, "a2") // a key claimed for a minute is still pending
+}
+
+// testConfirmedExpires: a confirmed key is forgotten after the Confirm ttl.
+func testConfirmedExpires(t *testing.T, s store.Store) {
+	key := name(t, "msg")
+	wantClaim(t, s, key, "a1", true)
+	confirm(t, s, key, "a1", time.Second)
 	wantSeen(t, s, key, true)
-	eventually(t, expiryWait, "key claimed for 1s is seen", func() bool { return !seen(t, s, key) })
+	eventually(t, expiryWait, "a key confirmed for 1s is forgotten", func() bool { return !seen(t, s, key) })
 	wantClaim(t, s, key, "a2", true)
-	wantSeen(t, s, long, true) // a key claimed for a minute is still there
 }
 
 func testClaimConcurrent(t *testing.T, s store.Store) {
@@ -142,7 +234,7 @@ func testClaimConcurrent(t *testing.T, s store.Store) {
 			ok, err := s.Claim(t.Context(), key, attempt, time.Minute)
 			mu.Lock()
 			defer mu.Unlock()
-			if err != nil {
+			if err != nil && !errors.Is(err, store.ErrPending) {
 				fail = err
 			}
 			if ok {
