@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/hermes-mobile/gateway/pkg/bus"
@@ -53,7 +54,7 @@ func (s *Server) onDelivery(m *bus.Msg) {
 		return
 	}
 	done := func(err error) {
-		r := wire.Reply{OK: err == nil, Gone: errors.Is(err, store.ErrNotFound)}
+		r := wire.Reply{OK: err == nil, Gone: errors.Is(err, store.ErrNotFound), Moved: errors.Is(err, errMoved)}
 		if err != nil {
 			r.Error = err.Error()
 		}
@@ -61,6 +62,9 @@ func (s *Server) onDelivery(m *bus.Msg) {
 		if m.Respond != nil {
 			m.Respond(data)
 		}
+	}
+	if m.Respond != nil && fenced(out.Op) {
+		done = s.fenceOwner(c, done)
 	}
 	done = s.tel.traceDelivery(m.Header, out.Op, done)
 	c.mu.Lock()
@@ -80,6 +84,52 @@ func (s *Server) onDelivery(m *bus.Msg) {
 		return
 	}
 	c.render(s.ctx, out, done)
+}
+
+// errMoved: the device has a newer owner than the connection a delivery
+// was written to; the sender looks again.
+var errMoved = errors.New("device moved")
+
+// fenced reports whether a delivery of op is acknowledged only by the
+// device's current owner: the outputs the router keeps until delivered.
+func fenced(op string) bool {
+	switch op {
+	case wire.OpMessage, wire.OpMedia, wire.OpPrompt, wire.OpPromptDone:
+		return true
+	}
+	return false
+}
+
+// fenceOwner wraps done so that a delivery written to c counts only if c
+// still owns its device once the write completed. An edge that was paused
+// (a GC pause, a starved CPU, a stalled VM) can wake with a delivery
+// stamped with its own, by then old, epoch and write it into a socket the
+// phone has given up on: the write succeeds, but the phone holds a newer
+// epoch on another edge. Then the sender is told the device moved, and
+// sends again to the current owner (the phone may get it twice; the app
+// replaces a message by id). A store that cannot be asked makes the
+// delivery fail: the router keeps the output for the outbox.
+func (s *Server) fenceOwner(c *conn, done func(error)) func(error) {
+	return func(err error) {
+		if err != nil {
+			done(err)
+			return
+		}
+		s.goFunc(func() {
+			ctx, cancel := context.WithTimeout(s.ctx, s.cfg.OpTimeout)
+			defer cancel()
+			owner, err := s.store.DeviceOwner(ctx, c.device)
+			switch {
+			case err == nil && owner.Epoch == c.epoch.Load(),
+				errors.Is(err, store.ErrNotFound) && !c.isClosing(): // the record was lost; nobody claimed since
+				done(nil)
+			case err == nil, errors.Is(err, store.ErrNotFound):
+				done(errMoved)
+			default:
+				done(fmt.Errorf("written, but the device's owner could not be checked: %w", err))
+			}
+		})
+	}
 }
 
 // render writes out as Protocol v1 frames; done runs once they are written.

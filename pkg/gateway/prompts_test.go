@@ -527,12 +527,15 @@ func TestPromptForeignDevice(t *testing.T) {
 	promptExpectAlive(t, b) // B saw nothing of A's card
 }
 
-// TestPromptExpiry: with an hour's lifetime an unanswered card closes by itself
+// TestPromptExpiry: with a 1 min lifetime an unanswered card closes by itself
 // once the node's clock reaches its expiry, with the kind's safe option, the
 // demo reports it, and a late answer gets prompt_done{expired:true}. A card
 // opened at the same moment and answered a microsecond before its expiry is
 // resolved as answered. The node's clock is a fake one that only the test
-// moves, so "not before its time" needs no wall-clock bound.
+// moves, so "not before its time" needs no wall-clock bound. (The jump is
+// shorter than the router's journal lease and the edge's owner records,
+// set longer here, which the same clock expires; and longer than the test
+// waits for a frame, so a router that ignored the clock would fail it.)
 func TestPromptExpiry(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -547,16 +550,20 @@ func TestPromptExpiry(t *testing.T) {
 		t.Run(tc.kind, func(t *testing.T) {
 			t.Parallel()
 			clk := clock.NewFake(time.Now())
-			n := promptsStartNode(t, func(cfg *gateway.Config) { cfg.RouterCfg.PromptTTL = time.Hour; cfg.Clock = clk })
+			n := promptsStartNode(t, func(cfg *gateway.Config) {
+				cfg.RouterCfg.PromptTTL = time.Minute
+				cfg.RouterCfg.JournalLease, cfg.Edge.OwnerTTL = 10*time.Minute, 10*time.Minute
+				cfg.Clock = clk
+			})
 			c, _ := n.connect(t, "tel-exp-"+tc.kind)
 			early := promptOpen(t, c, tc.command).Str("id")
 			card := promptOpen(t, c, tc.command)
 			id := card.Str("id")
-			if got := card.Int("timeout_seconds"); got != 3600 {
-				t.Errorf("timeout_seconds = %d, want 3600", got)
+			if got := card.Int("timeout_seconds"); got != 60 {
+				t.Errorf("timeout_seconds = %d, want 60", got)
 			}
 
-			clk.Advance(time.Hour - time.Microsecond)
+			clk.Advance(time.Minute - time.Microsecond)
 			if err := c.Answer(early, tc.early, ""); err != nil {
 				t.Fatal(err)
 			}
