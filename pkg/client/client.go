@@ -68,6 +68,10 @@ type Options struct {
 	// when they are not consumed, it stops reading the socket. Zero means
 	// DefaultBuffer.
 	Buffer int
+	// AutoAck acknowledges every message and file once it is complete (its
+	// final frame, its last chunk), with the protocol's ack frame, as the
+	// app does once it has displayed them.
+	AutoAck bool
 }
 
 // HandshakeError is the server's refusal of the WebSocket upgrade: an HTTP
@@ -100,6 +104,7 @@ type Conn struct {
 	br           *bufio.Reader
 	readLimit    int64
 	writeTimeout time.Duration
+	autoAck      bool
 
 	// Reader side. endErr is written by the reader before it closes frames.
 	frames   chan Frame
@@ -185,6 +190,7 @@ func Dial(ctx context.Context, url string, opts Options) (*Conn, error) {
 		br:           br,
 		readLimit:    opts.ReadLimit,
 		writeTimeout: opts.WriteTimeout,
+		autoAck:      opts.AutoAck,
 		done:         make(chan struct{}),
 		quit:         make(chan struct{}),
 		rsem:         make(chan struct{}, 1),
@@ -241,6 +247,15 @@ func (c *Conn) Err() error {
 		return c.endErr
 	default:
 		return nil
+	}
+}
+
+// ackIfShown acknowledges f when the app would have shown it complete: the
+// final frame of a message, the last chunk of a file. The ack is sent by its
+// own goroutine, so that the reader never waits for the writer.
+func (c *Conn) ackIfShown(f Frame) {
+	if id := f.Str("id"); id != "" && (f.T() == protocol.TypeMessage || f.T() == protocol.TypeMedia) && f.Bool("final") {
+		go c.Ack(id)
 	}
 }
 
@@ -303,7 +318,11 @@ func (c *Conn) readLoop() {
 		if _, err = buf.ReadFrom(rd); err != nil {
 			break
 		}
-		c.deliver(decodeFrame(h.OpCode, buf.Bytes()))
+		f := decodeFrame(h.OpCode, buf.Bytes())
+		if c.autoAck {
+			c.ackIfShown(f)
+		}
+		c.deliver(f)
 	}
 
 	switch {

@@ -19,6 +19,12 @@ import (
 // ErrOffline: no edge holds the device, or the one that did could not write.
 var ErrOffline = errors.New("device offline")
 
+// ErrNotAcked: the frames were written, but the phone, which acknowledges
+// what it displays, did not acknowledge them in time: it may not have them.
+// It wraps ErrOffline, so a sender that keeps what did not get there keeps
+// it.
+var ErrNotAcked = fmt.Errorf("%w: written, but not acknowledged by the phone", ErrOffline)
+
 // ErrGone: the output refers to media that no longer exists in the store.
 var ErrGone = errors.New("media no longer exists")
 
@@ -37,12 +43,19 @@ type Dispatcher struct {
 // written the frames, ErrOffline when no edge has the device, or another
 // error when the store or the bus failed.
 func (d *Dispatcher) Send(ctx context.Context, out wire.Output) error {
+	_, err := d.SendAcked(ctx, out)
+	return err
+}
+
+// SendAcked is Send that also reports whether the phone acknowledged the
+// output (its ack frame): see wire.Output.WaitAck.
+func (d *Dispatcher) SendAcked(ctx context.Context, out wire.Output) (acked bool, err error) {
 	// A device that moved between reading its owner and the request is
 	// looked up again; a few rounds cover any realistic reconnect burst.
 	for range 3 {
-		err := d.send(ctx, out)
+		acked, err = d.send(ctx, out)
 		if !errors.Is(err, errMoved) {
-			return err
+			return acked, err
 		}
 	}
 	return d.send(ctx, out)
@@ -50,7 +63,7 @@ func (d *Dispatcher) Send(ctx context.Context, out wire.Output) error {
 
 var errMoved = errors.New("device moved")
 
-func (d *Dispatcher) send(ctx context.Context, out wire.Output) error {
+func (d *Dispatcher) send(ctx context.Context, out wire.Output) (acked bool, err error) {
 	owner, err := d.Owners.DeviceOwner(ctx, out.Device)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -59,13 +72,13 @@ func (d *Dispatcher) send(ctx context.Context, out wire.Output) error {
 		// answer; nobody answering means offline.
 		out.Epoch = 0
 	case err != nil:
-		return fmt.Errorf("owner of %q: %w", out.Device, err)
+		return false, fmt.Errorf("owner of %q: %w", out.Device, err)
 	default:
 		out.Epoch = owner.Epoch
 	}
 	data, err := json.Marshal(out)
 	if err != nil {
-		return err
+		return false, err
 	}
 	timeout := d.Timeout
 	if timeout <= 0 {
@@ -76,25 +89,26 @@ func (d *Dispatcher) send(ctx context.Context, out wire.Output) error {
 	reply, err := d.Bus.Request(rctx, bus.DeviceSubject(out.Device), data, nil)
 	switch {
 	case errors.Is(err, bus.ErrNoResponders):
-		return ErrOffline
+		return false, ErrOffline
 	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
 		// The recorded owner did not answer: it died or lost the socket.
-		return fmt.Errorf("%w: no edge answered for %q", ErrOffline, out.Device)
+		return false, fmt.Errorf("%w: no edge answered for %q", ErrOffline, out.Device)
 	case err != nil:
-		return err
+		return false, err
 	}
 	var r wire.Reply
 	if err := json.Unmarshal(reply, &r); err != nil {
-		return fmt.Errorf("bad reply from edge: %w", err)
+		return false, fmt.Errorf("bad reply from edge: %w", err)
 	}
-	if r.Moved {
-		return errMoved
+	switch {
+	case r.Moved:
+		return false, errMoved
+	case r.Gone:
+		return false, fmt.Errorf("%w: %s", ErrGone, r.Error)
+	case !r.OK:
+		return false, fmt.Errorf("%w: %s", ErrOffline, r.Error)
+	case r.Unacked:
+		return false, ErrNotAcked
 	}
-	if r.Gone {
-		return fmt.Errorf("%w: %s", ErrGone, r.Error)
-	}
-	if !r.OK {
-		return fmt.Errorf("%w: %s", ErrOffline, r.Error)
-	}
-	return nil
+	return r.Acked, nil
 }

@@ -89,6 +89,12 @@ type conn struct {
 	ready    bool              // the outbox was flushed: deliveries go straight out
 	held     []heldItem        // deliveries that came before ready
 	attempts map[string]string // dedup key → attempt of a claim with unknown outcome
+	acking   bool              // the phone has sent an ack: deliveries wait for its acks
+	// Deliveries written and waiting for the phone's ack (see awaitAck):
+	// by message id, and the ids in the order they were first written.
+	unacked    map[string][]*ackWaiter
+	unackedIDs []string
+	recentAcks []string // acks that came before anybody waited for them
 	torn     atomic.Bool       // teardown ran (or is running)
 	dead     chan struct{}     // closed when teardown has finished
 
@@ -524,6 +530,7 @@ func (c *conn) teardown(reason error) {
 	for _, h := range held {
 		h.done(net.ErrClosed)
 	}
+	c.failUnacked()
 	c.srv.unregister(c)
 	c.srv.nConns.Add(-1)
 	c.srv.tel.m.ConnClosed()

@@ -53,8 +53,9 @@ func (s *Server) onDelivery(m *bus.Msg) {
 		}
 		return
 	}
-	done := func(err error) {
-		r := wire.Reply{OK: err == nil, Gone: errors.Is(err, store.ErrNotFound), Moved: errors.Is(err, errMoved)}
+	respond := func(acked bool, err error) {
+		r := wire.Reply{OK: err == nil || errors.Is(err, errNotAcked), Acked: acked,
+			Unacked: errors.Is(err, errNotAcked), Gone: errors.Is(err, store.ErrNotFound), Moved: errors.Is(err, errMoved)}
 		if err != nil {
 			r.Error = err.Error()
 		}
@@ -63,8 +64,11 @@ func (s *Server) onDelivery(m *bus.Msg) {
 			m.Respond(data)
 		}
 	}
+	done := func(err error) { respond(false, err) }
 	if m.Respond != nil && fenced(out.Op) {
-		done = s.fenceOwner(c, done)
+		// Written, then fenced by the owner, then (for a phone that acks)
+		// acknowledged by the phone.
+		done = s.fenceOwner(c, c.awaitAck(out, respond))
 	}
 	done = s.tel.traceDelivery(m.Header, out.Op, done)
 	c.mu.Lock()

@@ -56,6 +56,11 @@ type Config struct {
 	BlobTTL time.Duration
 	// OpTimeout bounds one store or bus call made for a frame (5 s).
 	OpTimeout time.Duration
+	// AckWait is how long a delivery to a phone that acknowledges what it
+	// displays waits for the phone's ack (10 s; less than the dispatcher's
+	// 15 s): past it the delivery counts as not delivered and the router
+	// keeps it for the outbox.
+	AckWait time.Duration
 	// ClaimTTL is how long a message id stays claimed by a connection that
 	// has not handed the message over yet (3 × OpTimeout): a resend of the
 	// id meanwhile is told to send again; after it, a claim whose holder
@@ -80,6 +85,7 @@ func (c *Config) setDefaults() {
 	def(&c.BlobTTL, 15*time.Minute)
 	def(&c.OpTimeout, 5*time.Second)
 	def(&c.ClaimTTL, 3*c.OpTimeout)
+	def(&c.AckWait, 10*time.Second)
 	if c.MaxOutboundBytes <= 0 {
 		c.MaxOutboundBytes = 32 << 20
 	}

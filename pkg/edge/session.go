@@ -67,7 +67,7 @@ func (c *conn) handle(msg []byte) {
 	case *protocol.Ping:
 		c.send(protocol.AppendPong(newFrame(32+len(f.TS)), f.TS))
 	case *protocol.Ack:
-		// The app displayed a message; nothing to do.
+		c.onAck(f.ID)
 	case *protocol.Deliver:
 		c.onDeliver(f)
 	}
@@ -482,16 +482,21 @@ func (c *conn) onDeliver(f *protocol.Deliver) {
 	}
 	for _, out := range outs {
 		err := c.srv.sender.Send(ctx, out)
-		if errors.Is(err, dispatch.ErrOffline) {
+		switch {
+		case errors.Is(err, dispatch.ErrNotAcked):
+			c.sendError(protocol.NewError(protocol.CodeInternalError, "written, but device "+target+" did not acknowledge it; deliver again to be sure"))
+			return
+		case errors.Is(err, dispatch.ErrOffline):
 			c.sendError(protocol.NewError(protocol.CodeDeviceOffline, "device "+target+" is not online"))
 			return
-		}
-		if err != nil {
+		case err != nil:
 			c.log.Warn("deliver failed", "target", target, "err", err)
 			c.sendError(protocol.NewError(protocol.CodeInternalError, "delivery failed; deliver again"))
 			return
 		}
 	}
+	// The phone has it (see POST /v1/deliver's 200): say so to the sender.
+	c.send(protocol.AppendDelivered(newFrame(32+len(id)+len(target)), id, target))
 }
 
 // releaseState frees what a closed connection held in the store.

@@ -216,6 +216,16 @@ func AppendPong(b []byte, ts []byte) []byte {
 	return append(b, '}')
 }
 
+// AppendDelivered appends a delivered frame: the deliver id reached
+// device. The spec declares it; a client that does not know it ignores it.
+func AppendDelivered(b []byte, id, device string) []byte {
+	b = append(b, `{"t":"delivered","id":`...)
+	b = AppendString(b, id)
+	b = append(b, `,"device":`...)
+	b = AppendString(b, device)
+	return append(b, '}')
+}
+
 // AppendError appends an error frame.
 func AppendError(b []byte, e *Error) []byte {
 	b = append(b, `{"t":"error","code":`...)

@@ -17,6 +17,7 @@ const (
 	TypeAvatar     = "avatar"
 	TypePong       = "pong"
 	TypeError      = "error"
+	TypeDelivered  = "delivered"
 )
 
 // Avatar states.

@@ -20,6 +20,9 @@ type deliverRequest struct {
 	ID     string       `json:"id"`
 	Text   string       `json:"text"`
 	Media  *deliverFile `json:"media"`
+	// Wait is "" (answer once written) or "ack" (once the phone
+	// acknowledged it, or 202 when it did not in time).
+	Wait string `json:"wait"`
 }
 
 type deliverFile struct {
@@ -57,9 +60,15 @@ func (a *API) deliver(w http.ResponseWriter, req *http.Request) error {
 		id = newID("d")
 	}
 	offline := apiErr(http.StatusNotFound, protocol.CodeDeviceOffline, "device "+target+" is not online")
+	status := http.StatusOK // 202 once something was written but not acknowledged
 	send := func(out wire.Output) error {
-		err := a.r.sender.Send(ctx, out)
-		if errors.Is(err, dispatch.ErrOffline) {
+		out.WaitAck = body.Wait == "ack"
+		acked, err := a.r.sender.SendAcked(ctx, out)
+		switch {
+		case errors.Is(err, dispatch.ErrNotAcked), err == nil && out.WaitAck && !acked:
+			status = http.StatusAccepted
+			return nil
+		case errors.Is(err, dispatch.ErrOffline):
 			return offline
 		}
 		return err
@@ -92,7 +101,7 @@ func (a *API) deliver(w http.ResponseWriter, req *http.Request) error {
 			return err
 		}
 	}
-	writeJSON(w, http.StatusOK, okBody{OK: true, ID: id})
+	writeJSON(w, status, okBody{OK: true, ID: id})
 	return nil
 }
 
@@ -115,6 +124,9 @@ func (d *deliverRequest) validate() error {
 	}
 	if d.Text == "" && d.Media == nil {
 		return badFrame("deliver needs text or media")
+	}
+	if d.Wait != "" && d.Wait != "ack" {
+		return badFrame(`deliver wait must be "ack" or absent`)
 	}
 	return checkText("text", d.Text, protocol.MaxTextChars)
 }

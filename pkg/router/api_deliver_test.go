@@ -77,6 +77,59 @@ func TestDeliver(t *testing.T) {
 	})
 }
 
+// TestDeliverWaitAck: with "wait":"ack" the answer is 200 only once the
+// phone acknowledged the message, 202 when it did not within the edge's
+// AckWait; without it, a phone that acks (it has sent an ack on its
+// socket) gets the same treatment, and one that never acks gets 200 once
+// written, as before.
+func TestDeliverWaitAck(t *testing.T) {
+	eachEnv(t, nil, func(t *testing.T, e *env) {
+		dev := device("tel")
+		phone := e.phone(t, dev)
+		deliver := func(id string, wait bool) <-chan response {
+			body := map[string]any{"target": dev, "id": id, "text": "text " + id}
+			if wait {
+				body["wait"] = "ack"
+			}
+			res := make(chan response, 1)
+			go func() { res <- e.call(t, "POST", "/v1/deliver", deliverToken, body) }()
+			return res
+		}
+		status := func(res <-chan response, id string, want int) {
+			t.Helper()
+			r := <-res
+			if r.status != want || r.json(t)["id"] != id {
+				t.Fatalf("deliver %s: %d %s, want %d", id, r.status, r.body, want)
+			}
+		}
+
+		// A phone that has never acked: written is enough, unless asked.
+		r := deliver("plain", false)
+		expect(t, phone, protocol.TypeMessage)
+		status(r, "plain", http.StatusOK)
+		r = deliver("unacked", true)
+		expect(t, phone, protocol.TypeMessage)
+		status(r, "unacked", http.StatusAccepted)
+
+		r = deliver("acked", true)
+		if msg := expect(t, phone, protocol.TypeMessage); msg.Str("id") != "acked" {
+			t.Fatalf("got %s", msg)
+		}
+		if err := phone.Ack("acked"); err != nil {
+			t.Fatal(err)
+		}
+		status(r, "acked", http.StatusOK)
+
+		// It acks now: a delivery it does not ack was not delivered.
+		r = deliver("ignored", false)
+		expect(t, phone, protocol.TypeMessage)
+		status(r, "ignored", http.StatusAccepted)
+
+		wantError(t, e.call(t, "POST", "/v1/deliver", deliverToken, map[string]any{"target": dev, "text": "x", "wait": "read"}),
+			http.StatusBadRequest, "bad_frame")
+	})
+}
+
 func TestDeliverRejects(t *testing.T) {
 	eachEnv(t, nil, func(t *testing.T, e *env) {
 		dev := device("tel")

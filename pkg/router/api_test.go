@@ -89,7 +89,9 @@ func eachEnv(t *testing.T, mutate func(*router.APIConfig), test func(t *testing.
 func nodeConfig() gateway.Config {
 	return gateway.Config{
 		Listen: "127.0.0.1:0",
-		Edge:   edge.Config{Auth: edge.AuthConfig{Token: phoneToken}},
+		// AckWait: how long a deliver with "wait":"ack" waits for a phone
+		// that does not ack (TestDeliverWaitAck).
+		Edge: edge.Config{Auth: edge.AuthConfig{Token: phoneToken}, AckWait: time.Second},
 	}
 }
 

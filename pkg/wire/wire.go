@@ -84,6 +84,10 @@ type Output struct {
 	State      string           `json:"state,omitempty"`
 	// Offline is set by the outbox when the output waited for the device.
 	Offline bool `json:"offline,omitempty"`
+	// WaitAck asks the edge to answer only once the phone acknowledged the
+	// output (or AckWait passed), also when the phone has not acked on its
+	// socket yet.
+	WaitAck bool `json:"wait_ack,omitempty"`
 }
 
 // PromptDone closes a card on the device.
@@ -104,4 +108,10 @@ type Reply struct {
 	// Gone: the output refers to media that no longer exists; resending
 	// cannot help.
 	Gone bool `json:"gone,omitempty"`
+	// Acked: the phone acknowledged the output (its ack frame).
+	Acked bool `json:"acked,omitempty"`
+	// Unacked (with OK): written, but the phone, which acknowledges what
+	// it displays, did not acknowledge it before its socket closed or the
+	// edge's AckWait passed: it may not have it.
+	Unacked bool `json:"unacked,omitempty"`
 }

@@ -1,0 +1,190 @@
+package gateway_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hermes-mobile/gateway/pkg/agent"
+	"github.com/hermes-mobile/gateway/pkg/client"
+	"github.com/hermes-mobile/gateway/pkg/gateway"
+	"github.com/hermes-mobile/gateway/pkg/protocol"
+	"github.com/hermes-mobile/gateway/pkg/wire"
+)
+
+// ackNode starts a node whose agent answers a text with one final message
+// of id "r-<the text's id>" and the text itself. handled(id) waits until
+// the agent's answer to id returned (the router counts it as delivered or
+// kept it).
+func ackNode(t *testing.T, mutate func(*gateway.Config)) (n *node, handled func(id string)) {
+	var mu sync.Mutex
+	done := make(map[string]chan struct{})
+	ch := func(id string) chan struct{} {
+		mu.Lock()
+		defer mu.Unlock()
+		if done[id] == nil {
+			done[id] = make(chan struct{})
+		}
+		return done[id]
+	}
+	n = startNode(t, func(cfg *gateway.Config) {
+		cfg.Agent = agent.Func(func(ctx context.Context, ev wire.Event, out agent.Output) error {
+			defer close(ch(ev.Device + "/" + ev.ID))
+			return out.Message(ctx, "r-"+ev.ID, ev.Text, false, true)
+		})
+		if mutate != nil {
+			mutate(cfg)
+		}
+	})
+	return n, func(id string) {
+		t.Helper()
+		select {
+		case <-ch(id):
+		case <-testCtx(t).Done():
+			t.Fatalf("the agent's answer to %s did not return", id)
+		}
+	}
+}
+
+// waitOutboxItems waits until the device's outbox holds want items.
+func waitOutboxItems(t *testing.T, n *node, device string, want int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		items, err := n.Store.PeekOutbox(testCtx(t), device, 0)
+		if err == nil && len(items) == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the outbox holds %d items (%v), want %d", len(items), err, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// ackRead reads frames until the final message id and returns its text.
+func ackRead(t *testing.T, c *client.Conn, id string) string {
+	t.Helper()
+	text, _, err := c.CollectMessage(testCtx(t), id)
+	if err != nil {
+		t.Fatalf("message %s: %v", id, err)
+	}
+	return text
+}
+
+// TestAckUnackedGoesBackToOutbox: a phone that acknowledges what it
+// displays (it has sent an ack) gets an answer, does not ack it, and its
+// socket closes. The answer counts as not delivered: it waits in the
+// outbox and arrives on the next connection. A phone that never acks is
+// answered as before: written is delivered.
+func TestAckUnackedGoesBackToOutbox(t *testing.T) {
+	t.Parallel()
+	n, handled := ackNode(t, func(cfg *gateway.Config) { cfg.Edge.AckWait = time.Minute })
+
+	c, _ := n.connect(t, "tel-acks")
+	if err := c.Text("m1", "first"); err != nil {
+		t.Fatal(err)
+	}
+	if got := ackRead(t, c, "r-m1"); got != "first" {
+		t.Fatalf("r-m1 = %q", got)
+	}
+	if err := c.Ack("r-m1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Text("m2", "second"); err != nil {
+		t.Fatal(err)
+	}
+	if got := ackRead(t, c, "r-m2"); got != "second" {
+		t.Fatalf("r-m2 = %q", got)
+	}
+	c.CloseNow() // before its ack: the app never displayed it
+
+	waitOutboxItems(t, n, "tel-acks", 1)
+	c2, _ := n.connect(t, "tel-acks")
+	if got := ackRead(t, c2, "r-m2"); got != "second" {
+		t.Fatalf("r-m2 from the outbox = %q", got)
+	}
+
+	// A phone that never acks: written is delivered, nothing is kept.
+	q, _ := n.connect(t, "tel-noacks")
+	if err := q.Text("m1", "once"); err != nil {
+		t.Fatal(err)
+	}
+	ackRead(t, q, "r-m1")
+	handled("tel-noacks/m1")
+	q.CloseNow()
+	waitOffline(t, n, "tel-noacks")
+	wantOutboxItems(t, n, "tel-noacks", 0)
+}
+
+// TestAckReleasesTheAnswer: the acked answer is delivered once: after the
+// ack, a reconnect gets nothing from the outbox.
+func TestAckReleasesTheAnswer(t *testing.T) {
+	t.Parallel()
+	n, handled := ackNode(t, func(cfg *gateway.Config) { cfg.Edge.AckWait = time.Minute })
+	c, _ := n.connect(t, "tel-acked")
+	if err := c.Ack("nothing-yet"); err != nil { // says: this phone acks
+		t.Fatal(err)
+	}
+	if err := c.Text("m1", "hello"); err != nil {
+		t.Fatal(err)
+	}
+	ackRead(t, c, "r-m1")
+	if err := c.Ack("r-m1"); err != nil {
+		t.Fatal(err)
+	}
+	handled("tel-acked/m1") // the agent's send returned: acked
+	c.CloseNow()
+	waitOffline(t, n, "tel-acked")
+	wantOutboxItems(t, n, "tel-acked", 0)
+}
+
+// TestAckWaitPasses: an acking phone that does not ack within AckWait (its
+// socket still open) has the answer kept for it: it comes again, from the
+// outbox, on the same socket.
+func TestAckWaitPasses(t *testing.T) {
+	t.Parallel()
+	n, _ := ackNode(t, func(cfg *gateway.Config) { cfg.Edge.AckWait = 200 * time.Millisecond })
+	c, _ := n.connect(t, "tel-slow")
+	if err := c.Ack("nothing-yet"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Text("m1", "again"); err != nil {
+		t.Fatal(err)
+	}
+	ackRead(t, c, "r-m1")
+	// Not acked: the router keeps it and the edge writes it again.
+	if got := ackRead(t, c, "r-m1"); got != "again" {
+		t.Fatalf("r-m1 again = %q", got)
+	}
+	if err := c.Ack("r-m1"); err != nil {
+		t.Fatal(err)
+	}
+	waitOutboxEmpty(t, n, "tel-slow")
+}
+
+// TestDeliverFrameDelivered: the sender of a deliver frame hears
+// delivered{id, device} once the phone has it.
+func TestDeliverFrameDelivered(t *testing.T) {
+	t.Parallel()
+	n := startNode(t, nil)
+	phone, _ := n.connect(t, "tel-target")
+	cron := n.dial(t)
+	if _, err := cron.Hello(testCtx(t), testToken, protocol.Device{ID: "cron-1"}, protocol.User{ID: "cron"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cron.Deliver("job-1", "mobile:tel-target", "from cron", nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := ackRead(t, phone, "job-1"); got != "from cron" {
+		t.Fatalf("delivered text %q", got)
+	}
+	f, err := cron.Next(testCtx(t))
+	for err == nil && (f.T() == protocol.TypeAvatar || f.T() == protocol.TypeTyping) {
+		f, err = cron.Next(testCtx(t))
+	}
+	if err != nil || f.T() != protocol.TypeDelivered || f.Str("id") != "job-1" || f.Str("device") != "tel-target" {
+		t.Fatalf("the deliver's sender got %v (%v), want delivered{job-1, tel-target}", f, err)
+	}
+}
