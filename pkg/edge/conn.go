@@ -94,9 +94,9 @@ type conn struct {
 	// by message id, and the ids in the order they were first written.
 	unacked    map[string][]*ackWaiter
 	unackedIDs []string
-	recentAcks []string // acks that came before anybody waited for them
-	torn     atomic.Bool       // teardown ran (or is running)
-	dead     chan struct{}     // closed when teardown has finished
+	recentAcks []string      // acks that came before anybody waited for them
+	torn       atomic.Bool   // teardown ran (or is running)
+	dead       chan struct{} // closed when teardown has finished
 
 	outboxMu   sync.Mutex // one outbox read of this socket at a time
 	outboxSent int64      // under outboxMu: the Seq of the last outbox item queued here
