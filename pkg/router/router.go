@@ -140,6 +140,22 @@ type Router struct {
 
 	mu      sync.Mutex
 	working map[string]*worker // devices whose journal this router works
+
+	// events holds the events taken from the bus and not yet acknowledged,
+	// by device (under mu); a goroutine per device with events takes them
+	// in arrival order. pendingEvents counts them all.
+	events        map[string][]inbound
+	pendingEvents int
+}
+
+// maxPendingEvents bounds the events a router holds between the bus and
+// the store; past it the edge is told to retry (the phone resends).
+const maxPendingEvents = 10_000
+
+// inbound is an event taken from the bus, not yet acknowledged.
+type inbound struct {
+	m  *bus.Msg
+	ev wire.Event
 }
 
 // queuedEvent is an event taken from a journal, with the span context of
@@ -218,17 +234,66 @@ func reply(m *bus.Msg, err error) {
 
 var errBusy = errors.New("the agent is busy with this session; retry")
 
-// onEvent takes one device event: it is acknowledged once the agent has it
-// (an Acceptor) or it is in the device's journal.
+var errOverloaded = errors.New("the router is overloaded; retry")
+
+// onEvent hands one device event to the goroutine that takes its device's
+// events (starting one when there is none): the bus's dispatcher does not
+// wait for the store, and an event waits only for its own device's
+// earlier events, never for another device's.
 func (r *Router) onEvent(m *bus.Msg) {
-	tctx, span := r.tel.startEvent(r.ctx, m)
-	defer span.End()
 	var ev wire.Event
 	if err := json.Unmarshal(m.Data, &ev); err != nil || ev.Device == "" {
 		r.log.Warn("unreadable event", "err", err)
 		reply(m, errors.New("unreadable event"))
 		return
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.quit.Err() != nil:
+		reply(m, errors.New("the router is shutting down; retry"))
+		return
+	case r.pendingEvents >= maxPendingEvents:
+		reply(m, errOverloaded)
+		return
+	}
+	if r.events == nil {
+		r.events = make(map[string][]inbound)
+	}
+	q, busy := r.events[ev.Device]
+	r.events[ev.Device] = append(q, inbound{m, ev})
+	r.pendingEvents++
+	if !busy {
+		r.wg.Go(func() { r.takeEvents(ev.Device) })
+	}
+}
+
+// takeEvents takes device's events, oldest first, until none is left.
+func (r *Router) takeEvents(device string) {
+	for {
+		r.mu.Lock()
+		q := r.events[device]
+		if len(q) == 0 {
+			delete(r.events, device)
+			r.mu.Unlock()
+			return
+		}
+		in := q[0]
+		q[0] = inbound{}
+		r.events[device] = q[1:]
+		r.mu.Unlock()
+		r.takeEvent(in.m, in.ev)
+		r.mu.Lock()
+		r.pendingEvents--
+		r.mu.Unlock()
+	}
+}
+
+// takeEvent acknowledges ev once the agent has it (an Acceptor) or it is
+// in the device's journal.
+func (r *Router) takeEvent(m *bus.Msg, ev wire.Event) {
+	tctx, span := r.tel.startEvent(r.ctx, m)
+	defer span.End()
 	if acc, ok := r.agent.(agent.Acceptor); ok {
 		// Durable at once: acknowledged only once the agent has it.
 		ctx, cancel := context.WithTimeout(tctx, 5*time.Second)
