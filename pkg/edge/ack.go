@@ -64,6 +64,7 @@ func (c *conn) awaitAck(out wire.Output, done func(acked bool, err error)) func(
 			acking := c.acking
 			c.mu.Unlock()
 			if acking && !c.isOpen() {
+				c.srv.tel.m.DeliveryUnacked()
 				done(false, errNotAcked)
 				return
 			}
@@ -144,11 +145,18 @@ func (c *conn) ackExpired(id string, w *ackWaiter) {
 	}
 	acking := c.acking
 	c.mu.Unlock()
-	if acking {
-		w.done(false, errNotAcked)
-	} else {
+	c.notAcked(acking, w)
+}
+
+// notAcked answers w, which the phone did not ack: not delivered when the
+// phone acks, written as before when it never did.
+func (c *conn) notAcked(acking bool, w *ackWaiter) {
+	if !acking {
 		w.done(false, nil)
+		return
 	}
+	c.srv.tel.m.DeliveryUnacked()
+	w.done(false, errNotAcked)
 }
 
 // takeUnackedLocked removes and returns the waiters of id.
@@ -182,11 +190,7 @@ func (c *conn) failUnacked() {
 			if !w.timer.Stop() {
 				continue // ackExpired answers it
 			}
-			if acking {
-				w.done(false, errNotAcked)
-			} else {
-				w.done(false, nil)
-			}
+			c.notAcked(acking, w)
 		}
 	}
 }

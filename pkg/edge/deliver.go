@@ -128,6 +128,7 @@ func (s *Server) fenceOwner(c *conn, done func(error)) func(error) {
 				errors.Is(err, store.ErrNotFound) && !c.isClosing(): // the record was lost; nobody claimed since
 				done(nil)
 			case err == nil, errors.Is(err, store.ErrNotFound):
+				s.tel.m.DeliveryMoved()
 				done(errMoved)
 			default:
 				done(fmt.Errorf("written, but the device's owner could not be checked: %w", err))

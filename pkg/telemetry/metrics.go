@@ -28,6 +28,8 @@ type Metrics struct {
 	outboxOut   metric.Int64Counter
 	latency     metric.Float64Histogram
 	dropped     metric.Int64Counter
+	moved       metric.Int64Counter
+	unacked     metric.Int64Counter
 
 	byType   labelSet // frame type → {type=…}
 	byCode   labelSet // error code → {code=…}
@@ -49,6 +51,15 @@ func newLabelSet(key string, values ...string) labelSet {
 		s.add[v] = opt(v)
 	}
 	return s
+}
+
+// all returns the options of every value, "other" included.
+func (s *labelSet) all() [][]metric.AddOption {
+	out := [][]metric.AddOption{s.other}
+	for _, o := range s.add {
+		out = append(out, o)
+	}
+	return out
 }
 
 func (s *labelSet) of(v string) []metric.AddOption {
@@ -126,13 +137,40 @@ func newMetrics(m metric.Meter) (*Metrics, error) {
 	x.dropped, e = m.Int64Counter("hermes_journal_dropped",
 		metric.WithDescription("Device events dropped unhandled after their routers died on them MaxAttempts times."))
 	check(e)
+	x.moved, e = m.Int64Counter("hermes_deliveries_moved",
+		metric.WithDescription("Deliveries written to a socket whose device had a newer owner by then (an edge that was paused): answered moved, sent again to the owner."))
+	check(e)
+	x.unacked, e = m.Int64Counter("hermes_deliveries_unacked",
+		metric.WithDescription("Deliveries to a phone that acks which it did not ack in time or before its socket closed: kept for the outbox."))
+	check(e)
 	if err != nil {
 		return nil, err
 	}
 	x.byType = newLabelSet("type", frameTypes...)
 	x.byCode = newLabelSet("code", errorCodes...)
 	x.byResult = newLabelSet("result", append([]string{HandshakeOK}, errorCodes...)...)
+	x.zero()
 	return &x, nil
+}
+
+// zero makes every counter series exist from the start, at 0, so that
+// increase() and alerts see the first event. (The histogram appears with
+// its first delivery.)
+func (m *Metrics) zero() {
+	m.conns.Add(bg, 0)
+	for _, c := range []metric.Int64Counter{m.dedupHits, m.uploadBytes, m.outboxIn, m.outboxOut, m.dropped, m.moved, m.unacked} {
+		c.Add(bg, 0)
+	}
+	for _, opts := range m.byType.all() {
+		m.framesIn.Add(bg, 0, opts...)
+		m.framesOut.Add(bg, 0, opts...)
+	}
+	for _, opts := range m.byCode.all() {
+		m.errors.Add(bg, 0, opts...)
+	}
+	for _, opts := range m.byResult.all() {
+		m.handshakes.Add(bg, 0, opts...)
+	}
 }
 
 var bg = context.Background()
@@ -224,6 +262,21 @@ func (m *Metrics) OutboxDelivered(n int) {
 func (m *Metrics) DeliveryLatency(d time.Duration) {
 	if m != nil {
 		m.latency.Record(bg, d.Seconds())
+	}
+}
+
+// DeliveryMoved counts a delivery answered moved after its write: the
+// device had a newer owner.
+func (m *Metrics) DeliveryMoved() {
+	if m != nil {
+		m.moved.Add(bg, 1)
+	}
+}
+
+// DeliveryUnacked counts a delivery the phone did not ack in time.
+func (m *Metrics) DeliveryUnacked() {
+	if m != nil {
+		m.unacked.Add(bg, 1)
 	}
 }
 

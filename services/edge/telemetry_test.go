@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -126,5 +128,43 @@ func TestRunServesMetricsAndExportsOTLP(t *testing.T) {
 	}
 	if !bytes.Contains(metrics, []byte("hermes_frames_in")) {
 		t.Error("the exported metrics lack hermes_frames_in")
+	}
+}
+
+// TestFreshEdgeServesEveryDocumentedSeries: a single node that has served
+// nothing yet already serves every counter and gauge docs/metrics.md lists,
+// at 0 (the histogram appears with its first delivery).
+func TestFreshEdgeServesEveryDocumentedSeries(t *testing.T) {
+	clearEnv(t)
+	doc, err := os.ReadFile("../../docs/metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("(?m)^\\| `(hermes_[a-z_]+)` \\| (counter|gauge|histogram) \\|")
+	rows := row.FindAllStringSubmatch(string(doc), -1)
+	if len(rows) < 10 {
+		t.Fatalf("docs/metrics.md lists %d hermes_ metrics; the table was not found", len(rows))
+	}
+
+	f := mustParse(t, "-listen=127.0.0.1:0", "-admin-listen=127.0.0.1:0", "-drain-window=200ms", "-token=tok")
+	_, _, stderr, _ := testsvc.Run(t, "gateway listening", func(ctx context.Context, stdout, stderr io.Writer) error {
+		return run(ctx, f, stdout, stderr)
+	})
+	admin := testsvc.ListeningURL(t, stderr.String(), "admin listening")
+	resp, err := http.Get(admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, r := range rows {
+		name, kind := r[1], r[2]
+		if kind == "histogram" {
+			continue
+		}
+		series := regexp.MustCompile("(?m)^" + regexp.QuoteMeta(name) + "(\\{[^}]*\\})? 0$")
+		if !series.Match(body) {
+			t.Errorf("%s (%s) is documented but a fresh edge does not serve it at 0", name, kind)
+		}
 	}
 }
