@@ -90,6 +90,9 @@ func New(ctx context.Context, cfg Config) (_ *Telemetry, err error) {
 	if err := t.registry.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
 		return nil, err
 	}
+	if err := t.registry.Register(buildInfo(cfg.ServiceName)); err != nil {
+		return nil, err
+	}
 	res, err := newResource(ctx, cfg.ServiceName)
 	if err != nil {
 		return nil, err
@@ -146,7 +149,10 @@ func signalURL(base, signal string) string {
 }
 
 func newResource(ctx context.Context, service string) (*resource.Resource, error) {
-	var attrs []attribute.KeyValue
+	attrs := []attribute.KeyValue{
+		attribute.String("service.version", ReadBuild().Version),
+		attribute.String("service.instance.id", instanceID),
+	}
 	if service != "" {
 		attrs = append(attrs, attribute.String("service.name", service))
 	}

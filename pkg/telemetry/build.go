@@ -1,0 +1,60 @@
+package telemetry
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"runtime"
+	"runtime/debug"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Version is the release the binary was built as, stamped at build time
+// (go build -ldflags "-X github.com/hermes-mobile/gateway/pkg/telemetry.Version=v1.2.3");
+// "dev" when not stamped.
+var Version = "dev"
+
+// Build describes the running binary.
+type Build struct {
+	Version  string // Version
+	Revision string // the VCS revision go build stamped, "unknown" without one
+	Modified bool   // the working tree had uncommitted changes
+	Go       string // the Go version it was built with
+}
+
+// ReadBuild returns what the binary knows of its build.
+func ReadBuild() Build {
+	b := Build{Version: Version, Revision: "unknown", Go: runtime.Version()}
+	if info, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range info.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				b.Revision = s.Value
+			case "vcs.modified":
+				b.Modified = s.Value == "true"
+			}
+		}
+	}
+	return b
+}
+
+// instanceID names this process among the replicas (service.instance.id).
+var instanceID = func() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}()
+
+// buildInfo is hermes_build_info: 1, labelled with the build.
+func buildInfo(service string) prometheus.Collector {
+	b := ReadBuild()
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "hermes_build_info",
+		Help: "1, labelled with the service, its version, VCS revision and Go version.",
+		ConstLabels: prometheus.Labels{
+			"service": service, "version": b.Version, "revision": b.Revision, "goversion": b.Go,
+		},
+	})
+	g.Set(1)
+	return g
+}
