@@ -840,6 +840,9 @@ func TestFailureNATSRestart(t *testing.T) {
 	if err := p.waitMessage("cron before the outage", 5*time.Second); err != nil {
 		t.Fatalf("deliver before the outage: %v", err)
 	}
+	if f, err := cron.next(5 * time.Second); err != nil || f.T() != protocol.TypeDelivered || f.Str("id") != "d-0" {
+		t.Fatalf("the deliver's sender got %s (%v), want delivered d-0", flDescribe(f), err)
+	}
 	card := p.openCard("n-c", "Deploy now")
 	b.quiesce(t)
 	p.expectPong("ping before the outage")    // the edges have handled all
@@ -892,12 +895,13 @@ func TestFailureNATSRestart(t *testing.T) {
 	delivered := false
 	start := time.Now()
 	for i := 0; !delivered && time.Since(start) < flRecover; i++ {
-		text := fmt.Sprintf("cron after the outage %d", i)
-		if err := cron.Deliver(fmt.Sprintf("d-2-%d", i), "mobile:tel-nats", text, nil); err != nil {
+		text, id := fmt.Sprintf("cron after the outage %d", i), fmt.Sprintf("d-2-%d", i)
+		if err := cron.Deliver(id, "mobile:tel-nats", text, nil); err != nil {
 			t.Fatal(err)
 		}
-		if f, err := cron.next(time.Second); err == nil {
-			t.Logf("deliver after NATS came back: %s", flDescribe(f))
+		f, err := cron.next(flOpBound)
+		if err != nil || f.T() != protocol.TypeDelivered || f.Str("id") != id {
+			t.Logf("deliver after NATS came back: %s (%v)", flDescribe(f), err)
 			time.Sleep(200 * time.Millisecond)
 			continue
 		}

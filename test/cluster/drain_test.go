@@ -41,10 +41,12 @@ const (
 // refuses new connections, every phone gets close 1001, the closes are
 // spread over the window (the first to the last at least half of it; how
 // they fall within it is TestDrainSchedule's), and D exits 0 within the
-// window and its grace. The phones reconnect to edge B, resending what was not answered
-// (as the protocol's idempotency rules allow), and then every message a
-// phone sent is answered exactly once and every delivery the router
-// acknowledged with 200 arrives exactly once.
+// window and its grace. The phones reconnect to edge B, resending what was
+// not answered (as the protocol's idempotency rules allow), and then every
+// message a phone sent is answered by exactly one message of the agent, and
+// every delivery the router acknowledged with 200 arrives; an answer or a
+// delivery written to D's socket while its phone was already on B arrives
+// again from B, with the same id (the app replaces a message by id).
 func TestGracefulDrain(t *testing.T) {
 	c := newCluster(t, options{})
 	d, admin := startAdminEdge(t, c, "D", fmt.Sprintf("MOBILE_DRAIN_WINDOW=%d", int(drainWindow/time.Second)), "MOBILE_LOG_LEVEL=info")
@@ -186,7 +188,7 @@ func TestGracefulDrain(t *testing.T) {
 
 	t.Logf("router deliver answers during the test: %v", cronCodes)
 	checkDrainCloses(t, phones, sigterm)
-	var sent, resent, acked int
+	var sent, resent, acked, again int
 	for _, p := range phones {
 		p.mu.Lock()
 		sent += len(p.sent)
@@ -195,10 +197,15 @@ func TestGracefulDrain(t *testing.T) {
 		if p.edge != "B" {
 			t.Errorf("%s ended on edge %s, want B", p.dev, p.edge)
 		}
+		// Answered once by the agent: one message id. The same message may
+		// arrive twice (written to the socket the phone was leaving, then
+		// sent to its new owner: the app replaces a message by id).
 		for _, id := range p.sent {
-			if n := p.finals[p.texts[id]]; n != 1 {
-				t.Errorf("%s: message %s answered %d times, want once", p.dev, id, n)
+			text := p.texts[id]
+			if n, ids := p.finals[text], len(p.answerIDs[text]); n == 0 || ids != 1 {
+				t.Errorf("%s: message %s answered %d times as %d messages, want one message", p.dev, id, n, ids)
 			}
+			again += max(0, p.finals[text]-1)
 		}
 		for text, n := range p.finals {
 			if !p.wasSent(text) {
@@ -206,21 +213,19 @@ func TestGracefulDrain(t *testing.T) {
 			}
 		}
 		for _, id := range p.acked {
-			if n := p.delivered[id]; n != 1 {
-				t.Errorf("%s: delivery %s acknowledged with 200, received %d times, want once", p.dev, id, n)
+			if n := p.delivered[id]; n == 0 {
+				t.Errorf("%s: delivery %s acknowledged with 200, never received", p.dev, id)
 			}
 		}
-		for id, n := range p.delivered {
-			if n > 1 {
-				t.Errorf("%s: delivery %s received %d times", p.dev, id, n)
-			}
+		for _, n := range p.delivered {
+			again += max(0, n-1)
 		}
 		if p.readErr != nil {
 			t.Errorf("%s: %v", p.dev, p.readErr)
 		}
 		p.mu.Unlock()
 	}
-	t.Logf("%d phones sent %d messages (%d resent after the close); %d deliveries acknowledged", len(phones), sent, resent, acked)
+	t.Logf("%d phones sent %d messages (%d resent after the close); %d deliveries acknowledged; %d messages arrived a second time", len(phones), sent, resent, acked, again)
 	if sent < 2*len(phones) || acked < len(phones)/2 {
 		t.Fatalf("too little traffic to judge: %d messages, %d deliveries", sent, acked)
 	}
@@ -364,11 +369,12 @@ type drainPhone struct {
 	mu         sync.Mutex
 	conn       *client.Conn
 	edge       string
-	sent       []string          // ids, in order
-	texts      map[string]string // id → text
-	finals     map[string]int    // answer text → final frames seen
-	delivered  map[string]int    // delivery id → frames seen
-	acked      []string          // delivery ids the router answered 200
+	sent       []string                   // ids, in order
+	texts      map[string]string          // id → text
+	finals     map[string]int             // answer text → final frames seen
+	answerIDs  map[string]map[string]bool // answer text → the message ids it came with
+	delivered  map[string]int             // delivery id → frames seen
+	acked      []string                   // delivery ids the router answered 200
 	resent     int
 	stopped    bool
 	lastResend time.Time
@@ -468,6 +474,13 @@ func (p *drainPhone) read(ctx context.Context) {
 			p.delivered[id]++
 		} else if text, ok := strings.CutPrefix(f.Str("text"), "You said: "); ok {
 			p.finals[text]++
+			if p.answerIDs == nil {
+				p.answerIDs = make(map[string]map[string]bool)
+			}
+			if p.answerIDs[text] == nil {
+				p.answerIDs[text] = make(map[string]bool)
+			}
+			p.answerIDs[text][f.Str("id")] = true
 		}
 		p.mu.Unlock()
 	}
