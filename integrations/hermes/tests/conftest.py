@@ -16,7 +16,11 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE / "stubs"), str(HERE.parent)]
+# The Hermes version the stand-ins copy: hermes_v0_18 (7a43ab04) or
+# hermes_v0_21 (00067189). plugin_test.go runs the suite once for each.
+HERMES_VERSION = os.getenv("MOBILE_TEST_HERMES", "0.21")
+STUBS = HERE / ("hermes_v" + HERMES_VERSION.replace(".", "_"))
+sys.path[:0] = [str(STUBS), str(HERE.parent)]
 
 import aiohttp  # noqa: E402
 
@@ -59,8 +63,9 @@ def device_id(name: str) -> str:
 class Phone:
     """One device on the edge's WebSocket, speaking Protocol v1."""
 
-    def __init__(self, device: str):
+    def __init__(self, device: str, user_id: str = ""):
         self.device = device
+        self.user_id = user_id or "u-" + device
         self.frames = []  # every frame received, in order
         self._seen = 0
 
@@ -69,7 +74,7 @@ class Phone:
         self.ws = await self.http.ws_connect(env("MOBILE_TEST_EDGE_WS"), max_msg_size=16 * 1024 * 1024)
         await self.send(t="hello", token=env("MOBILE_TEST_APP_TOKEN"),
                         device={"id": self.device, "name": "Phone", "platform": "android", "app_version": "1.0.0"},
-                        user={"id": "u-" + self.device, "name": "Ann"})
+                        user={"id": self.user_id, "name": "Ann"})
         await self.expect(lambda f: f["t"] == "ready")
         return self
 
