@@ -44,7 +44,10 @@ def hermes_home(tmp_path, monkeypatch):
     for k in list(os.environ):
         if k.startswith("MOBILE_") and not k.startswith("MOBILE_TEST_"):
             monkeypatch.delenv(k)
-    return tmp_path / "hermes"
+    yield tmp_path / "hermes"
+    for k in list(os.environ):  # register() may set MOBILE_HOME_CHANNEL
+        if k.startswith("MOBILE_") and not k.startswith("MOBILE_TEST_"):
+            del os.environ[k]
 
 
 def env(name: str) -> str:
