@@ -1,5 +1,5 @@
 """Test harness: a phone on the real edge WebSocket, the plugin on the real
-router, the stand-in Hermes modules of stubs/ on the import path.
+router, the stand-ins of one Hermes version (hermes_v0_18, hermes_v0_21) on the import path.
 
 integrations/hermes/plugin_test.go starts the router (AGENT=link) and an edge
 and runs this suite with MOBILE_TEST_* variables naming them.

@@ -21,15 +21,15 @@ def is_card(f):
 
 
 def test_readme_install_loads_and_a_phone_reaches_the_handler(tmp_path, hermes_home):
-    """README "Use with Hermes", to the letter: copy the folder to
-    ~/.hermes/plugins/mobile, enable it in config.yaml, let Hermes load it."""
+    """README "Use with Hermes", to the letter: `cp -r integrations/hermes
+    ~/.hermes/plugins/mobile`, `hermes plugins enable mobile` (which writes
+    plugins.enabled in config.yaml), and Hermes loads it as a directory plugin."""
     async def main():
         from gateway.config import PlatformConfig
         from gateway.platform_registry import platform_registry
         from hermes_cli.plugins import PluginManager
 
-        shutil.copytree(PLUGIN, hermes_home / "plugins" / "mobile",
-                        ignore=shutil.ignore_patterns("tests", "*_test.go", "__pycache__"))
+        shutil.copytree(PLUGIN, hermes_home / "plugins" / "mobile")
         (hermes_home / "config.yaml").write_text("plugins:\n  enabled: [mobile]\n")
         manager = PluginManager()
         manager.discover_and_load()
