@@ -13,6 +13,7 @@ MOBILE_HOME_DEVICE (home device), MOBILE_CURSOR_FILE (cursor_file).
 
 import asyncio
 import base64
+import hashlib
 import contextlib
 import inspect
 import json
@@ -77,8 +78,8 @@ def _hermes_home() -> Path:
     return Path(os.getenv("HERMES_HOME") or Path.home() / ".hermes")
 
 
-def _session_path(router_url: str, device: str, what: str) -> str:
-    return f"{router_url}/v1/sessions/{quote('mobile:' + device, safe=':')}/{what}"
+def _session_path(router_url: str, chat_id: str, what: str) -> str:
+    return f"{router_url}/v1/sessions/{quote('mobile:' + _device_of(chat_id), safe=':')}/{what}"
 
 
 def parse_device(ref: str) -> Optional[str]:
@@ -122,6 +123,84 @@ def _file_media(path: str, kind: str, caption: Optional[str] = None, file_name: 
     if caption:
         body["caption"] = caption
     return body
+
+
+# ── send targets on a Hermes without parse_target_ref_fn (v0.18) ──────────
+#
+# Hermes 0.18's send_message (hermes send, the send_message tool) takes an
+# explicit target only when it is numeric; a name goes through the channel
+# directory, and a name that resolves to a non-numeric id falls back to the
+# home channel. So on such a Hermes a device's chat_id is a number derived
+# from its id (the device id itself when that is all digits), kept in
+# $HERMES_HOME/mobile/targets.json, and channel_aliases.json names it with
+# the device id: `--to mobile:tel-1` resolves to that number, which the
+# plugin turns back into tel-1.
+
+MAX_TARGETS = 10_000  # devices remembered in targets.json
+_TARGETS: Dict[str, str] = {}  # number → device, of this process
+
+
+def _numeric_targets() -> bool:
+    fields = _entry_fields()
+    return fields is not None and "parse_target_ref_fn" not in fields
+
+
+def _target_number(device: str) -> str:
+    if device.isdigit():
+        return device
+    return str(10 ** 16 + int(hashlib.sha256(device.encode("utf-8")).hexdigest()[:13], 16))
+
+
+def _read_json(path: Path) -> dict:
+    with contextlib.suppress(OSError, ValueError):
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(doc, dict):
+            return doc
+    return {}
+
+
+def _write_json(path: Path, doc: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix="." + path.name + "-")
+    with os.fdopen(fd, "w") as f:
+        json.dump(doc, f)
+    os.replace(tmp, path)
+
+
+def _remember_target(device: str) -> str:
+    """The chat_id of device on a Hermes without target hooks, remembered for hermes send."""
+    number = _target_number(device)
+    if number == device or _TARGETS.get(number) == device:
+        return number
+    _TARGETS[number] = device
+    targets_file = _hermes_home() / "mobile" / "targets.json"
+    try:
+        table = _read_json(targets_file)
+        if table.get(number) != device and len(table) < MAX_TARGETS:
+            table[number] = device
+            _write_json(targets_file, table)
+        aliases_file = _hermes_home() / "channel_aliases.json"
+        aliases = _read_json(aliases_file)
+        names = aliases.setdefault(PLATFORM, {})
+        if isinstance(names, dict) and number not in names and len(names) < MAX_TARGETS:
+            names[number] = device
+            _write_json(aliases_file, aliases)
+    except OSError as e:
+        logger.warning("[Mobile] cannot remember the send target of %s: %s", device, e)
+    return number
+
+
+def _device_of(chat_id: str) -> str:
+    """The device of a chat_id (a number of targets.json, or the device id itself)."""
+    chat_id = str(chat_id or "")
+    if not chat_id.isdigit():
+        return chat_id
+    if chat_id not in _TARGETS:
+        device = _read_json(_hermes_home() / "mobile" / "targets.json").get(chat_id)
+        if not isinstance(device, str):
+            return chat_id
+        _TARGETS[chat_id] = device
+    return _TARGETS[chat_id]
 
 
 class RouterError(Exception):
@@ -309,6 +388,11 @@ class MobileAdapter(BasePlatformAdapter):
         self._reader: Optional[asyncio.Task] = None
         self._cards: "OrderedDict[str, _Card]" = OrderedDict()  # card id → what it answers
         self._watcher: Optional[asyncio.Task] = None
+        self._numeric_targets = _numeric_targets()
+        # Cards being opened: an answer can arrive on the event stream before
+        # the router's reply with the card's id.
+        self._opening = 0
+        self._opened = asyncio.Condition()
 
     @property
     def name(self) -> str:
@@ -351,7 +435,7 @@ class MobileAdapter(BasePlatformAdapter):
             self._http = None
 
     async def get_chat_info(self, chat_id: str) -> Dict[str, Any]:
-        return {"name": chat_id, "type": "dm", "chat_id": chat_id}
+        return {"name": _device_of(chat_id), "type": "dm", "chat_id": chat_id}
 
     # ── the event stream ────────────────────────────────────────────────
 
@@ -455,7 +539,7 @@ class MobileAdapter(BasePlatformAdapter):
         # user_id, and so Hermes's allow-lists, name devices. What the
         # phone's hello claims (user, user_id) is a display name only.
         source = self.build_source(
-            chat_id=device,
+            chat_id=_remember_target(device) if self._numeric_targets else device,
             chat_name=str(ev.get("user") or device),
             chat_type="dm",
             user_id=device,
@@ -536,7 +620,13 @@ class MobileAdapter(BasePlatformAdapter):
     async def _resolve_card(self, ev: dict) -> None:
         """Hands a card's answer (or its expiry) to Hermes's own resolvers."""
         p = ev.get("prompt") or {}
-        card = self._cards.pop(str(p.get("id") or ""), None)
+        card_id = str(p.get("id") or "")
+        if card_id not in self._cards and self._opening:
+            async with self._opened:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._opened.wait_for(
+                        lambda: card_id in self._cards or not self._opening), REQUEST_TIMEOUT)
+        card = self._cards.pop(card_id, None)
         if card is None:
             logger.info("[Mobile] answer to an unknown or closed card %s: nothing resolved", p.get("id"))
             return
@@ -564,11 +654,16 @@ class MobileAdapter(BasePlatformAdapter):
     async def _card(self, chat_id: str, body: dict, card: "_Card") -> SendResult:
         if self._http is None:
             return SendResult(success=False, error="Not connected", retryable=True)
+        self._opening += 1
         try:
             doc = await _post(self._http, _session_path(self.router_url, chat_id, "prompts"), self.agent_token, body)
+            self._remember_card(str(doc.get("id")), card)
         except Exception as e:
             return _failed(e)
-        self._remember_card(str(doc.get("id")), card)
+        finally:
+            self._opening -= 1
+            async with self._opened:
+                self._opened.notify_all()
         return SendResult(success=True, message_id=str(doc.get("id")))
 
     async def send_exec_approval(self, chat_id: str, command: str, session_key: str,
@@ -723,7 +818,7 @@ async def standalone_send(pconfig, chat_id: str, message: str, *, thread_id: Opt
     token = _setting(extra, "MOBILE_DELIVER_TOKEN", "deliver_token")
     if not token:
         return {"error": "MOBILE_DELIVER_TOKEN is not set"}
-    device = parse_device(chat_id or "") or parse_device(_home_device())
+    device = parse_device(_device_of(chat_id or "")) or parse_device(_home_device())
     if not device:
         return {"error": f"no device to deliver to: {chat_id!r} (and MOBILE_HOME_CHANNEL is not set)"}
     if aiohttp is None:
@@ -826,6 +921,8 @@ def register(ctx):
         platform_hint=PLATFORM_HINT,
     )
     known = _entry_fields()
+    if _numeric_targets() and parse_device(_home_device()):
+        _remember_target(parse_device(_home_device()))
     if known is None:
         params = inspect.signature(ctx.register_platform).parameters
         if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):

@@ -171,7 +171,8 @@ class Hermes:
                 ev = await asyncio.wait_for(self.events.get(), left)
             except asyncio.TimeoutError:
                 continue
-            if ev.source.chat_id == device:
+            from adapter import _device_of
+            if _device_of(ev.source.chat_id) == device:
                 return ev
 
     async def no_event(self, device: str, wait: float = 1.5):

@@ -5,6 +5,7 @@ to their own wait, and the rows of the compatibility table."""
 import asyncio
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -56,7 +57,7 @@ def test_readme_install_loads_and_a_phone_reaches_the_handler(tmp_path, hermes_h
                 await phone.text("m-1", "hello from the phone")
                 while True:
                     ev = await asyncio.wait_for(got.get(), 10)
-                    if ev.source.chat_id == dev:
+                    if sys.modules[type(adapter).__module__]._device_of(ev.source.chat_id) == dev:
                         break
                 assert ev.text == "hello from the phone"
         finally:
@@ -291,6 +292,40 @@ def test_sender_is_the_authenticated_device(tmp_path):
                 ev = await hermes.next_event(dev)
                 assert ev.source.user_id == dev
                 assert ev.raw_message.get("auth") == "app"
+        finally:
+            await hermes.stop()
+    run(main())
+
+
+def test_send_to_a_device_by_name(tmp_path, monkeypatch):
+    """Row 5: `hermes send --to mobile:<device>` reaches that device on each
+    version: on v0.21 through parse_target_ref_fn, on v0.18 through the
+    channel directory (a non-numeric id there would fall back to the home
+    channel)."""
+    async def main():
+        import adapter as plugin
+        from gateway.config import PlatformConfig
+        dev, home = device_id("named"), device_id("home")
+        monkeypatch.setenv("MOBILE_HOME_CHANNEL", home)
+        monkeypatch.setenv("MOBILE_DELIVER_TOKEN", env("MOBILE_TEST_DELIVER_TOKEN"))
+        hermes = await Hermes(tmp_path).start()
+        try:
+            async with Phone(dev) as phone:
+                await phone.text("m-1", "hi")
+                seen = await hermes.next_event(dev)  # Hermes now has a session with this chat
+                if V021:
+                    chat_id, _ = plugin.parse_target_ref("mobile:" + dev)
+                else:
+                    from tools.send_message_tool import target_chat_id
+                    chat_id = target_chat_id("mobile:" + dev, home=home, session_chat_ids=[seen.source.chat_id])
+                assert chat_id != home, chat_id
+                cfg = PlatformConfig(extra={"router_url": env("MOBILE_TEST_ROUTER_URL")})
+                out = await plugin.standalone_send(cfg, chat_id, "by name")
+                assert out.get("success"), out
+                await phone.expect(lambda f: f["t"] == "message" and f["text"] == "by name")
+                res = await hermes.adapter.send(seen.source.chat_id, "a reply")  # and the live adapter
+                assert res.success
+                await phone.expect(lambda f: f["t"] == "message" and f["text"] == "a reply")
         finally:
             await hermes.stop()
     run(main())
