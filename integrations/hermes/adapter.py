@@ -49,7 +49,7 @@ logger = logging.getLogger(__name__)
 PLATFORM = "mobile"
 DEFAULT_ROUTER_URL = "http://127.0.0.1:8788"
 
-# Bounds (README, "Use with Hermes"): what the router may send the plugin.
+# Bounds (integrations/hermes/README.md, "Bounds").
 MAX_FILE_BYTES = 8 * 1024 * 1024  # a file either way, as the protocol has it
 MAX_EVENT_LINE = 1024 * 1024  # one line of the event stream
 MAX_OPEN_CARDS = 1000  # cards waiting for an answer; the oldest are forgotten
