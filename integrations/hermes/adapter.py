@@ -686,7 +686,30 @@ class MobileAdapter(BasePlatformAdapter):
         body = {"kind": "exec_approval", "text": "Run this command?", "command": command,
                 "description": description or "", "options": options,
                 "timeout_seconds": _card_ttl(_approval_timeout())}
-        return await self._card(chat_id, body, _Card("exec_approval", session_key, "", [], chat_id, options, binding))
+        res = await self._card(chat_id, body, _Card("exec_approval", session_key, "", [], chat_id, options, binding))
+        if res.success and binding[0] == "request":
+            self._close_when_settled(session_key, binding[1], res.message_id)
+        return res
+
+    def _close_when_settled(self, session_key: str, request_id: str, card_id: str) -> None:
+        """Hermes ≥ 0.21 calls settle when the approval's wait ends by any path:
+        the card closes then, without waiting for the next check."""
+        from tools import approval
+        register = getattr(approval, "register_gateway_settle", None)
+        if register is None:
+            return
+        loop = asyncio.get_running_loop()
+
+        def settle(reason=None):
+            with contextlib.suppress(RuntimeError):  # the loop is gone: the gateway is stopping
+                loop.call_soon_threadsafe(self._close_if_open, card_id)
+        if not register(session_key, request_id, settle):
+            self._close_if_open(card_id)  # it ended already
+
+    def _close_if_open(self, card_id: str) -> None:
+        card = self._cards.get(card_id)
+        if card is not None:
+            asyncio.ensure_future(self._close_card(card_id, card))
 
     async def _send_exec_approval_prompt(self, prompt) -> SendResult:
         """Hermes v0.21's approval hook: the same card, with the choices Hermes offers."""

@@ -56,6 +56,20 @@ def list_gateway_approvals(session_key: str) -> list:
         return [dict(entry.data) for entry in _gateway_queues.get(session_key, [])]
 
 
+def register_gateway_settle(session_key: str, request_id: str, settle) -> bool:
+    """Attach settle(reason), run once when that wait ends by any path; False when not pending."""
+    settles.append(request_id)
+    with _lock:
+        for entry in _gateway_queues.get(session_key, []):
+            if entry.data.get("request_id") == request_id:
+                entry.settle = settle
+                return True
+    return False
+
+
+settles: list = []  # request ids given a settle callback
+
+
 def request(session_key: str, data: dict, notify, timeout: float) -> dict:
     data = dict(data, request_id=uuid.uuid4().hex)
     entry = _ApprovalEntry(data)
@@ -69,6 +83,8 @@ def request(session_key: str, data: dict, notify, timeout: float) -> dict:
             queue.remove(entry)
         if not queue:
             _gateway_queues.pop(session_key, None)
+    if entry.settle is not None:
+        entry.settle("resolved" if resolved else "timeout")
     return {"resolved": resolved, "choice": entry.result}
 
 
