@@ -613,7 +613,12 @@ class MobileAdapter(BasePlatformAdapter):
         """Closes approval cards whose Hermes wait has ended, while any is open."""
         while any(c.kind == "exec_approval" for c in self._cards.values()):
             for card_id, card in list(self._cards.items()):
-                if card.kind == "exec_approval" and not _approval_pending(card):
+                try:
+                    ended = card.kind == "exec_approval" and not _approval_pending(card)
+                except Exception as e:  # keep watching the others; the card still expires
+                    logger.warning("[Mobile] cannot tell whether card %s is still awaited: %s", card_id, e)
+                    ended = False
+                if ended:
                     await self._close_card(card_id, card)
             await asyncio.sleep(APPROVAL_POLL)
 
