@@ -393,6 +393,7 @@ class MobileAdapter(BasePlatformAdapter):
         # the router's reply with the card's id.
         self._opening = 0
         self._opened = asyncio.Condition()
+        self._binding: set = set()  # approvals whose card is being opened
 
     @property
     def name(self) -> str:
@@ -678,10 +679,19 @@ class MobileAdapter(BasePlatformAdapter):
         """An exec_approval card bound to the one pending approval it shows; its
         answer resolves that approval only. When the approval cannot be told
         apart, no card is sent (Hermes then asks in text, /approve)."""
-        binding = _bind_approval(session_key, command, description,
-                                 {c.binding for c in self._cards.values() if c.kind == "exec_approval"})
+        taken = self._binding | {c.binding for c in self._cards.values() if c.kind == "exec_approval"}
+        binding = _bind_approval(session_key, command, description, taken)
         if binding is None:
             return SendResult(success=False, error="the pending approval of this card cannot be identified")
+        self._binding.add(binding)  # taken while its card is being opened, too
+        try:
+            return await self._open_approval(chat_id, command, session_key, description, binding,
+                                             allow_permanent, allow_session, smart_denied)
+        finally:
+            self._binding.discard(binding)
+
+    async def _open_approval(self, chat_id, command, session_key, description, binding,
+                             allow_permanent, allow_session, smart_denied) -> SendResult:
         options = ["once"]
         if not smart_denied and allow_session:
             options.append("session")

@@ -331,3 +331,31 @@ def test_send_to_a_device_by_name(tmp_path, monkeypatch):
         finally:
             await hermes.stop()
     run(main())
+
+
+def test_parallel_identical_approvals_each_have_their_card(tmp_path):
+    """Row 4: two pending approvals of the same command in one session (parallel
+    subagents): each card answers exactly one of them."""
+    async def main():
+        from tools import approval
+        dev = device_id("twin")
+        sk = "agent:main:mobile:dm:" + dev
+        hermes = await Hermes(tmp_path).start()
+        notify = approve_in_thread(hermes, dev, sk, asyncio.get_running_loop())
+        data = {"command": "git push --force", "description": "rewrites history"}
+        try:
+            async with Phone(dev) as phone:
+                waiters = [asyncio.create_task(asyncio.to_thread(approval.request, sk, data, notify, 20))
+                           for _ in range(2)]
+                cards = [await phone.expect(is_card), await phone.expect(is_card)]
+                assert cards[0]["id"] != cards[1]["id"]
+                await phone.send(t="prompt", prompt_id=cards[1]["id"], option_id="deny")
+                done, pending = await asyncio.wait(waiters, timeout=10, return_when=asyncio.FIRST_COMPLETED)
+                assert len(done) == 1 and done.pop().result() == {"resolved": True, "choice": "deny"}
+                assert approval.waiting(sk) == 1
+                await phone.send(t="prompt", prompt_id=cards[0]["id"], option_id="once")
+                last = await asyncio.wait_for(pending.pop(), 10)
+                assert last == {"resolved": True, "choice": "once"}
+        finally:
+            await hermes.stop()
+    run(main())
