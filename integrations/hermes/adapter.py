@@ -13,6 +13,7 @@ MOBILE_HOME_DEVICE (home device), MOBILE_CURSOR_FILE (cursor_file).
 
 import asyncio
 import base64
+import hashlib
 import contextlib
 import inspect
 import json
@@ -48,7 +49,7 @@ logger = logging.getLogger(__name__)
 PLATFORM = "mobile"
 DEFAULT_ROUTER_URL = "http://127.0.0.1:8788"
 
-# Bounds (README, "Use with Hermes"): what the router may send the plugin.
+# Bounds (integrations/hermes/README.md, "Bounds").
 MAX_FILE_BYTES = 8 * 1024 * 1024  # a file either way, as the protocol has it
 MAX_EVENT_LINE = 1024 * 1024  # one line of the event stream
 MAX_OPEN_CARDS = 1000  # cards waiting for an answer; the oldest are forgotten
@@ -77,8 +78,8 @@ def _hermes_home() -> Path:
     return Path(os.getenv("HERMES_HOME") or Path.home() / ".hermes")
 
 
-def _session_path(router_url: str, device: str, what: str) -> str:
-    return f"{router_url}/v1/sessions/{quote('mobile:' + device, safe=':')}/{what}"
+def _session_path(router_url: str, chat_id: str, what: str) -> str:
+    return f"{router_url}/v1/sessions/{quote('mobile:' + _device_of(chat_id), safe=':')}/{what}"
 
 
 def parse_device(ref: str) -> Optional[str]:
@@ -124,6 +125,84 @@ def _file_media(path: str, kind: str, caption: Optional[str] = None, file_name: 
     return body
 
 
+# ── send targets on a Hermes without parse_target_ref_fn (v0.18) ──────────
+#
+# Hermes 0.18's send_message (hermes send, the send_message tool) takes an
+# explicit target only when it is numeric; a name goes through the channel
+# directory, and a name that resolves to a non-numeric id falls back to the
+# home channel. So on such a Hermes a device's chat_id is a number derived
+# from its id (the device id itself when that is all digits), kept in
+# $HERMES_HOME/mobile/targets.json, and channel_aliases.json names it with
+# the device id: `--to mobile:tel-1` resolves to that number, which the
+# plugin turns back into tel-1.
+
+MAX_TARGETS = 10_000  # devices remembered in targets.json
+_TARGETS: Dict[str, str] = {}  # number → device, of this process
+
+
+def _numeric_targets() -> bool:
+    fields = _entry_fields()
+    return fields is not None and "parse_target_ref_fn" not in fields
+
+
+def _target_number(device: str) -> str:
+    if device.isdigit():
+        return device
+    return str(10 ** 16 + int(hashlib.sha256(device.encode("utf-8")).hexdigest()[:13], 16))
+
+
+def _read_json(path: Path) -> dict:
+    with contextlib.suppress(OSError, ValueError):
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(doc, dict):
+            return doc
+    return {}
+
+
+def _write_json(path: Path, doc: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix="." + path.name + "-")
+    with os.fdopen(fd, "w") as f:
+        json.dump(doc, f)
+    os.replace(tmp, path)
+
+
+def _remember_target(device: str) -> str:
+    """The chat_id of device on a Hermes without target hooks, remembered for hermes send."""
+    number = _target_number(device)
+    if number == device or _TARGETS.get(number) == device:
+        return number
+    _TARGETS[number] = device
+    targets_file = _hermes_home() / "mobile" / "targets.json"
+    try:
+        table = _read_json(targets_file)
+        if table.get(number) != device and len(table) < MAX_TARGETS:
+            table[number] = device
+            _write_json(targets_file, table)
+        aliases_file = _hermes_home() / "channel_aliases.json"
+        aliases = _read_json(aliases_file)
+        names = aliases.setdefault(PLATFORM, {})
+        if isinstance(names, dict) and number not in names and len(names) < MAX_TARGETS:
+            names[number] = device
+            _write_json(aliases_file, aliases)
+    except OSError as e:
+        logger.warning("[Mobile] cannot remember the send target of %s: %s", device, e)
+    return number
+
+
+def _device_of(chat_id: str) -> str:
+    """The device of a chat_id (a number of targets.json, or the device id itself)."""
+    chat_id = str(chat_id or "")
+    if not chat_id.isdigit():
+        return chat_id
+    if chat_id not in _TARGETS:
+        device = _read_json(_hermes_home() / "mobile" / "targets.json").get(chat_id)
+        if not isinstance(device, str):
+            return chat_id
+        _TARGETS[chat_id] = device
+    return _TARGETS[chat_id]
+
+
 class RouterError(Exception):
     """A router answer that is not 2xx: status, error code and message."""
 
@@ -152,9 +231,134 @@ async def _answer(resp) -> dict:
     return doc
 
 
+def _retryable(err: Exception) -> bool:
+    """Whether sending again is safe and may help: the router answered 5xx
+    (it keeps nothing of a failed request), or the connection to it could not
+    be made. A timeout or a connection lost mid-request is not: the message may
+    have been delivered."""
+    if isinstance(err, RouterError):
+        return err.retryable
+    if aiohttp is not None and isinstance(err, aiohttp.ClientConnectorError):
+        return True
+    return isinstance(err, ConnectionRefusedError)
+
+
 def _failed(err: Exception) -> SendResult:
-    retryable = isinstance(err, RouterError) and err.retryable or not isinstance(err, (RouterError, ValueError, OSError))
-    return SendResult(success=False, error=str(err) or type(err).__name__, retryable=retryable)
+    text = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+    return SendResult(success=False, error=text, retryable=_retryable(err))
+
+
+# ── binding cards to Hermes's waits ───────────────────────────────────────
+
+APPROVAL_POLL = 0.5  # how often open approval cards are checked against Hermes's queue
+CARD_MARGIN = 2  # seconds a card closes before Hermes stops waiting for it
+
+
+class _Card:
+    """An open card: what it answers in Hermes. binding (approvals) is
+    ("request", request_id) on Hermes ≥ 0.21 and ("entry", queue entry) on 0.18."""
+
+    __slots__ = ("kind", "session_key", "hermes_id", "choices", "chat_id", "options", "binding")
+
+    def __init__(self, kind, session_key, hermes_id, choices, chat_id, options=None, binding=None):
+        self.kind, self.session_key, self.hermes_id = kind, session_key, hermes_id
+        self.choices, self.chat_id, self.options, self.binding = choices, chat_id, options or [], binding
+
+
+def _shown(command: str) -> str:
+    """The command as Hermes shows it in a prompt (credentials redacted)."""
+    try:
+        from agent.redact import redact_sensitive_text
+        return redact_sensitive_text(str(command or ""), force=True)
+    except Exception:
+        return str(command or "")
+
+
+def _same_request(data: dict, command: str, description: str) -> bool:
+    raw = str(data.get("command") or "")
+    return (command in (raw, _shown(raw))) and str(data.get("description", "dangerous command")) == description
+
+
+def _bind_approval(session_key: str, command: str, description: str, taken: set):
+    """The pending approval a card for (command, description) answers: the
+    oldest one of the session showing them that no open card answers yet;
+    None when there is none (the card is then not sent)."""
+    from tools import approval
+    lister = getattr(approval, "list_gateway_approvals", None)
+    if lister is not None:  # Hermes ≥ 0.21: request ids
+        for data in lister(session_key):
+            binding = ("request", data.get("request_id"))
+            if binding[1] and binding not in taken and _same_request(data, command, description):
+                return binding
+        return None
+    queues, lock = getattr(approval, "_gateway_queues", None), getattr(approval, "_lock", None)
+    if queues is None or lock is None:
+        return None  # neither: fail safe, Hermes asks in text
+    with lock:  # Hermes 0.18: the queue entry itself
+        for entry in queues.get(session_key, []):
+            binding = ("entry", entry)
+            if binding not in taken and _same_request(getattr(entry, "data", None) or {}, command, description):
+                return binding
+    return None
+
+
+def _approval_pending(card: _Card) -> bool:
+    """Whether Hermes still waits for the approval card answers."""
+    from tools import approval
+    how, what = card.binding
+    if how == "request":
+        return any(d.get("request_id") == what for d in approval.list_gateway_approvals(card.session_key))
+    with approval._lock:
+        return what in approval._gateway_queues.get(card.session_key, [])
+
+
+def _resolve_approval(card: _Card, choice: str) -> bool:
+    """Resolves exactly the approval of card; False when it is no longer pending."""
+    from tools import approval
+    how, what = card.binding
+    if how == "request":
+        return approval.resolve_gateway_approval(card.session_key, choice, request_id=what) > 0
+    # Hermes 0.18 resolves only the oldest approval of a session; this one is
+    # taken out of the queue and woken the way resolve_gateway_approval does.
+    with approval._lock:
+        queue = approval._gateway_queues.get(card.session_key)
+        if not queue or what not in queue:
+            return False
+        queue.remove(what)
+        if not queue:
+            approval._gateway_queues.pop(card.session_key, None)
+    what.result = choice
+    what.event.set()
+    return True
+
+
+def _hermes_setting(getters, default: float) -> float:
+    for module, name in getters:
+        try:
+            value = getattr(__import__(module, fromlist=[name]), name)
+            return float(value() if callable(value) else value)
+        except Exception:
+            continue
+    return default
+
+
+def _approval_timeout() -> float:
+    """approvals.timeout: how long Hermes waits for an approval (60 s by default)."""
+    return _hermes_setting([("tools.approval_context", "_get_approval_timeout"),
+                            ("tools.approval", "_get_approval_timeout")], 60)
+
+
+def _clarify_timeout() -> float:
+    return _hermes_setting([("tools.clarify_gateway", "get_clarify_timeout")], 3600)
+
+
+def _slash_confirm_timeout() -> float:
+    return _hermes_setting([("tools.slash_confirm", "DEFAULT_TIMEOUT_SECONDS")], 300)
+
+
+def _card_ttl(wait: float) -> int:
+    """A card's timeout_seconds: it closes before Hermes's wait ends (the router caps it too)."""
+    return max(1, int(wait) - CARD_MARGIN)
 
 
 class MobileAdapter(BasePlatformAdapter):
@@ -162,6 +366,15 @@ class MobileAdapter(BasePlatformAdapter):
 
     SUPPORTS_MESSAGE_EDITING = True
     MAX_MESSAGE_LENGTH = MAX_TEXT_CHARS
+    # The phone shows a message as in progress until an edit marks it final:
+    # the stream consumer must send the finalize edit even when the text did
+    # not change.
+    REQUIRES_EDIT_FINALIZE = True
+
+    @classmethod
+    def supports_exec_approval_buttons(cls) -> bool:
+        """Hermes v0.21 draws its own text prompt unless the adapter says it renders cards."""
+        return True
 
     def __init__(self, config, **kwargs):
         super().__init__(config, Platform(PLATFORM))
@@ -173,8 +386,14 @@ class MobileAdapter(BasePlatformAdapter):
         self.cursor = ""
         self._http = None
         self._reader: Optional[asyncio.Task] = None
-        # card id → (kind, session_key, hermes id, choices, chat_id)
-        self._cards: "OrderedDict[str, tuple]" = OrderedDict()
+        self._cards: "OrderedDict[str, _Card]" = OrderedDict()  # card id → what it answers
+        self._watcher: Optional[asyncio.Task] = None
+        self._numeric_targets = _numeric_targets()
+        # Cards being opened: an answer can arrive on the event stream before
+        # the router's reply with the card's id.
+        self._opening = 0
+        self._opened = asyncio.Condition()
+        self._binding: set = set()  # approvals whose card is being opened
 
     @property
     def name(self) -> str:
@@ -204,6 +423,9 @@ class MobileAdapter(BasePlatformAdapter):
 
     async def disconnect(self) -> None:
         self._mark_disconnected()
+        if self._watcher is not None:
+            self._watcher.cancel()
+            self._watcher = None
         if self._reader is not None:
             self._reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -214,7 +436,7 @@ class MobileAdapter(BasePlatformAdapter):
             self._http = None
 
     async def get_chat_info(self, chat_id: str) -> Dict[str, Any]:
-        return {"name": chat_id, "type": "dm", "chat_id": chat_id}
+        return {"name": _device_of(chat_id), "type": "dm", "chat_id": chat_id}
 
     # ── the event stream ────────────────────────────────────────────────
 
@@ -314,11 +536,14 @@ class MobileAdapter(BasePlatformAdapter):
                     raise  # the router is away: read this event again later
                 logger.warning("[Mobile] the file of %s cannot be had: %s", ev.get("id"), e)
                 text = (text + "\n" if text else "") + "[the file was no longer available]"
+        # The sender is the device the gateway authenticated (its token):
+        # user_id, and so Hermes's allow-lists, name devices. What the
+        # phone's hello claims (user, user_id) is a display name only.
         source = self.build_source(
-            chat_id=device,
+            chat_id=_remember_target(device) if self._numeric_targets else device,
             chat_name=str(ev.get("user") or device),
             chat_type="dm",
-            user_id=str(ev.get("user_id") or device),
+            user_id=device,
             user_name=str(ev.get("user") or "") or None,
         )
         await self.handle_message(MessageEvent(
@@ -354,68 +579,183 @@ class MobileAdapter(BasePlatformAdapter):
             return data
 
     # ── cards ─────────────────────────────────────────────────────────────
+    #
+    # A card answers exactly the Hermes wait that opened it. An approval card
+    # is bound to its pending approval (Hermes ≥ 0.21: its request_id, from
+    # list_gateway_approvals; 0.18: the queue entry itself), never to "the
+    # oldest approval of the session", which resolve_gateway_approval without
+    # a request id would pick. The card lives no longer than Hermes waits
+    # (timeout_seconds), and when the wait ends another way (answered with
+    # /approve, timed out, interrupted, retired) the card is closed on the
+    # phone; a late tap then gets prompt_done{expired} and resolves nothing.
 
-    def _remember_card(self, card_id: str, entry: tuple) -> None:
-        self._cards[card_id] = entry
+    def _remember_card(self, card_id: str, card: "_Card") -> None:
+        self._cards[card_id] = card
         while len(self._cards) > MAX_OPEN_CARDS:
             old, _ = self._cards.popitem(last=False)
             logger.warning("[Mobile] forgetting card %s: more than %d are open", old, MAX_OPEN_CARDS)
+        if card.kind == "exec_approval" and (self._watcher is None or self._watcher.done()):
+            self._watcher = asyncio.create_task(self._watch_approvals())
+
+    async def _close_card(self, card_id: str, card: "_Card") -> None:
+        """Closes a card Hermes no longer waits for (the phone shows it expired)."""
+        self._cards.pop(card_id, None)
+        if self._http is None:
+            return
+        url = _session_path(self.router_url, card.chat_id, "prompts/" + quote(card_id, safe=""))
+        try:
+            async with self._http.delete(url, headers={"Authorization": "Bearer " + self.agent_token}) as resp:
+                if resp.status != 404:  # 404: answered or expired meanwhile
+                    await _answer(resp)
+        except Exception as e:
+            logger.warning("[Mobile] closing card %s failed (it expires by itself): %s", card_id, e)
+
+    async def _watch_approvals(self) -> None:
+        """Closes approval cards whose Hermes wait has ended, while any is open."""
+        while any(c.kind == "exec_approval" for c in self._cards.values()):
+            for card_id, card in list(self._cards.items()):
+                try:
+                    ended = card.kind == "exec_approval" and not _approval_pending(card)
+                except Exception as e:  # keep watching the others; the card still expires
+                    logger.warning("[Mobile] cannot tell whether card %s is still awaited: %s", card_id, e)
+                    ended = False
+                if ended:
+                    await self._close_card(card_id, card)
+            await asyncio.sleep(APPROVAL_POLL)
 
     async def _resolve_card(self, ev: dict) -> None:
         """Hands a card's answer (or its expiry) to Hermes's own resolvers."""
         p = ev.get("prompt") or {}
-        entry = self._cards.pop(str(p.get("id") or ""), None)
-        if entry is None:
-            logger.info("[Mobile] answer to an unknown card %s (sent before a restart?)", p.get("id"))
+        card_id = str(p.get("id") or "")
+        if card_id not in self._cards and self._opening:
+            async with self._opened:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._opened.wait_for(
+                        lambda: card_id in self._cards or not self._opening), REQUEST_TIMEOUT)
+        card = self._cards.pop(card_id, None)
+        if card is None:
+            logger.info("[Mobile] answer to an unknown or closed card %s: nothing resolved", p.get("id"))
             return
-        kind, session_key, hermes_id, choices, chat_id = entry
         option, text = str(p.get("option") or ""), str(p.get("text") or "")
-        if kind == "exec_approval":
-            from tools.approval import resolve_gateway_approval
-            resolve_gateway_approval(session_key, option or "deny")
-        elif kind == "slash_confirm":
+        if card.options and option not in card.options:
+            option = ""  # not a button the card showed: the safe answer
+        if card.kind == "exec_approval":
+            if not _resolve_approval(card, option or "deny"):
+                logger.info("[Mobile] card %s answered after its approval ended: nothing resolved", p.get("id"))
+        elif card.kind == "slash_confirm":
             from tools import slash_confirm
-            answer = await slash_confirm.resolve(session_key, hermes_id, option or "cancel")
+            answer = await slash_confirm.resolve(card.session_key, card.hermes_id, option or "cancel")
             if answer:
-                await self.send(chat_id, answer)
-        elif kind == "clarify":
+                await self.send(card.chat_id, answer)
+        elif card.kind == "clarify":
             from tools import clarify_gateway
+            choices = card.choices
             if option.startswith("c") and option[1:].isdigit() and int(option[1:]) < len(choices):
-                clarify_gateway.resolve_gateway_clarify(hermes_id, choices[int(option[1:])])
+                clarify_gateway.resolve_gateway_clarify(card.hermes_id, choices[int(option[1:])])
             elif text and not p.get("expired"):
-                clarify_gateway.resolve_gateway_clarify(hermes_id, text)
+                clarify_gateway.resolve_gateway_clarify(card.hermes_id, text)
             else:  # "other" without text, or expired: the next typed message answers
-                clarify_gateway.mark_awaiting_text(hermes_id)
+                clarify_gateway.mark_awaiting_text(card.hermes_id)
 
-    async def _card(self, chat_id: str, body: dict, entry: tuple) -> SendResult:
+    async def _card(self, chat_id: str, body: dict, card: "_Card") -> SendResult:
+        if self._http is None:
+            return SendResult(success=False, error="Not connected", retryable=True)
+        self._opening += 1
         try:
             doc = await _post(self._http, _session_path(self.router_url, chat_id, "prompts"), self.agent_token, body)
+            self._remember_card(str(doc.get("id")), card)
         except Exception as e:
             return _failed(e)
-        self._remember_card(str(doc.get("id")), entry)
+        finally:
+            self._opening -= 1
+            async with self._opened:
+                self._opened.notify_all()
         return SendResult(success=True, message_id=str(doc.get("id")))
 
     async def send_exec_approval(self, chat_id: str, command: str, session_key: str,
                                  description: str = "dangerous command", metadata: Optional[dict] = None,
-                                 **kwargs) -> SendResult:
-        """An exec_approval card; the answer goes to tools.approval.resolve_gateway_approval."""
+                                 allow_permanent: bool = True, allow_session: bool = True,
+                                 smart_denied: bool = False, **kwargs) -> SendResult:
+        """An exec_approval card bound to the one pending approval it shows; its
+        answer resolves that approval only. When the approval cannot be told
+        apart, no card is sent (Hermes then asks in text, /approve)."""
+        taken = self._binding | {c.binding for c in self._cards.values() if c.kind == "exec_approval"}
+        binding = _bind_approval(session_key, command, description, taken)
+        if binding is None:
+            return SendResult(success=False, error="the pending approval of this card cannot be identified")
+        self._binding.add(binding)  # taken while its card is being opened, too
+        try:
+            return await self._open_approval(chat_id, command, session_key, description, binding,
+                                             allow_permanent, allow_session, smart_denied)
+        finally:
+            self._binding.discard(binding)
+
+    async def _open_approval(self, chat_id, command, session_key, description, binding,
+                             allow_permanent, allow_session, smart_denied) -> SendResult:
+        options = ["once"]
+        if not smart_denied and allow_session:
+            options.append("session")
+            if allow_permanent:
+                options.append("always")
+        options.append("deny")
         body = {"kind": "exec_approval", "text": "Run this command?", "command": command,
-                "description": description or ""}
-        return await self._card(chat_id, body, ("exec_approval", session_key, "", [], chat_id))
+                "description": description or "", "options": options,
+                "timeout_seconds": _card_ttl(_approval_timeout())}
+        res = await self._card(chat_id, body, _Card("exec_approval", session_key, "", [], chat_id, options, binding))
+        if res.success and binding[0] == "request":
+            self._close_when_settled(session_key, binding[1], res.message_id)
+        return res
+
+    def _close_when_settled(self, session_key: str, request_id: str, card_id: str) -> None:
+        """Hermes ≥ 0.21 calls settle when the approval's wait ends by any path:
+        the card closes then, without waiting for the next check."""
+        from tools import approval
+        register = getattr(approval, "register_gateway_settle", None)
+        if register is None:
+            return
+        loop = asyncio.get_running_loop()
+
+        def settle(reason=None):
+            with contextlib.suppress(RuntimeError):  # the loop is gone: the gateway is stopping
+                loop.call_soon_threadsafe(self._close_if_open, card_id)
+        if not register(session_key, request_id, settle):
+            self._close_if_open(card_id)  # it ended already
+
+    def _close_if_open(self, card_id: str) -> None:
+        card = self._cards.get(card_id)
+        if card is not None:
+            asyncio.ensure_future(self._close_card(card_id, card))
+
+    async def _send_exec_approval_prompt(self, prompt) -> SendResult:
+        """Hermes v0.21's approval hook: the same card, with the choices Hermes offers."""
+        offered = [a[1] for a in getattr(prompt, "actions", None) or [] if len(a) > 1]
+        return await self.send_exec_approval(
+            prompt.chat_id, prompt.command, prompt.session_key, prompt.description,
+            getattr(prompt, "metadata", None), allow_permanent="always" in offered,
+            allow_session="session" in offered or not offered, smart_denied=getattr(prompt, "smart_denied", False))
 
     async def send_slash_confirm(self, chat_id: str, title: str, message: str, session_key: str,
                                  confirm_id: str, metadata: Optional[dict] = None, **kwargs) -> SendResult:
-        """A slash_confirm card; the answer goes to tools.slash_confirm.resolve."""
+        """A slash_confirm card; the answer goes to tools.slash_confirm.resolve with its confirm_id."""
         text = f"{title}\n\n{message}" if title and message else (title or message or "Confirm?")
-        body = {"kind": "slash_confirm", "text": text}
-        return await self._card(chat_id, body, ("slash_confirm", session_key, confirm_id, [], chat_id))
+        body = {"kind": "slash_confirm", "text": text, "timeout_seconds": _card_ttl(_slash_confirm_timeout())}
+        return await self._card(chat_id, body, _Card("slash_confirm", session_key, confirm_id, [], chat_id))
 
     async def send_clarify(self, chat_id: str, question: str, choices: Optional[list], clarify_id: str,
                            session_key: str, metadata: Optional[dict] = None, **kwargs) -> SendResult:
-        """A clarify card (c0… and other); the answer goes to tools.clarify_gateway."""
+        """A clarify card (c0… and other); the answer goes to tools.clarify_gateway with its clarify_id."""
         labels = [str(c) for c in (choices or []) if str(c)][:32]
-        body = {"kind": "clarify", "text": question or "?", "choices": labels}
-        return await self._card(chat_id, body, ("clarify", session_key, clarify_id, labels, chat_id))
+        body = {"kind": "clarify", "text": question or "?", "choices": labels,
+                "timeout_seconds": _card_ttl(_clarify_timeout())}
+        return await self._card(chat_id, body, _Card("clarify", session_key, clarify_id, labels, chat_id))
+
+    async def retire_clarify_card(self, clarify_id: str, notice: Optional[str] = None) -> None:
+        """Hermes (v0.21) ended a clarify wait unanswered: the card closes on the phone."""
+        for card_id, card in list(self._cards.items()):
+            if card.kind == "clarify" and card.hermes_id == clarify_id:
+                await self._close_card(card_id, card)
+                if notice:
+                    await self.send(card.chat_id, notice)
 
     # ── sending ───────────────────────────────────────────────────────────
 
@@ -430,7 +770,12 @@ class MobileAdapter(BasePlatformAdapter):
 
     async def send(self, chat_id: str, content: str, reply_to: Optional[str] = None,
                    metadata: Optional[Dict[str, Any]] = None) -> SendResult:
-        return await self._say(chat_id, "messages", {"text": content[:MAX_TEXT_CHARS] or " "})
+        # The first part of a streamed answer (the stream consumer marks it
+        # expect_edits, and not notify) is not final: edits follow, the
+        # last with finalize.
+        meta = metadata or {}
+        final = not (meta.get("expect_edits") and not meta.get("notify"))
+        return await self._say(chat_id, "messages", {"text": content[:MAX_TEXT_CHARS] or " ", "final": final})
 
     async def edit_message(self, chat_id: str, message_id: str, content: str, *,
                            finalize: bool = False) -> SendResult:
@@ -511,9 +856,9 @@ async def standalone_send(pconfig, chat_id: str, message: str, *, thread_id: Opt
     token = _setting(extra, "MOBILE_DELIVER_TOKEN", "deliver_token")
     if not token:
         return {"error": "MOBILE_DELIVER_TOKEN is not set"}
-    device = parse_device(chat_id or "") or parse_device(os.getenv("MOBILE_HOME_DEVICE", ""))
+    device = parse_device(_device_of(chat_id or "")) or parse_device(_home_device())
     if not device:
-        return {"error": f"no device to deliver to: {chat_id!r} (and MOBILE_HOME_DEVICE is not set)"}
+        return {"error": f"no device to deliver to: {chat_id!r} (and MOBILE_HOME_CHANNEL is not set)"}
     if aiohttp is None:
         return {"error": "aiohttp is not installed"}
     bodies = [{"target": device, "text": message}] if message else []
@@ -554,12 +899,17 @@ def validate_config(config) -> bool:
     return bool(_setting(extra, "MOBILE_AGENT_TOKEN", "agent_token"))
 
 
+def _home_device() -> str:
+    """The home device: MOBILE_HOME_CHANNEL (Hermes's <PLATFORM>_HOME_CHANNEL), or MOBILE_HOME_DEVICE."""
+    return (os.getenv("MOBILE_HOME_CHANNEL") or os.getenv("MOBILE_HOME_DEVICE") or "").strip()
+
+
 def env_enablement() -> Optional[dict]:
     """Enables the platform from the environment: the agent token is the minimum."""
     if not os.getenv("MOBILE_AGENT_TOKEN", "").strip():
         return None
     seed = {"router_url": os.getenv("MOBILE_ROUTER_URL", DEFAULT_ROUTER_URL).strip()}
-    home = os.getenv("MOBILE_HOME_DEVICE", "").strip()
+    home = _home_device()
     if home:
         seed["home_channel"] = {"chat_id": home, "name": "Home"}
     return seed
@@ -572,28 +922,50 @@ PLATFORM_HINT = (
 )
 
 
+def _entry_fields() -> Optional[set]:
+    """The fields of this Hermes's PlatformEntry (register_platform passes
+    unknown ones on, and the dataclass refuses them), or None when unknown."""
+    try:
+        import dataclasses
+        from gateway.platform_registry import PlatformEntry
+        return {f.name for f in dataclasses.fields(PlatformEntry)}
+    except Exception:
+        return None
+
+
 def register(ctx):
     """Plugin entry point: registers the "mobile" platform."""
+    home = os.getenv("MOBILE_HOME_DEVICE", "").strip()
+    if home and not os.getenv("MOBILE_HOME_CHANNEL"):
+        os.environ["MOBILE_HOME_CHANNEL"] = home  # cron reads the <PLATFORM>_HOME_CHANNEL Hermes names
     fields = dict(
         name=PLATFORM,
         label="Hermes Mobile",
         adapter_factory=lambda cfg: MobileAdapter(cfg),
         check_fn=check_requirements,
         validate_config=validate_config,
+        is_connected=validate_config,  # enabled only with an agent token, not by check_fn alone
         required_env=["MOBILE_ROUTER_URL", "MOBILE_AGENT_TOKEN"],
-        install_hint="needs aiohttp (pip install aiohttp)",
+        install_hint="needs aiohttp (apt-get install python3-aiohttp, or pip install aiohttp)",
         env_enablement_fn=env_enablement,
-        cron_deliver_env_var="MOBILE_HOME_DEVICE",
+        cron_deliver_env_var="MOBILE_HOME_CHANNEL",
         standalone_sender_fn=standalone_send,
-        parse_target_ref_fn=parse_target_ref,
-        validate_target_ref_fn=validate_target_ref,
+        parse_target_ref_fn=parse_target_ref,  # Hermes ≥ 0.21
+        validate_target_ref_fn=validate_target_ref,  # Hermes ≥ 0.21
         allowed_users_env="MOBILE_ALLOWED_USERS",
         allow_all_env="MOBILE_ALLOW_ALL_USERS",
         max_message_length=MAX_TEXT_CHARS,
         emoji="📱",
         platform_hint=PLATFORM_HINT,
     )
-    params = inspect.signature(ctx.register_platform).parameters
-    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        fields = {k: v for k, v in fields.items() if k in params}  # an older Hermes
+    known = _entry_fields()
+    if _numeric_targets() and parse_device(_home_device()):
+        _remember_target(parse_device(_home_device()))
+    if known is None:
+        params = inspect.signature(ctx.register_platform).parameters
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            known = set(params)
+    if known is not None:
+        always = {"name", "label", "adapter_factory", "check_fn", "validate_config", "required_env", "install_hint"}
+        fields = {k: v for k, v in fields.items() if k in known or k in always}
     ctx.register_platform(**fields)

@@ -55,35 +55,42 @@ func TestHermesPlugin(t *testing.T) {
 		edgeURL = strings.TrimSuffix(edgeURL, "/") + "/ws"
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests")
-	cmd.Dir = "."
-	cmd.Env = append(cleanEnv(),
-		"MOBILE_TEST_ROUTER_URL="+strings.TrimSuffix(routerURL, "/"),
-		"MOBILE_TEST_AGENT_TOKEN="+agentToken,
-		"MOBILE_TEST_DELIVER_TOKEN="+deliverToken,
-		"MOBILE_TEST_EDGE_WS="+edgeURL,
-		"MOBILE_TEST_APP_TOKEN="+appToken,
-		"PYTHONDONTWRITEBYTECODE=1",
-	)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("the plugin's Python suite failed (%v):\n%s", err, out)
+	// Each supported Hermes version: tests/hermes_v0_18 and tests/hermes_v0_21
+	// copy what the plugin meets in it.
+	for _, version := range []string{"0.18", "0.21"} {
+		t.Run("hermes-"+version, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests")
+			cmd.Dir = "."
+			cmd.Env = append(cleanEnv(),
+				"MOBILE_TEST_HERMES="+version,
+				"MOBILE_TEST_ROUTER_URL="+strings.TrimSuffix(routerURL, "/"),
+				"MOBILE_TEST_AGENT_TOKEN="+agentToken,
+				"MOBILE_TEST_DELIVER_TOKEN="+deliverToken,
+				"MOBILE_TEST_EDGE_WS="+edgeURL,
+				"MOBILE_TEST_APP_TOKEN="+appToken,
+				"PYTHONDONTWRITEBYTECODE=1",
+			)
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("the plugin's Python suite failed against Hermes %s (%v):\n%s", version, err, out)
+			}
+			t.Logf("pytest:\n%s", out)
+		})
 	}
-	t.Logf("pytest:\n%s", out)
 }
 
 // needPython skips the test without python3, pytest and aiohttp, or fails it
 // in CI, as internal/testsvc does for services.
 func needPython(t *testing.T) {
 	t.Helper()
-	out, err := exec.Command(python, "-c", "import pytest, aiohttp").CombinedOutput()
+	out, err := exec.Command(python, "-c", "import pytest, aiohttp, yaml").CombinedOutput()
 	if err == nil {
 		return
 	}
-	msg := "the Hermes plugin tests need " + python + " with pytest and aiohttp " +
-		"(apt-get install python3-pytest python3-aiohttp): " + err.Error() + " " + strings.TrimSpace(string(out))
+	msg := "the Hermes plugin tests need " + python + " with pytest, aiohttp and yaml " +
+		"(apt-get install python3-pytest python3-aiohttp python3-yaml): " + err.Error() + " " + strings.TrimSpace(string(out))
 	if os.Getenv("CI") != "" {
 		t.Fatal(msg)
 	}

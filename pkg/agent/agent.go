@@ -5,6 +5,7 @@ package agent
 
 import (
 	"context"
+	"time"
 
 	"github.com/hermes-mobile/gateway/pkg/wire"
 )
@@ -70,4 +71,12 @@ type Prompt struct {
 	Command     string // exec_approval: the exact command
 	Description string // exec_approval: what it does
 	Choices     []string
+	// Options, when set, are the only buttons of an exec_approval or
+	// slash_confirm card: a subset of the kind's table, in its order. The
+	// safe option (deny, cancel) is always offered.
+	Options []string
+	// TTL, when set, shortens the card's lifetime below the router's
+	// MOBILE_PROMPT_TTL (it never lengthens it): a card answers a wait of the
+	// agent and must not outlive it.
+	TTL time.Duration
 }

@@ -126,6 +126,7 @@ type grant struct {
 	valid   bool
 	deliver bool // may send deliver frames from anywhere
 	general bool // the app token or a deliver token: not bound to one device
+	main    bool // the app token
 	d       digest
 }
 
@@ -147,6 +148,7 @@ func (a *authenticator) check(token string) grant {
 	g.valid = main || del || extra
 	g.deliver = del
 	g.general = main || del
+	g.main = main
 	return g
 }
 
@@ -154,6 +156,20 @@ func (a *authenticator) check(token string) grant {
 // the error code's reason.
 func (a *authenticator) allowedDevice(device string) bool {
 	return a.allowed == nil || a.allowed[device]
+}
+
+// kind names the token of g that admitted device (after bindingOK):
+// "device" for the device's own token of MOBILE_EXTRA_TOKENS, "app" for
+// MOBILE_TOKEN, "deliver" for one of MOBILE_DELIVER_TOKENS.
+func (a *authenticator) kind(g grant, device string) string {
+	switch {
+	case a.bound[device] != digest{}:
+		return "device"
+	case g.main:
+		return "app"
+	default:
+		return "deliver"
+	}
 }
 
 // bindingOK reports whether the token of g may take device: a bound device

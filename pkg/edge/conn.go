@@ -74,7 +74,8 @@ type conn struct {
 	session   string
 	epoch     atomic.Int64 // changes only when the heartbeat re-claims a lost record
 	deliverOK bool
-	user      struct{ id, name string }
+	user      struct{ id, name string } // what hello.user claims: display only
+	auth      string                    // which token authenticated device (wire.Event.Auth)
 	devName   string
 
 	mu       sync.Mutex

@@ -171,6 +171,7 @@ func (c *conn) hello(h *protocol.Hello) {
 	c.epoch.Store(epoch)
 	c.devName = dev.Name
 	c.user.id, c.user.name = h.User.ID, h.User.Name
+	c.auth = s.auth.kind(g, dev.ID)
 	c.deliverOK = g.deliver || c.client.IsLoopback()
 	c.log = c.log.With("device", dev.ID)
 	c.mu.Lock()
@@ -297,6 +298,7 @@ func (c *conn) submit(ev wire.Event, blob []byte) {
 // publishEvent sends ev to a router and waits for it to take it.
 func (s *Server) publishEvent(ctx context.Context, c *conn, ev wire.Event) error {
 	ev.Session, ev.Device, ev.UserID, ev.User = c.session, c.device, c.user.id, c.user.name
+	ev.Auth = c.auth
 	data, err := json.Marshal(ev)
 	if err != nil {
 		return err
@@ -413,6 +415,11 @@ func (c *conn) onPromptAnswer(f *protocol.PromptAnswer) {
 		return
 	}
 	applied := protocol.ResolveOption(rec.Kind, f.OptionID, f.Text, rec.Choices)
+	var card protocol.Prompt
+	if rec.Kind != protocol.PromptClarify && json.Unmarshal(rec.Data, &card) == nil && len(card.Options) > 0 &&
+		!protocol.Offered(card.Options, applied) {
+		applied = protocol.SafeOption(rec.Kind) // a button the card did not show
+	}
 	ev := c.newEvent(wire.EventPrompt, "")
 	ev.Prompt = &wire.PromptRef{ID: rec.ID, Kind: rec.Kind, Option: applied}
 	if rec.Kind == protocol.PromptClarify && applied == protocol.OptionOther {

@@ -861,3 +861,45 @@ func TestHandshakeTwoDevicesIndependent(t *testing.T) {
 		t.Fatalf("edge has %d connections, want 2", n.Edge.Conns())
 	}
 }
+
+// TestEventAuth: every event names the token that admitted its device (the
+// agent's identity of the sender); hello.user is passed on as a claim only.
+func TestEventAuth(t *testing.T) {
+	type seen struct{ device, auth, userID string }
+	events := make(chan seen, 8)
+	n := hsNode(t, func(cfg *gateway.Config) {
+		cfg.Edge.Auth.ExtraTokens = map[string]edge.Secret{"tel-bound": "bound-secret"}
+		cfg.Edge.Auth.DeliverTokens = []edge.Secret{"deliver-secret"}
+		cfg.Agent = agent.Func(func(ctx context.Context, ev wire.Event, out agent.Output) error {
+			events <- seen{ev.Device, ev.Auth, ev.UserID}
+			return nil
+		})
+	})
+	for _, tc := range []struct{ token, device, want string }{
+		{"bound-secret", "tel-bound", "device"},
+		{testToken, "tel-app", "app"},
+		{"deliver-secret", "tel-cron", "deliver"},
+	} {
+		c := n.dial(t)
+		if err := c.Send(map[string]any{"t": "hello", "token": tc.token, "device": protocol.Device{ID: tc.device},
+			"user": map[string]string{"id": "the-owner", "name": "Owner"}}); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if _, err := c.Expect(ctx, protocol.TypeReady); err != nil {
+			t.Fatalf("%s: %v", tc.device, err)
+		}
+		cancel()
+		if err := c.Text("m-1", "hi"); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case got := <-events:
+			if got != (seen{tc.device, tc.want, "the-owner"}) {
+				t.Fatalf("event %+v, want device %s auth %s (user_id the claim)", got, tc.device, tc.want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: no event", tc.device)
+		}
+	}
+}

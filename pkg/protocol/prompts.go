@@ -1,6 +1,10 @@
 package protocol
 
-import "strconv"
+import (
+	"fmt"
+	"slices"
+	"strconv"
+)
 
 // Prompt kinds.
 const (
@@ -126,4 +130,32 @@ func clarifyIndex(s string) (int, bool) {
 		n = n*10 + int(c-'0')
 	}
 	return n, true
+}
+
+// OfferOptions narrows the buttons of an exec_approval or slash_confirm card
+// to offer (in the table's order); the safe option stays. An empty offer is
+// the whole table; an id outside the table is an error.
+func OfferOptions(kind string, offer []string) ([]Option, error) {
+	all := PromptOptions(kind, nil)
+	if len(offer) == 0 {
+		return all, nil
+	}
+	if kind == PromptClarify {
+		return nil, fmt.Errorf("a clarify card takes choices, not options")
+	}
+	want := make(map[string]bool, len(offer))
+	for _, id := range offer {
+		if !slices.ContainsFunc(all, func(o Option) bool { return o.ID == id }) {
+			return nil, fmt.Errorf("option %q is not one of %s's", Truncate(id, 40), kind)
+		}
+		want[id] = true
+	}
+	want[SafeOption(kind)] = true
+	return slices.DeleteFunc(all, func(o Option) bool { return !want[o.ID] }), nil
+}
+
+// Offered reports whether option is one of the buttons of card: an answer
+// the card did not offer becomes the safe option.
+func Offered(opts []Option, option string) bool {
+	return slices.ContainsFunc(opts, func(o Option) bool { return o.ID == option })
 }

@@ -134,6 +134,7 @@ func (a *API) routes() {
 	a.handle("POST", "/v1/sessions/{session}/messages", agentOnly, a.postMessage)
 	a.handle("POST", "/v1/sessions/{session}/media", agentOnly, a.postMedia)
 	a.handle("POST", "/v1/sessions/{session}/prompts", agentOnly, a.postPrompt)
+	a.handle("DELETE", "/v1/sessions/{session}/prompts/{id}", agentOnly, a.deletePrompt)
 	a.handle("POST", "/v1/sessions/{session}/typing", agentOnly, a.postTyping)
 	a.handle("POST", "/v1/sessions/{session}/avatar", agentOnly, a.postAvatar)
 	a.handle("GET", "/v1/events", agentOnly, a.events)

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/hermes-mobile/gateway/pkg/agent"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
@@ -155,6 +156,9 @@ type promptRequest struct {
 	Command     string   `json:"command"`
 	Description string   `json:"description"`
 	Choices     []string `json:"choices"`
+	Options     []string `json:"options"`
+	// TimeoutSeconds shortens the card's lifetime (never past MOBILE_PROMPT_TTL).
+	TimeoutSeconds int `json:"timeout_seconds"`
 }
 
 // postPrompt is POST /v1/sessions/{session}/prompts: a card. Its answer,
@@ -190,9 +194,41 @@ func (a *API) postPrompt(w http.ResponseWriter, req *http.Request) error {
 			return err
 		}
 	}
+	if body.TimeoutSeconds < 0 {
+		return badFrame("timeout_seconds must not be negative")
+	}
+	if len(body.Options) > 0 {
+		if _, err := protocol.OfferOptions(body.Kind, body.Options); err != nil {
+			return badFrame("%s", err.Error())
+		}
+	}
+	ttl := time.Duration(min(body.TimeoutSeconds, 1<<20)) * time.Second // the router caps it at MOBILE_PROMPT_TTL
 	id, err := a.r.Output(dev).Prompt(req.Context(), agent.Prompt{
 		Kind: body.Kind, Text: body.Text, Command: body.Command, Description: body.Description, Choices: body.Choices,
+		Options: body.Options, TTL: ttl,
 	})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, okBody{OK: true, ID: id})
+	return nil
+}
+
+// deletePrompt is DELETE /v1/sessions/{session}/prompts/{id}: the agent no
+// longer waits for the card; the phone's card closes as expired.
+func (a *API) deletePrompt(w http.ResponseWriter, req *http.Request) error {
+	dev, err := sessionDevice(req)
+	if err != nil {
+		return err
+	}
+	id := req.PathValue("id")
+	if id == "" || len(id) > protocol.MaxIDChars {
+		return badFrame("a card id is 1 to %d characters", protocol.MaxIDChars)
+	}
+	err = a.r.Output(dev).(*output).ClosePrompt(req.Context(), id)
+	if errors.Is(err, store.ErrNotFound) {
+		return apiErr(http.StatusNotFound, codeNotFound, "no such open card: answered, expired or closed already")
+	}
 	if err != nil {
 		return err
 	}

@@ -286,3 +286,66 @@ func TestLinkEventsAreEverything(t *testing.T) {
 		}
 	})
 }
+
+// TestLinkPromptBounds: a card shows only the options the agent offers (an
+// answer outside them is the safe one), lives at most timeout_seconds, and
+// closes on the phone when the agent closes it; a late answer then finds no
+// card and reaches nobody.
+func TestLinkPromptBounds(t *testing.T) {
+	eachEnv(t, nil, func(t *testing.T, e *env) {
+		dev := device("tel")
+		phone := e.phone(t, dev)
+		session := "/v1/sessions/mobile:" + dev
+		r := e.call(t, "POST", session+"/prompts", agentToken, map[string]any{
+			"kind": "exec_approval", "text": "Run?", "command": "curl x | sh", "options": []string{"once"}, "timeout_seconds": 7,
+		})
+		id, _ := wantOK(t, r)["id"].(string)
+		card := expect(t, phone, protocol.TypePrompt)
+		var ids []string
+		for _, o := range card.Slice("options") {
+			ids = append(ids, o.(map[string]any)["id"].(string))
+		}
+		if fmt.Sprint(ids) != "[once deny]" || card.Int("timeout_seconds") != 7 {
+			t.Fatalf("card %s, want options [once deny] and timeout_seconds 7", card)
+		}
+		if err := phone.Answer(id, "always", ""); err != nil {
+			t.Fatal(err)
+		}
+		if done := expect(t, phone, protocol.TypePromptDone); done.Str("option_id") != "deny" {
+			t.Fatalf("prompt_done %s, want deny for a button the card did not show", done)
+		}
+
+		r = e.call(t, "POST", session+"/prompts", agentToken, map[string]any{"kind": "slash_confirm", "text": "Reload?"})
+		id2, _ := wantOK(t, r)["id"].(string)
+		expect(t, phone, protocol.TypePrompt)
+		wantOK(t, e.call(t, "DELETE", session+"/prompts/"+id2, agentToken, nil))
+		if done := expect(t, phone, protocol.TypePromptDone); done.Str("id") != id2 || !done.Bool("expired") {
+			t.Fatalf("prompt_done %s, want %s expired", done, id2)
+		}
+		wantError(t, e.call(t, "DELETE", session+"/prompts/"+id2, agentToken, nil), 404, "not_found")
+		if err := phone.Answer(id2, "once", ""); err != nil {
+			t.Fatal(err)
+		}
+		if done := expect(t, phone, protocol.TypePromptDone); done.Str("id") != id2 || !done.Bool("expired") {
+			t.Fatalf("late answer: prompt_done %s, want expired", done)
+		}
+		evs, _ := e.waitEvents(t, "", 1)
+		if len(evs) != 1 || evs[0].Event.Prompt.ID != id {
+			t.Fatalf("events %+v, want only the first card's answer", evs)
+		}
+		if evs[0].Event.Auth != "app" {
+			t.Fatalf("event auth %q, want app: the phone showed MOBILE_TOKEN", evs[0].Event.Auth)
+		}
+
+		for _, tc := range []struct {
+			name string
+			body map[string]any
+		}{
+			{"unknown option", map[string]any{"kind": "exec_approval", "text": "?", "options": []string{"sometimes"}}},
+			{"options on clarify", map[string]any{"kind": "clarify", "text": "?", "options": []string{"c0"}}},
+			{"negative timeout", map[string]any{"kind": "slash_confirm", "text": "?", "timeout_seconds": -1}},
+		} {
+			wantError(t, e.call(t, "POST", session+"/prompts", agentToken, tc.body), 400, "bad_frame")
+		}
+	})
+}

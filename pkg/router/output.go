@@ -116,8 +116,18 @@ func (o *output) Prompt(ctx context.Context, p agent.Prompt) (string, error) {
 		return "", errors.New("unknown prompt kind " + p.Kind)
 	}
 	ttl := o.r.cfg.PromptTTL
+	if p.TTL > 0 && p.TTL < ttl {
+		ttl = p.TTL
+	}
+	opts := protocol.PromptOptions(p.Kind, p.Choices)
+	if len(p.Options) > 0 {
+		var err error
+		if opts, err = protocol.OfferOptions(p.Kind, p.Options); err != nil {
+			return "", err
+		}
+	}
 	card := protocol.Prompt{
-		ID: newID("p"), Kind: p.Kind, Text: p.Text, Options: protocol.PromptOptions(p.Kind, p.Choices),
+		ID: newID("p"), Kind: p.Kind, Text: p.Text, Options: opts,
 		Command: p.Command, Description: p.Description, Session: protocol.Session(o.device),
 		TimeoutSeconds: int((ttl + time.Second - 1) / time.Second),
 	}
@@ -131,6 +141,22 @@ func (o *output) Prompt(ctx context.Context, p agent.Prompt) (string, error) {
 		return "", err
 	}
 	return card.ID, o.send(ctx, wire.Output{Op: wire.OpPrompt, Prompt: &card})
+}
+
+// ClosePrompt closes card id of the device before it is answered: the agent
+// no longer waits for it. The device gets prompt_done{expired}; a later
+// answer finds no card (prompt_done{expired} again) and reaches nobody.
+// store.ErrNotFound when the card is gone (answered, expired, closed).
+func (o *output) ClosePrompt(ctx context.Context, id string) error {
+	rec, err := o.r.store.TakePrompt(ctx, id, o.device)
+	if errors.Is(err, store.ErrForbidden) {
+		return store.ErrNotFound // another device's card is not this session's to close
+	}
+	if err != nil {
+		return err
+	}
+	done := wire.PromptDone{ID: rec.ID, OptionID: protocol.SafeOption(rec.Kind), Expired: true}
+	return o.send(ctx, wire.Output{Op: wire.OpPromptDone, PromptDone: &done})
 }
 
 func (o *output) Typing(ctx context.Context, stop bool) error {

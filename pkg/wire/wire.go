@@ -19,10 +19,15 @@ type Event struct {
 	Kind    string `json:"kind"`
 	Session string `json:"session"` // mobile:<device>
 	Device  string `json:"device"`
-	UserID  string `json:"user_id,omitempty"`
-	User    string `json:"user,omitempty"`
-	ID      string `json:"id,omitempty"` // the client's message id
-	Text    string `json:"text,omitempty"`
+	// Device is authenticated: the edge admitted it with Auth, the kind of
+	// token it showed: "device" (its own token of MOBILE_EXTRA_TOKENS), "app"
+	// (MOBILE_TOKEN, shared by every phone) or "deliver". UserID and User are
+	// what the phone's hello claims: display only, never an identity.
+	Auth   string `json:"auth,omitempty"`
+	UserID string `json:"user_id,omitempty"`
+	User   string `json:"user,omitempty"`
+	ID     string `json:"id,omitempty"` // the client's message id
+	Text   string `json:"text,omitempty"`
 	// Audio and media: the bytes are in the store under Media.Blob.
 	Format string     `json:"format,omitempty"` // audio: wav or ogg
 	Media  *MediaRef  `json:"media,omitempty"`

@@ -1,5 +1,5 @@
 """Test harness: a phone on the real edge WebSocket, the plugin on the real
-router, the stand-in Hermes modules of stubs/ on the import path.
+router, the stand-ins of one Hermes version (hermes_v0_18, hermes_v0_21) on the import path.
 
 integrations/hermes/plugin_test.go starts the router (AGENT=link) and an edge
 and runs this suite with MOBILE_TEST_* variables naming them.
@@ -16,7 +16,11 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE / "stubs"), str(HERE.parent)]
+# The Hermes version the stand-ins copy: hermes_v0_18 (7a43ab04) or
+# hermes_v0_21 (00067189). plugin_test.go runs the suite once for each.
+HERMES_VERSION = os.getenv("MOBILE_TEST_HERMES", "0.21")
+STUBS = HERE / ("hermes_v" + HERMES_VERSION.replace(".", "_"))
+sys.path[:0] = [str(STUBS), str(HERE.parent)]
 
 import aiohttp  # noqa: E402
 
@@ -40,7 +44,10 @@ def hermes_home(tmp_path, monkeypatch):
     for k in list(os.environ):
         if k.startswith("MOBILE_") and not k.startswith("MOBILE_TEST_"):
             monkeypatch.delenv(k)
-    return tmp_path / "hermes"
+    yield tmp_path / "hermes"
+    for k in list(os.environ):  # register() may set MOBILE_HOME_CHANNEL
+        if k.startswith("MOBILE_") and not k.startswith("MOBILE_TEST_"):
+            del os.environ[k]
 
 
 def env(name: str) -> str:
@@ -59,8 +66,9 @@ def device_id(name: str) -> str:
 class Phone:
     """One device on the edge's WebSocket, speaking Protocol v1."""
 
-    def __init__(self, device: str):
+    def __init__(self, device: str, user_id: str = ""):
         self.device = device
+        self.user_id = user_id or "u-" + device
         self.frames = []  # every frame received, in order
         self._seen = 0
 
@@ -69,7 +77,7 @@ class Phone:
         self.ws = await self.http.ws_connect(env("MOBILE_TEST_EDGE_WS"), max_msg_size=16 * 1024 * 1024)
         await self.send(t="hello", token=env("MOBILE_TEST_APP_TOKEN"),
                         device={"id": self.device, "name": "Phone", "platform": "android", "app_version": "1.0.0"},
-                        user={"id": "u-" + self.device, "name": "Ann"})
+                        user={"id": self.user_id, "name": "Ann"})
         await self.expect(lambda f: f["t"] == "ready")
         return self
 
@@ -163,7 +171,8 @@ class Hermes:
                 ev = await asyncio.wait_for(self.events.get(), left)
             except asyncio.TimeoutError:
                 continue
-            if ev.source.chat_id == device:
+            from adapter import _device_of
+            if _device_of(ev.source.chat_id) == device:
                 return ev
 
     async def no_event(self, device: str, wait: float = 1.5):

@@ -25,14 +25,23 @@ def test_cards_resolve_with_hermes_resolvers(tmp_path):
         sk = "agent:main:mobile:dm:" + dev
         try:
             async with Phone(dev) as phone:
-                res = await a.send_exec_approval(dev, "rm -rf ~/tmp/cache", sk, description="Frees 2 GB")
-                assert res.success
+                loop = asyncio.get_running_loop()
+                sent = []
+
+                def notify(data):
+                    fut = asyncio.run_coroutine_threadsafe(
+                        a.send_exec_approval(dev, data["command"], sk, description=data["description"]), loop)
+                    sent.append(fut.result(15))
+                waiter = asyncio.create_task(asyncio.to_thread(
+                    approval.request, sk, {"command": "rm -rf ~/tmp/cache", "description": "Frees 2 GB"}, notify, 20))
                 card = await phone.expect(lambda f: f["t"] == "prompt")
+                res = (await answered(sent, 1))[0]
+                assert res.success
                 assert (card["id"], card["kind"], card["command"], card["description"]) == (
                     res.message_id, "exec_approval", "rm -rf ~/tmp/cache", "Frees 2 GB")
                 await phone.send(t="prompt", prompt_id=card["id"], option_id="session")
                 await phone.expect(lambda f: f["t"] == "prompt_done")
-                assert (await answered(approval.calls, 1))[-1] == (sk, "session")
+                assert await asyncio.wait_for(waiter, 10) == {"resolved": True, "choice": "session"}
 
                 res = await a.send_slash_confirm(dev, "Reload MCP?", "This clears the prompt cache.", sk, "sc-7")
                 card = await phone.expect(lambda f: f["t"] == "prompt")
@@ -72,15 +81,21 @@ def test_expired_cards_resolve_safely(tmp_path):
         n_appr, n_clar, n_conf = len(approval.calls), len(clarify_gateway.calls), len(slash_confirm.calls)
         try:
             async with Phone(dev) as phone:
-                assert (await a.send_exec_approval(dev, "reboot", sk)).success
+                loop = asyncio.get_running_loop()
+
+                def notify(data):
+                    fut = asyncio.run_coroutine_threadsafe(a.send_exec_approval(dev, data["command"], sk), loop)
+                    assert fut.result(15).success
+                waiter = asyncio.create_task(asyncio.to_thread(
+                    approval.request, sk, {"command": "reboot"}, notify, 30))
+                await phone.expect(lambda f: f["t"] == "prompt")
                 assert (await a.send_clarify(dev, "Name?", None, "cl-9", sk)).success
                 assert (await a.send_slash_confirm(dev, "Reload?", "", sk, "sc-9")).success
                 for _ in range(3):
                     await phone.expect(lambda f: f["t"] == "prompt_done" and f.get("expired"), timeout=15)
-                await answered(approval.calls, n_appr + 1, 15)
+                assert await asyncio.wait_for(waiter, 15) == {"resolved": True, "choice": "deny"}
                 await answered(clarify_gateway.calls, n_clar + 1, 15)
                 await answered(slash_confirm.calls, n_conf + 1, 15)
-                assert approval.calls[n_appr] == (sk, "deny")
                 assert clarify_gateway.calls[n_clar] == ("awaiting_text", "cl-9")  # the next message answers
                 assert slash_confirm.calls[n_conf] == (sk, "sc-9", "cancel")
         finally:

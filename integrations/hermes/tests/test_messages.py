@@ -14,8 +14,9 @@ def test_text_reaches_hermes_and_answer_streams(tmp_path):
                 assert ev.text == "What's the weather?"
                 assert ev.message_id == "m-1"
                 assert ev.message_type.value == "text"
-                assert ev.source.chat_id == dev and ev.source.chat_type == "dm"
-                assert ev.source.user_id == "u-" + dev and ev.source.user_name == "Ann"
+                from adapter import _device_of
+                assert _device_of(ev.source.chat_id) == dev and ev.source.chat_type == "dm"
+                assert ev.source.user_id == dev and ev.source.user_name == "Ann"  # the authenticated device; the name is display only
 
                 await phone.text("m-2", "/status")
                 assert (await hermes.next_event(dev)).message_type.value == "command"

@@ -11,3 +11,8 @@ def resolve_gateway_clarify(clarify_id: str, response: str) -> bool:
 def mark_awaiting_text(clarify_id: str) -> bool:
     calls.append(("awaiting_text", clarify_id))
     return True
+
+
+def get_clarify_timeout() -> int:
+    """agent.clarify_timeout (3600 s by default)."""
+    return 3600

@@ -116,3 +116,17 @@ class BasePlatformAdapter:
     async def handle_message(self, event: MessageEvent) -> None:
         if self._message_handler:
             await self._message_handler(event)
+
+    # Copied from Hermes: the stream consumer skips an unchanged finalize
+    # edit unless an adapter sets this; _send_with_retry retries a failed
+    # send when SendResult.retryable is set or the error text looks like one
+    # of these network errors.
+    REQUIRES_EDIT_FINALIZE: bool = False
+
+    @staticmethod
+    def _is_retryable_error(error) -> bool:
+        return bool(error) and any(pat in error.lower() for pat in _RETRYABLE_ERROR_PATTERNS)
+
+
+_RETRYABLE_ERROR_PATTERNS = ("connecterror", "connectionerror", "connectionreset", "connectionrefused",
+                             "connecttimeout", "network", "broken pipe", "remotedisconnected", "eoferror")
