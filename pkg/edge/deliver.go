@@ -105,7 +105,7 @@ func fenced(op string) bool {
 }
 
 // fenceOwner wraps done so that a delivery written to c counts only if c
-// still owns its device once the write completed. An edge that was paused
+// owned its device when the delivery arrived here. An edge that was paused
 // (a GC pause, a starved CPU, a stalled VM) can wake with a delivery
 // stamped with its own, by then old, epoch and write it into a socket the
 // phone has given up on: the write succeeds, but the phone holds a newer
@@ -113,27 +113,45 @@ func fenced(op string) bool {
 // sends again to the current owner (the phone may get it twice; the app
 // replaces a message by id). A store that cannot be asked makes the
 // delivery fail: the router keeps the output for the outbox.
+//
+// The owner is read as the delivery arrives, beside the write (the bus's
+// dispatcher does not wait for it), not after the write: a phone that read
+// the frames and then moved to another edge must not get them twice.
 func (s *Server) fenceOwner(c *conn, done func(error)) func(error) {
+	type lookup struct {
+		owner store.Owner
+		err   error
+	}
+	looked := make(chan lookup, 1)
+	s.goFunc(func() {
+		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.OpTimeout)
+		defer cancel()
+		o, err := s.store.DeviceOwner(ctx, c.device)
+		looked <- lookup{o, err}
+	})
 	return func(err error) {
 		if err != nil {
 			done(err)
 			return
 		}
-		s.goFunc(func() {
-			ctx, cancel := context.WithTimeout(s.ctx, s.cfg.OpTimeout)
-			defer cancel()
-			owner, err := s.store.DeviceOwner(ctx, c.device)
+		judge := func(l lookup) {
 			switch {
-			case err == nil && owner.Epoch == c.epoch.Load(),
-				errors.Is(err, store.ErrNotFound) && !c.isClosing(): // the record was lost; nobody claimed since
+			case l.err == nil && l.owner.Epoch <= c.epoch.Load(),
+				errors.Is(l.err, store.ErrNotFound) && !c.isClosing(): // the record was lost; nobody claimed since
 				done(nil)
-			case err == nil, errors.Is(err, store.ErrNotFound):
+			case l.err == nil, errors.Is(l.err, store.ErrNotFound):
 				s.tel.m.DeliveryMoved()
 				done(errMoved)
 			default:
-				done(fmt.Errorf("written, but the device's owner could not be checked: %w", err))
+				done(fmt.Errorf("written, but the device's owner could not be checked: %w", l.err))
 			}
-		})
+		}
+		select {
+		case l := <-looked:
+			judge(l)
+		default:
+			s.goFunc(func() { judge(<-looked) })
+		}
 	}
 }
 
