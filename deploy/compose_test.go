@@ -36,8 +36,14 @@ type composeService struct {
 	Ports           []string           `yaml:"ports"`
 	Volumes         []string           `yaml:"volumes"`
 	StopGracePeriod string             `yaml:"stop_grace_period"`
-	Networks        yaml.Node          `yaml:"networks"`
-	Healthcheck     struct {
+	Ulimits         struct {
+		Nofile struct {
+			Soft int `yaml:"soft"`
+			Hard int `yaml:"hard"`
+		} `yaml:"nofile"`
+	} `yaml:"ulimits"`
+	Networks    yaml.Node `yaml:"networks"`
+	Healthcheck struct {
 		Test     []string `yaml:"test"`
 		Interval string   `yaml:"interval"`
 		Timeout  string   `yaml:"timeout"`
@@ -193,6 +199,12 @@ func TestCompose(t *testing.T) {
 	if got, want := keys(cfg.servers), edges; !slices.Equal(got, want) {
 		t.Errorf("haproxy.cfg servers %v, want every edge %v", got, want)
 	}
+	// HAProxy needs two files per connection (phone side, edge side) plus
+	// some for itself, and exits "Cannot raise FD limit" when the hard
+	// limit is below what maxconn needs.
+	if n := lb.Ulimits.Nofile; cfg.maxconn <= 0 || n.Soft < 2*cfg.maxconn+1000 || n.Hard < n.Soft {
+		t.Errorf("lb ulimits nofile %+v: haproxy.cfg maxconn %d needs at least %d open files", n, cfg.maxconn, 2*cfg.maxconn+1000)
+	}
 	if h := strings.Join(lb.Healthcheck.Test, " "); !strings.Contains(h, ":"+cfg.bind+cfg.monitorURI) {
 		t.Errorf("lb healthcheck %q does not ask haproxy's monitor-uri %s on port %s", h, cfg.monitorURI, cfg.bind)
 	}
@@ -269,6 +281,7 @@ type haproxy struct {
 	bind       string            // the frontend's port
 	monitorURI string            // the load balancer's own health URI
 	checkPort  string            // the port the backend's health checks ask
+	maxconn    int               // global maxconn
 	servers    map[string]string // server name → address
 	lines      []string
 }
@@ -289,6 +302,8 @@ func loadHAProxy(t *testing.T) haproxy {
 		switch {
 		case f[0] == "bind" && len(f) > 1:
 			h.bind = strings.TrimPrefix(f[1], ":")
+		case f[0] == "maxconn" && len(f) > 1:
+			h.maxconn, _ = strconv.Atoi(f[1])
 		case f[0] == "monitor-uri" && len(f) > 1:
 			h.monitorURI = f[1]
 		case f[0] == "server" && len(f) > 2:
@@ -382,6 +397,29 @@ func TestDockerfile(t *testing.T) {
 	for _, p := range []string{"8787", "8788", "8789", "8790"} {
 		if !slices.Contains(expose, p) {
 			t.Errorf("Dockerfile EXPOSE %v lacks %s", expose, p)
+		}
+	}
+}
+
+// TestTaskfileUp: task up runs docker compose, or docker-compose where the
+// plugin is missing (as .ci/helm.sh validates the file with either).
+func TestTaskfileUp(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(root, "Taskfile.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tf struct {
+		Tasks map[string]struct {
+			Cmds []string `yaml:"cmds"`
+		} `yaml:"tasks"`
+	}
+	if err := yaml.Unmarshal(b, &tf); err != nil {
+		t.Fatal(err)
+	}
+	script := strings.Join(tf.Tasks["up"].Cmds, "\n")
+	for _, want := range []string{"docker compose version", "docker compose up --build", "docker-compose up --build"} {
+		if !strings.Contains(script, want) {
+			t.Errorf("task up %q lacks %q", script, want)
 		}
 	}
 }
