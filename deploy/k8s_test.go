@@ -225,9 +225,10 @@ func chartCases() []struct {
 		{"default", "hermes", []string{"--set", "auth.token=" + testToken}},
 		{"production", "hermes", []string{"-f", prod}},
 		{"existing secret", "hermes", []string{"--set", "auth.existingSecret=my-tokens", "--set", "auth.existingSecretKeys.deliverTokens=DELIVER"}},
-		{"everything", "hermes", []string{"-f", prod,
+		{"everything", "hermes", append([]string{"-f", prod,
 			"--set", "router.service.type=LoadBalancer", "--set", "router.service.loadBalancerSourceRanges={10.0.0.0/8}",
-			"--set", "router.service.annotations.a=b", "--set", "edge.service.loadBalancerSourceRanges={0.0.0.0/0}"}},
+			"--set", "router.service.annotations.a=b", "--set", "edge.service.loadBalancerSourceRanges={0.0.0.0/0}"}, everythingArgs...)},
+		{"everything bundled", "hermes", append([]string{"--set", "auth.token=" + testToken}, everythingArgs...)},
 		// The longest release name helm accepts (53), with no name already in it.
 		{"long release name", strings.Repeat("r", 53), []string{"--set", "auth.token=" + testToken, "--set", "metrics.serviceMonitor.enabled=true"}},
 		{"long fullnameOverride", "hermes", []string{"--set", "auth.token=" + testToken, "--set", "fullnameOverride=" + strings.Repeat("f", 45)}},
@@ -584,5 +585,179 @@ func TestChartMemoryLimit(t *testing.T) {
 		if e := containerEnv(c, "GOMEMLIMIT"); e == nil || e.Value != want {
 			t.Errorf("limit %s: GOMEMLIMIT %+v, want %s", limit, e, want)
 		}
+	}
+}
+
+// everythingArgs turn on every optional piece of the chart.
+var everythingArgs = []string{
+	"--set", "ingress.enabled=true", "--set", "ingress.className=nginx", "--set", "ingress.host=gw.example.com",
+	"--set", "ingress.tls[0].secretName=gw-tls", "--set", "ingress.tls[0].hosts[0]=gw.example.com",
+	"--set", "httpRoute.enabled=true", "--set", "httpRoute.parentRefs[0].name=public", "--set", "httpRoute.parentRefs[0].namespace=gateways",
+	"--set", "httpRoute.hostnames[0]=gw.example.com",
+	"--set", "networkPolicy.enabled=true", "--set", "networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.name=monitoring",
+	"--set", "networkPolicy.wsFrom[0].namespaceSelector.matchLabels.name=ingress",
+	"--set", "metrics.serviceMonitor.enabled=true",
+	"--set", "serviceAccount.annotations.role=r",
+	"--set", "edge.podLabels.team=mobile", "--set", "router.podLabels.team=mobile",
+	"--set", "edge.priorityClassName=high", "--set", "router.priorityClassName=high",
+	"--set", "edge.extraVolumes[0].name=certs", "--set", "edge.extraVolumes[0].emptyDir.medium=Memory",
+	"--set", "edge.extraVolumeMounts[0].name=certs", "--set", "edge.extraVolumeMounts[0].mountPath=/certs",
+	"--set", "edge.extraContainers[0].name=shipper", "--set", "edge.extraContainers[0].image=busybox",
+	"--set", "router.extraContainers[0].name=shipper", "--set", "router.extraContainers[0].image=busybox",
+	"--set", "edge.probes.liveness.tcpSocket.port=ws", "--set", "edge.probes.liveness.periodSeconds=20",
+	"--set", "router.probes.readiness.httpGet.path=/healthz", "--set", "router.probes.readiness.httpGet.port=admin",
+}
+
+// TestChartConventions renders every optional piece and checks what
+// operators expect of a chart: appProtocol on Service ports, a
+// ServiceAccount without a mounted token, revisionHistoryLimit, podLabels
+// outside the selector, priorityClassName, extra volumes and containers,
+// probes replaced whole, an Ingress and an HTTPRoute to the edges' ws port
+// with WebSocket timeouts, NetworkPolicies, and the helm test pod.
+func TestChartConventions(t *testing.T) {
+	ms := renderStrict(t, "hermes", append([]string{"--set", "auth.token=" + testToken}, everythingArgs...)...)
+	services := map[string]*corev1.Service{}
+	for _, s := range all[corev1.Service](ms) {
+		services[s.Name] = s
+	}
+	wantProto := map[string]string{"hermes-hermes-gateway-edge": "kubernetes.io/ws", "hermes-hermes-gateway-edge-admin": "http",
+		"hermes-hermes-gateway-router": "http", "hermes-hermes-gateway-router-admin": "http"}
+	for name, proto := range wantProto {
+		s := services[name]
+		if s == nil {
+			t.Errorf("no Service %s", name)
+			continue
+		}
+		for _, p := range s.Spec.Ports {
+			if p.AppProtocol == nil || *p.AppProtocol != proto {
+				t.Errorf("Service %s port %s appProtocol %v, want %s", name, p.Name, p.AppProtocol, proto)
+			}
+		}
+	}
+
+	sas := all[corev1.ServiceAccount](ms)
+	if len(sas) != 1 || sas[0].AutomountServiceAccountToken == nil || *sas[0].AutomountServiceAccountToken || sas[0].Annotations["role"] != "r" {
+		t.Fatalf("ServiceAccounts %+v: want one, annotated, no token mounted", sas)
+	}
+	for _, component := range []string{"edge", "router"} {
+		d := deployment(t, ms, component)
+		pod := d.Spec.Template
+		if pod.Spec.ServiceAccountName != sas[0].Name {
+			t.Errorf("%s serviceAccountName %q, want %s", component, pod.Spec.ServiceAccountName, sas[0].Name)
+		}
+		if d.Spec.RevisionHistoryLimit == nil || *d.Spec.RevisionHistoryLimit != 5 {
+			t.Errorf("%s revisionHistoryLimit %v, want 5", component, d.Spec.RevisionHistoryLimit)
+		}
+		if pod.Labels["team"] != "mobile" || d.Spec.Selector.MatchLabels["team"] != "" {
+			t.Errorf("%s podLabels: pod %v, selector %v: want team on the pods only", component, pod.Labels, d.Spec.Selector.MatchLabels)
+		}
+		if pod.Spec.PriorityClassName != "high" {
+			t.Errorf("%s priorityClassName %q", component, pod.Spec.PriorityClassName)
+		}
+		if n := len(pod.Spec.Containers); n != 2 || pod.Spec.Containers[1].Name != "shipper" {
+			t.Errorf("%s has %d containers, want %s and the extra one", component, n, component)
+		}
+	}
+	edge := deployment(t, ms, "edge").Spec.Template.Spec
+	if len(edge.Volumes) != 1 || edge.Volumes[0].EmptyDir == nil || len(edge.Containers[0].VolumeMounts) != 1 || edge.Containers[0].VolumeMounts[0].MountPath != "/certs" {
+		t.Errorf("edge volumes %+v, mounts %+v: want the extra volume mounted on /certs", edge.Volumes, edge.Containers[0].VolumeMounts)
+	}
+	if lp := edge.Containers[0].LivenessProbe; lp == nil || lp.TCPSocket == nil || lp.HTTPGet != nil || lp.PeriodSeconds != 20 {
+		t.Errorf("edge liveness probe %+v: want edge.probes.liveness in place of the chart's", lp)
+	}
+	if rp := edge.Containers[0].ReadinessProbe; rp == nil || rp.HTTPGet == nil || rp.HTTPGet.Path != "/readyz" {
+		t.Errorf("edge readiness probe %+v: want the chart's", rp)
+	}
+	if rp := deployment(t, ms, "router").Spec.Template.Spec.Containers[0].ReadinessProbe; rp == nil || rp.HTTPGet == nil || rp.HTTPGet.Path != "/healthz" || rp.PeriodSeconds != 0 {
+		t.Errorf("router readiness probe %+v: want router.probes.readiness whole", rp)
+	}
+
+	edgeSvc := services["hermes-hermes-gateway-edge"]
+	ings := all[networkingv1.Ingress](ms)
+	if len(ings) != 1 {
+		t.Fatalf("%d Ingresses, want 1", len(ings))
+	}
+	ing := ings[0]
+	if ing.Annotations["nginx.ingress.kubernetes.io/proxy-read-timeout"] != "3600" || ing.Spec.IngressClassName == nil || *ing.Spec.IngressClassName != "nginx" || len(ing.Spec.TLS) != 1 {
+		t.Errorf("Ingress %+v: want class nginx, TLS, a one-hour read timeout", ing)
+	}
+	if r := ing.Spec.Rules; len(r) != 1 || r[0].Host != "gw.example.com" || len(r[0].HTTP.Paths) != 1 ||
+		r[0].HTTP.Paths[0].Path != "/ws" || r[0].HTTP.Paths[0].Backend.Service.Name != edgeSvc.Name || r[0].HTTP.Paths[0].Backend.Service.Port.Name != "ws" {
+		t.Errorf("Ingress rules %+v: want /ws on gw.example.com to the edge Service's ws port", r)
+	}
+	routes := all[httpRoute](ms)
+	if len(routes) != 1 {
+		t.Fatalf("%d HTTPRoutes, want 1", len(routes))
+	}
+	rt := routes[0].Spec
+	if len(rt.ParentRefs) != 1 || rt.ParentRefs[0].Name != "public" || len(rt.Rules) != 1 || len(rt.Rules[0].BackendRefs) != 1 ||
+		rt.Rules[0].BackendRefs[0].Name != edgeSvc.Name || rt.Rules[0].BackendRefs[0].Port != edgeSvc.Spec.Ports[0].Port ||
+		rt.Rules[0].Matches[0].Path.Value != "/ws" || rt.Rules[0].Timeouts == nil || rt.Rules[0].Timeouts.Request != "0s" {
+		t.Errorf("HTTPRoute %+v: want /ws to the edge Service's port, request timeout off", rt)
+	}
+	if _, err := helmTemplate(t, "hermes", "--set", "auth.token="+testToken, "--set", "httpRoute.enabled=true"); err == nil || !strings.Contains(err.Error(), "httpRoute.parentRefs") {
+		t.Errorf("an HTTPRoute without parentRefs: %v, want the chart to ask for them", err)
+	}
+
+	pols := map[string]*networkingv1.NetworkPolicy{}
+	for _, p := range all[networkingv1.NetworkPolicy](ms) {
+		pols[p.Labels["app.kubernetes.io/component"]] = p
+	}
+	for _, component := range []string{"edge", "router", "redis", "nats"} {
+		p := pols[component]
+		if p == nil {
+			t.Errorf("no NetworkPolicy for %s", component)
+			continue
+		}
+		d := deployment(t, ms, component)
+		if !matches(p.Spec.PodSelector.MatchLabels, d.Spec.Template.Labels) || p.Spec.PodSelector.MatchLabels["app.kubernetes.io/component"] != component {
+			t.Errorf("%s NetworkPolicy selects %v", component, p.Spec.PodSelector.MatchLabels)
+		}
+		for _, rule := range p.Spec.Ingress {
+			if component == "redis" || component == "nats" {
+				// Only this release's edges and routers.
+				if len(rule.From) != 2 {
+					t.Errorf("%s NetworkPolicy lets in %+v, want this release's edges and routers", component, rule.From)
+				}
+				for _, f := range rule.From {
+					if f.PodSelector == nil || f.NamespaceSelector != nil || f.PodSelector.MatchLabels["app.kubernetes.io/instance"] != "hermes" {
+						t.Errorf("%s NetworkPolicy peer %+v: want pods of this release", component, f)
+					}
+				}
+			}
+			if len(rule.Ports) == 1 && rule.Ports[0].Port.String() == "admin" {
+				// The helm test pod reaches the admin ports.
+				var test bool
+				for _, f := range rule.From {
+					test = test || (f.PodSelector != nil && f.PodSelector.MatchLabels["app.kubernetes.io/component"] == "test")
+				}
+				if !test || len(rule.From) != 2 {
+					t.Errorf("%s admin port lets in %+v: want metricsFrom and the test pod", component, rule.From)
+				}
+			}
+		}
+	}
+
+	pods := all[corev1.Pod](ms)
+	if len(pods) != 1 || pods[0].Annotations["helm.sh/hook"] != "test" || pods[0].Spec.RestartPolicy != corev1.RestartPolicyNever {
+		t.Fatalf("test pods %v: want one helm test hook pod", pods)
+	}
+	if pods[0].Labels["app.kubernetes.io/component"] != "test" {
+		t.Errorf("test pod labels %v: the NetworkPolicies let component=test in", pods[0].Labels)
+	}
+	probed := map[string]bool{}
+	for _, c := range pods[0].Spec.Containers {
+		if len(c.Command) != 1 || c.Command[0] != "/usr/local/bin/hermes-probe" || len(c.Args) != 1 {
+			t.Errorf("test container %s runs %v %v, want hermes-probe URL", c.Name, c.Command, c.Args)
+			continue
+		}
+		for name, s := range services {
+			if strings.HasSuffix(name, "-admin") && c.Args[0] == fmt.Sprintf("http://%s:%d/readyz", name, s.Spec.Ports[0].Port) {
+				probed[s.Labels["app.kubernetes.io/component"]] = true
+			}
+		}
+	}
+	if !probed["edge"] || !probed["router"] {
+		t.Errorf("the test pod probes /readyz of %v, want both admin Services", probed)
 	}
 }

@@ -36,6 +36,15 @@ app.kubernetes.io/name: {{ include "hermes.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
+{{/* The ServiceAccount of edges and routers. */}}
+{{- define "hermes.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- .Values.serviceAccount.name | default (include "hermes.fullname" .) }}
+{{- else }}
+{{- .Values.serviceAccount.name | default "default" }}
+{{- end }}
+{{- end }}
+
 {{/* The image, tag defaulting to the chart's appVersion. */}}
 {{- define "hermes.image" -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
