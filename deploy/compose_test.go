@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"bytes"
 	"net"
 	"net/url"
 	"os"
@@ -354,8 +355,10 @@ func TestDockerfile(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := string(b)
-	for _, want := range []string{"CGO_ENABLED=0", "-trimpath", `-ldflags "-s -w"`,
+	for _, want := range []string{"CGO_ENABLED=0", "-trimpath", `-ldflags "$LDFLAGS"`, `LDFLAGS="-s -w `,
 		"-o /out/hermes-edge ./services/edge", "-o /out/hermes-router ./services/router", "-o /out/hermes-probe ./deploy/probe",
+		// Cross-compiled on the build machine's platform for the target's.
+		"FROM --platform=$BUILDPLATFORM ", "ARG TARGETOS", "ARG TARGETARCH", "GOOS=$TARGETOS GOARCH=$TARGETARCH",
 		"COPY --from=build /out/ /usr/local/bin/", `ENTRYPOINT ["/usr/local/bin/hermes-edge"]`} {
 		if !strings.Contains(text, want) {
 			t.Errorf("Dockerfile lacks %q", want)
@@ -363,14 +366,24 @@ func TestDockerfile(t *testing.T) {
 	}
 	var from, user string
 	var expose []string
+	args := map[string]string{} // global ARG defaults, for FROM ${X}
+	stages := 0
 	for _, line := range strings.Split(text, "\n") {
 		f := strings.Fields(line)
 		if len(f) < 2 {
 			continue
 		}
 		switch f[0] {
+		case "ARG":
+			if name, def, ok := strings.Cut(f[1], "="); ok && stages == 0 {
+				args[name] = def
+			}
 		case "FROM":
-			from, user = f[1], ""
+			stages++
+			f = slices.DeleteFunc(f, func(s string) bool { return strings.HasPrefix(s, "--") })
+			from, user = shellVar.ReplaceAllStringFunc(f[1], func(v string) string {
+				return args[shellVar.FindStringSubmatch(v)[1]]
+			}), ""
 		case "USER":
 			user = f[1]
 		case "EXPOSE":
@@ -386,6 +399,17 @@ func TestDockerfile(t *testing.T) {
 					checkEnv(t, "Dockerfile ENV", service, []string{name})
 				}
 			}
+		}
+	}
+	// The final image's OCI labels.
+	for _, label := range []string{"title", "description", "source", "url", "documentation", "version", "revision", "base.name"} {
+		if !strings.Contains(text, "org.opencontainers.image."+label+"=") {
+			t.Errorf("Dockerfile has no org.opencontainers.image.%s label", label)
+		}
+	}
+	for _, want := range []string{`org.opencontainers.image.version="${VERSION}"`, `org.opencontainers.image.revision="${REVISION}"`} {
+		if !strings.Contains(text, want) {
+			t.Errorf("Dockerfile lacks %s", want)
 		}
 	}
 	if !strings.HasPrefix(from, "gcr.io/distroless/static") && from != "scratch" {
@@ -421,5 +445,43 @@ func TestTaskfileUp(t *testing.T) {
 		if !strings.Contains(script, want) {
 			t.Errorf("task up %q lacks %q", script, want)
 		}
+	}
+}
+
+// ldflagsLine matches the Dockerfile's LDFLAGS="..." assignment.
+var ldflagsLine = regexp.MustCompile(`LDFLAGS="([^"]*)"`)
+
+// TestDockerfileVersion builds hermes-edge with the Dockerfile's LDFLAGS
+// and a VERSION, and finds the version in the binary: an -X naming a
+// variable that does not exist is silently ignored by the linker, which
+// would leave every image reporting "dev".
+func TestDockerfileVersion(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(root, "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := ldflagsLine.FindStringSubmatch(string(b))
+	if m == nil {
+		t.Fatal("Dockerfile sets no LDFLAGS")
+	}
+	const version = "v9.8.7-stamped"
+	ldflags := strings.ReplaceAll(m[1], "${VERSION}", version)
+	if !strings.Contains(ldflags, "-X ") || !strings.Contains(ldflags, version) {
+		t.Fatalf("LDFLAGS %q stamps no ${VERSION}", m[1])
+	}
+	bin := filepath.Join(t.TempDir(), "hermes-edge")
+	// The other flags as acceptedEnv's build, so the packages come from the
+	// build cache and only the link differs.
+	build := exec.Command("go", "build", "-ldflags", ldflags, "-o", bin, "./services/edge")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build -ldflags %q: %v\n%s", ldflags, err, out)
+	}
+	exe, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(exe, []byte(version)) {
+		t.Errorf("the binary built with -ldflags %q does not contain %s: the -X names no variable", ldflags, version)
 	}
 }
