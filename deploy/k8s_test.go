@@ -596,7 +596,7 @@ var everythingArgs = []string{
 	"--set", "httpRoute.hostnames[0]=gw.example.com",
 	"--set", "networkPolicy.enabled=true", "--set", "networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.name=monitoring",
 	"--set", "networkPolicy.wsFrom[0].namespaceSelector.matchLabels.name=ingress",
-	"--set", "metrics.serviceMonitor.enabled=true",
+	"--set", "metrics.serviceMonitor.enabled=true", "--set", "edge.autoscaling.targetConnectionsPerPod=20000",
 	"--set", "serviceAccount.annotations.role=r",
 	"--set", "edge.podLabels.team=mobile", "--set", "router.podLabels.team=mobile",
 	"--set", "edge.priorityClassName=high", "--set", "router.priorityClassName=high",
@@ -759,5 +759,32 @@ func TestChartConventions(t *testing.T) {
 	}
 	if !probed["edge"] || !probed["router"] {
 		t.Errorf("the test pod probes /readyz of %v, want both admin Services", probed)
+	}
+}
+
+// TestChartHPAConnections: with edge.autoscaling.targetConnectionsPerPod
+// the HPA also scales on open WebSockets per edge (a Pods metric), beside CPU.
+func TestChartHPAConnections(t *testing.T) {
+	ms := renderStrict(t, "hermes", "--set", "auth.token="+testToken, "--set", "edge.autoscaling.targetConnectionsPerPod=20000")
+	hpas := all[autoscalingv2.HorizontalPodAutoscaler](ms)
+	if len(hpas) != 1 {
+		t.Fatalf("%d HPAs", len(hpas))
+	}
+	var found bool
+	for _, m := range hpas[0].Spec.Metrics {
+		if m.Type == autoscalingv2.PodsMetricSourceType && m.Pods != nil && m.Pods.Metric.Name == "hermes_connections" &&
+			m.Pods.Target.Type == autoscalingv2.AverageValueMetricType && m.Pods.Target.AverageValue != nil && m.Pods.Target.AverageValue.Value() == 20000 {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("HPA metrics %+v: want hermes_connections averaging 20000 per pod", hpas[0].Spec.Metrics)
+	}
+	ms = renderStrict(t, "hermes", "--set", "auth.token="+testToken)
+	if n := len(all[autoscalingv2.HorizontalPodAutoscaler](ms)[0].Spec.Metrics); n != 1 {
+		t.Errorf("default HPA has %d metrics, want CPU only", n)
+	}
+	if _, err := helmTemplate(t, "hermes", "--set", "auth.token="+testToken, "--set", "edge.autoscaling.targetConnectionsPerPod=0"); err == nil {
+		t.Error("targetConnectionsPerPod=0 rendered, want a schema error")
 	}
 }
