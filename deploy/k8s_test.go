@@ -50,6 +50,7 @@ var kinds = map[string]struct {
 	"NetworkPolicy":           {"networking.k8s.io/v1", func() any { return new(networkingv1.NetworkPolicy) }},
 	"ServiceMonitor":          {"monitoring.coreos.com/v1", func() any { return new(serviceMonitor) }},
 	"HTTPRoute":               {"gateway.networking.k8s.io/v1", func() any { return new(httpRoute) }},
+	"PrometheusRule":          {"monitoring.coreos.com/v1", func() any { return new(prometheusRule) }},
 }
 
 // serviceMonitor is the part of monitoring.coreos.com/v1 ServiceMonitor the
@@ -102,6 +103,26 @@ type httpRoute struct {
 				BackendRequest string `json:"backendRequest,omitempty"`
 			} `json:"timeouts,omitempty"`
 		} `json:"rules"`
+	} `json:"spec"`
+}
+
+// prometheusRule is the part of monitoring.coreos.com/v1 PrometheusRule the
+// chart renders.
+type prometheusRule struct {
+	APIVersion string        `json:"apiVersion"`
+	Kind       string        `json:"kind"`
+	Metadata   objectMetaRaw `json:"metadata"`
+	Spec       struct {
+		Groups []struct {
+			Name  string `json:"name"`
+			Rules []struct {
+				Alert       string            `json:"alert"`
+				Expr        string            `json:"expr"`
+				For         string            `json:"for,omitempty"`
+				Labels      map[string]string `json:"labels,omitempty"`
+				Annotations map[string]string `json:"annotations,omitempty"`
+			} `json:"rules"`
+		} `json:"groups"`
 	} `json:"spec"`
 }
 
@@ -597,6 +618,7 @@ var everythingArgs = []string{
 	"--set", "networkPolicy.enabled=true", "--set", "networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.name=monitoring",
 	"--set", "networkPolicy.wsFrom[0].namespaceSelector.matchLabels.name=ingress",
 	"--set", "metrics.serviceMonitor.enabled=true", "--set", "edge.autoscaling.targetConnectionsPerPod=20000",
+	"--set", "metrics.prometheusRule.enabled=true", "--set", "metrics.grafanaDashboard.enabled=true",
 	"--set", "serviceAccount.annotations.role=r",
 	"--set", "edge.podLabels.team=mobile", "--set", "router.podLabels.team=mobile",
 	"--set", "edge.priorityClassName=high", "--set", "router.priorityClassName=high",
