@@ -41,9 +41,16 @@ trap 'rm -rf "$out"' EXIT
 TOKEN=(--set auth.token=ci-token-0123456789)
 "$HELM" lint --strict "$CHART" "${TOKEN[@]}"
 "$HELM" lint --strict "$CHART" -f "$CHART/values-production.yaml"
+# Every optional piece on (Ingress, HTTPRoute, NetworkPolicies, monitoring).
+EVERYTHING=(--set ingress.enabled=true --set httpRoute.enabled=true --set 'httpRoute.parentRefs[0].name=public'
+  --set networkPolicy.enabled=true --set metrics.serviceMonitor.enabled=true
+  --set metrics.prometheusRule.enabled=true --set metrics.grafanaDashboard.enabled=true
+  --set edge.autoscaling.targetConnectionsPerPod=20000)
+"$HELM" lint --strict "$CHART" "${TOKEN[@]}" "${EVERYTHING[@]}"
 "$HELM" template hermes "$CHART" --kube-version "$KUBE_VERSION" "${TOKEN[@]}" >"$out/default.yaml"
 "$HELM" template hermes "$CHART" --kube-version "$KUBE_VERSION" -f "$CHART/values-production.yaml" >"$out/production.yaml"
 "$HELM" template hermes "$CHART" --kube-version "$KUBE_VERSION" --set auth.existingSecret=my-tokens >"$out/existing-secret.yaml"
+"$HELM" template hermes "$CHART" --kube-version "$KUBE_VERSION" "${TOKEN[@]}" "${EVERYTHING[@]}" >"$out/everything.yaml"
 # Without a token, a Redis or a NATS the chart refuses to render, saying what to set.
 if err="$("$HELM" template hermes "$CHART" --kube-version "$KUBE_VERSION" 2>&1 >/dev/null)"; then
   echo "helm template rendered without a token" >&2; exit 1
