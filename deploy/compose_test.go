@@ -485,3 +485,37 @@ func TestDockerfileVersion(t *testing.T) {
 		t.Errorf("the binary built with -ldflags %q does not contain %s: the -X names no variable", ldflags, version)
 	}
 }
+
+// TestTaskfileBuild: task build stamps the version into the same variable
+// as the Dockerfile, so binaries and images report it alike.
+func TestTaskfileBuild(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(root, "Taskfile.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tf struct {
+		Tasks map[string]struct {
+			Cmds []string `yaml:"cmds"`
+		} `yaml:"tasks"`
+	}
+	if err := yaml.Unmarshal(b, &tf); err != nil {
+		t.Fatal(err)
+	}
+	d, err := os.ReadFile(filepath.Join(root, "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`-X (\S+)=\$\{VERSION\}`).FindStringSubmatch(string(d))
+	if m == nil {
+		t.Fatal("the Dockerfile stamps no ${VERSION}")
+	}
+	for _, svc := range []string{"edge", "router"} {
+		var found bool
+		for _, c := range tf.Tasks["build"].Cmds {
+			found = found || (strings.Contains(c, "./services/"+svc) && strings.Contains(c, "-X "+m[1]+"={{.VERSION}}"))
+		}
+		if !found {
+			t.Errorf("task build does not stamp %s with -X %s={{.VERSION}}", svc, m[1])
+		}
+	}
+}
