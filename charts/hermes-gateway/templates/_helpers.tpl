@@ -128,8 +128,8 @@ GOMEMLIMIT. Supports the binary and decimal suffixes memory limits use.
 Resources with the memory request raised to the limit, so the scheduler
 reserves what the process may use, and the GOMEMLIMIT env entry (90 % of the
 limit), so the Go runtime collects garbage harder before the kernel's OOM
-killer would act. Call with a component's values; renders
-"resources: {...}" as YAML under key "resources" and the env entry under "env".
+killer would act. Call with a component's values; returns YAML with the
+keys "resources" and "env" (a list, empty without a memory limit).
 */}}
 {{- define "hermes.memory" -}}
 {{- $res := deepCopy (.resources | default dict) }}
