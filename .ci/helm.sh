@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Checks the deployment files: helm lint and helm template of
-# charts/hermes-gateway with the default and the production values, then the
-# Go tests of ./deploy, which render the chart again and check the manifests
-# (kinds, probes, preStop, terminationGracePeriodSeconds = preStop + drain
-# window + margin, existingSecret) and docker-compose.yml against the
-# services' flags; docker-compose.yml is also validated by docker-compose.
+# charts/hermes-gateway with the default (plus the required auth.token) and
+# the production values, values that violate values.schema.json (each must
+# fail), then the Go tests of ./deploy, which render the chart again, decode
+# every document strictly into the Kubernetes API Go types and check the
+# manifests (kinds, probes, preStop, terminationGracePeriodSeconds = preStop
+# + drain window + margin, Secrets, names, rollouts) and docker-compose.yml
+# against the services' flags; docker-compose.yml is also validated by
+# docker-compose.
 # Fails on the first error.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,17 +36,40 @@ export HELM
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 
-"$HELM" lint --strict "$CHART"
+# The chart needs an app token (or a Secret of yours): it never makes one up
+# at render time, where each render would make a different one.
+TOKEN=(--set auth.token=ci-token-0123456789)
+"$HELM" lint --strict "$CHART" "${TOKEN[@]}"
 "$HELM" lint --strict "$CHART" -f "$CHART/values-production.yaml"
-"$HELM" template hermes "$CHART" --kube-version "$KUBE_VERSION" >"$out/default.yaml"
+# Every optional piece on (Ingress, HTTPRoute, NetworkPolicies, monitoring).
+EVERYTHING=(--set ingress.enabled=true --set httpRoute.enabled=true --set 'httpRoute.parentRefs[0].name=public'
+  --set networkPolicy.enabled=true --set metrics.serviceMonitor.enabled=true
+  --set metrics.prometheusRule.enabled=true --set metrics.grafanaDashboard.enabled=true
+  --set edge.autoscaling.targetConnectionsPerPod=20000)
+"$HELM" lint --strict "$CHART" "${TOKEN[@]}" "${EVERYTHING[@]}"
+"$HELM" template hermes "$CHART" --kube-version "$KUBE_VERSION" "${TOKEN[@]}" >"$out/default.yaml"
 "$HELM" template hermes "$CHART" --kube-version "$KUBE_VERSION" -f "$CHART/values-production.yaml" >"$out/production.yaml"
 "$HELM" template hermes "$CHART" --kube-version "$KUBE_VERSION" --set auth.existingSecret=my-tokens >"$out/existing-secret.yaml"
-# Without a Redis or a NATS the chart refuses to render, saying what to set.
+"$HELM" template hermes "$CHART" --kube-version "$KUBE_VERSION" "${TOKEN[@]}" "${EVERYTHING[@]}" >"$out/everything.yaml"
+# Without a token, a Redis or a NATS the chart refuses to render, saying what to set.
+if err="$("$HELM" template hermes "$CHART" --kube-version "$KUBE_VERSION" 2>&1 >/dev/null)"; then
+  echo "helm template rendered without a token" >&2; exit 1
+fi
+grep -q "set auth.token" <<<"$err" || { echo "unexpected error without a token: $err" >&2; exit 1; }
 for svc in redis nats; do
-  if err="$("$HELM" template hermes "$CHART" --kube-version "$KUBE_VERSION" --set "$svc.bundled=false" 2>&1 >/dev/null)"; then
+  if err="$("$HELM" template hermes "$CHART" --kube-version "$KUBE_VERSION" "${TOKEN[@]}" --set "$svc.bundled=false" 2>&1 >/dev/null)"; then
     echo "helm template rendered without a $svc URL" >&2; exit 1
   fi
   grep -q "set $svc.url" <<<"$err" || { echo "unexpected error without a $svc URL: $err" >&2; exit 1; }
+done
+# Values that break the schema (values.schema.json) must not render.
+for bad in edge.preStopSleepSeconds=0 edge.drainWindowSeconds=0 edge.terminationMarginSeconds=14 \
+    edge.drainWindow=10 router.agent=gpt edge.service.type=External \
+    "fullnameOverride=$(printf 'f%.0s' {1..46})" edge.resources.limits.memory=1.5Gi; do
+  if err="$("$HELM" template hermes "$CHART" --kube-version "$KUBE_VERSION" "${TOKEN[@]}" --set "$bad" 2>&1 >/dev/null)"; then
+    echo "helm template rendered with $bad, which the schema forbids" >&2; exit 1
+  fi
+  grep -q "schema" <<<"$err" || { echo "unexpected error with $bad: $err" >&2; exit 1; }
 done
 wc -l "$out"/*.yaml
 
@@ -66,7 +92,7 @@ fi
 echo "docker-compose.yml: valid"
 
 # The manifests' and compose file's contents, against the built services.
-go test -count=1 -v -run 'TestChart|TestCompose|TestDockerfile' ./deploy | tee "$out/test.log"
+go test -count=1 -v -run 'TestChart|TestCompose|TestDockerfile|TestTaskfile' ./deploy | tee "$out/test.log"
 if grep -q -- '--- SKIP' "$out/test.log"; then
   echo "a deploy test was skipped: helm or docker-compose is missing" >&2; exit 1
 fi

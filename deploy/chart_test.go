@@ -252,6 +252,7 @@ func TestChart(t *testing.T) {
 	}{
 		{
 			name:   "default",
+			args:   []string{"--set", "auth.token=" + testToken, "--set", "auth.deliverTokens=d", "--set", "auth.agentTokens=a"},
 			kinds:  []string{"ConfigMap", "Deployment", "HorizontalPodAutoscaler", "PodDisruptionBudget", "Secret", "Service"},
 			absent: []string{"ServiceMonitor"},
 		},
@@ -263,8 +264,9 @@ func TestChart(t *testing.T) {
 			absent:         []string{"Secret"},
 		},
 		{
-			name:           "existing secret",
-			args:           []string{"--set", "auth.existingSecret=my-tokens", "--set", "edge.autoscaling.enabled=false", "--set", "edge.pdb.enabled=false"},
+			name: "existing secret",
+			args: []string{"--set", "auth.existingSecret=my-tokens", "--set", "edge.autoscaling.enabled=false", "--set", "edge.pdb.enabled=false", "--set", "router.pdb.enabled=false",
+				"--set", "auth.existingSecretKeys.deliverTokens=MOBILE_DELIVER_TOKENS", "--set", "auth.existingSecretKeys.agentTokens=MOBILE_AGENT_TOKENS"},
 			existingSecret: "my-tokens",
 			kinds:          []string{"ConfigMap", "Deployment", "Service"},
 			absent:         []string{"Secret", "HorizontalPodAutoscaler", "PodDisruptionBudget", "ServiceMonitor"},
@@ -292,6 +294,9 @@ func TestChart(t *testing.T) {
 			checkRouter(t, objs)
 			checkSecretRefs(t, objs, tc.existingSecret)
 			for _, cm := range objs["ConfigMap"] {
+				if cm.Metadata.Name != "hermes-hermes-gateway" {
+					continue // the dashboard's
+				}
 				// Edges and routers both read the ConfigMap.
 				checkEnv(t, "ConfigMap "+cm.Metadata.Name, "edge", keys(cm.Data))
 				checkEnv(t, "ConfigMap "+cm.Metadata.Name, "router", keys(cm.Data))
@@ -373,6 +378,9 @@ func checkEdge(t *testing.T, objs map[string][]object, vals map[string]any) {
 		t.Errorf("edge rollout %+v, want maxUnavailable 0, maxSurge 1", r)
 	}
 	for _, o := range objs["PodDisruptionBudget"] {
+		if o.Metadata.Labels["app.kubernetes.io/component"] != "edge" {
+			continue
+		}
 		var p struct {
 			Spec struct {
 				MaxUnavailable int `yaml:"maxUnavailable"`
@@ -385,7 +393,7 @@ func checkEdge(t *testing.T, objs map[string][]object, vals map[string]any) {
 		if p.Spec.MaxUnavailable != 1 {
 			t.Errorf("PDB maxUnavailable %d, want 1", p.Spec.MaxUnavailable)
 		}
-		checkSelects(t, "PDB", p.Spec.Selector.MatchLabels, d.Spec.Template.Metadata.Labels)
+		checkSelects(t, "edge PDB", p.Spec.Selector.MatchLabels, d.Spec.Template.Metadata.Labels)
 	}
 }
 

@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"bytes"
 	"net"
 	"net/url"
 	"os"
@@ -36,8 +37,14 @@ type composeService struct {
 	Ports           []string           `yaml:"ports"`
 	Volumes         []string           `yaml:"volumes"`
 	StopGracePeriod string             `yaml:"stop_grace_period"`
-	Networks        yaml.Node          `yaml:"networks"`
-	Healthcheck     struct {
+	Ulimits         struct {
+		Nofile struct {
+			Soft int `yaml:"soft"`
+			Hard int `yaml:"hard"`
+		} `yaml:"nofile"`
+	} `yaml:"ulimits"`
+	Networks    yaml.Node `yaml:"networks"`
+	Healthcheck struct {
 		Test     []string `yaml:"test"`
 		Interval string   `yaml:"interval"`
 		Timeout  string   `yaml:"timeout"`
@@ -193,6 +200,12 @@ func TestCompose(t *testing.T) {
 	if got, want := keys(cfg.servers), edges; !slices.Equal(got, want) {
 		t.Errorf("haproxy.cfg servers %v, want every edge %v", got, want)
 	}
+	// HAProxy needs two files per connection (phone side, edge side) plus
+	// some for itself, and exits "Cannot raise FD limit" when the hard
+	// limit is below what maxconn needs.
+	if n := lb.Ulimits.Nofile; cfg.maxconn <= 0 || n.Soft < 2*cfg.maxconn+1000 || n.Hard < n.Soft {
+		t.Errorf("lb ulimits nofile %+v: haproxy.cfg maxconn %d needs at least %d open files", n, cfg.maxconn, 2*cfg.maxconn+1000)
+	}
 	if h := strings.Join(lb.Healthcheck.Test, " "); !strings.Contains(h, ":"+cfg.bind+cfg.monitorURI) {
 		t.Errorf("lb healthcheck %q does not ask haproxy's monitor-uri %s on port %s", h, cfg.monitorURI, cfg.bind)
 	}
@@ -269,6 +282,7 @@ type haproxy struct {
 	bind       string            // the frontend's port
 	monitorURI string            // the load balancer's own health URI
 	checkPort  string            // the port the backend's health checks ask
+	maxconn    int               // global maxconn
 	servers    map[string]string // server name → address
 	lines      []string
 }
@@ -289,6 +303,8 @@ func loadHAProxy(t *testing.T) haproxy {
 		switch {
 		case f[0] == "bind" && len(f) > 1:
 			h.bind = strings.TrimPrefix(f[1], ":")
+		case f[0] == "maxconn" && len(f) > 1:
+			h.maxconn, _ = strconv.Atoi(f[1])
 		case f[0] == "monitor-uri" && len(f) > 1:
 			h.monitorURI = f[1]
 		case f[0] == "server" && len(f) > 2:
@@ -339,8 +355,10 @@ func TestDockerfile(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := string(b)
-	for _, want := range []string{"CGO_ENABLED=0", "-trimpath", `-ldflags "-s -w"`,
+	for _, want := range []string{"CGO_ENABLED=0", "-trimpath", `-ldflags "$LDFLAGS"`, `LDFLAGS="-s -w `,
 		"-o /out/hermes-edge ./services/edge", "-o /out/hermes-router ./services/router", "-o /out/hermes-probe ./deploy/probe",
+		// Cross-compiled on the build machine's platform for the target's.
+		"FROM --platform=$BUILDPLATFORM ", "ARG TARGETOS", "ARG TARGETARCH", "GOOS=$TARGETOS GOARCH=$TARGETARCH",
 		"COPY --from=build /out/ /usr/local/bin/", `ENTRYPOINT ["/usr/local/bin/hermes-edge"]`} {
 		if !strings.Contains(text, want) {
 			t.Errorf("Dockerfile lacks %q", want)
@@ -348,14 +366,24 @@ func TestDockerfile(t *testing.T) {
 	}
 	var from, user string
 	var expose []string
+	args := map[string]string{} // global ARG defaults, for FROM ${X}
+	stages := 0
 	for _, line := range strings.Split(text, "\n") {
 		f := strings.Fields(line)
 		if len(f) < 2 {
 			continue
 		}
 		switch f[0] {
+		case "ARG":
+			if name, def, ok := strings.Cut(f[1], "="); ok && stages == 0 {
+				args[name] = def
+			}
 		case "FROM":
-			from, user = f[1], ""
+			stages++
+			f = slices.DeleteFunc(f, func(s string) bool { return strings.HasPrefix(s, "--") })
+			from, user = shellVar.ReplaceAllStringFunc(f[1], func(v string) string {
+				return args[shellVar.FindStringSubmatch(v)[1]]
+			}), ""
 		case "USER":
 			user = f[1]
 		case "EXPOSE":
@@ -373,6 +401,17 @@ func TestDockerfile(t *testing.T) {
 			}
 		}
 	}
+	// The final image's OCI labels.
+	for _, label := range []string{"title", "description", "source", "url", "documentation", "version", "revision", "base.name"} {
+		if !strings.Contains(text, "org.opencontainers.image."+label+"=") {
+			t.Errorf("Dockerfile has no org.opencontainers.image.%s label", label)
+		}
+	}
+	for _, want := range []string{`org.opencontainers.image.version="${VERSION}"`, `org.opencontainers.image.revision="${REVISION}"`} {
+		if !strings.Contains(text, want) {
+			t.Errorf("Dockerfile lacks %s", want)
+		}
+	}
 	if !strings.HasPrefix(from, "gcr.io/distroless/static") && from != "scratch" {
 		t.Errorf("final image %s: want distroless/static or scratch", from)
 	}
@@ -382,6 +421,101 @@ func TestDockerfile(t *testing.T) {
 	for _, p := range []string{"8787", "8788", "8789", "8790"} {
 		if !slices.Contains(expose, p) {
 			t.Errorf("Dockerfile EXPOSE %v lacks %s", expose, p)
+		}
+	}
+}
+
+// TestTaskfileUp: task up runs docker compose, or docker-compose where the
+// plugin is missing (as .ci/helm.sh validates the file with either).
+func TestTaskfileUp(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(root, "Taskfile.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tf struct {
+		Tasks map[string]struct {
+			Cmds []string `yaml:"cmds"`
+		} `yaml:"tasks"`
+	}
+	if err := yaml.Unmarshal(b, &tf); err != nil {
+		t.Fatal(err)
+	}
+	script := strings.Join(tf.Tasks["up"].Cmds, "\n")
+	for _, want := range []string{"docker compose version", "docker compose up --build", "docker-compose up --build"} {
+		if !strings.Contains(script, want) {
+			t.Errorf("task up %q lacks %q", script, want)
+		}
+	}
+}
+
+// ldflagsLine matches the Dockerfile's LDFLAGS="..." assignment.
+var ldflagsLine = regexp.MustCompile(`LDFLAGS="([^"]*)"`)
+
+// TestDockerfileVersion builds hermes-edge with the Dockerfile's LDFLAGS
+// and a VERSION, and finds the version in the binary: an -X naming a
+// variable that does not exist is silently ignored by the linker, which
+// would leave every image reporting "dev".
+func TestDockerfileVersion(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(root, "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := ldflagsLine.FindStringSubmatch(string(b))
+	if m == nil {
+		t.Fatal("Dockerfile sets no LDFLAGS")
+	}
+	const version = "v9.8.7-stamped"
+	ldflags := strings.ReplaceAll(m[1], "${VERSION}", version)
+	if !strings.Contains(ldflags, "-X ") || !strings.Contains(ldflags, version) {
+		t.Fatalf("LDFLAGS %q stamps no ${VERSION}", m[1])
+	}
+	bin := filepath.Join(t.TempDir(), "hermes-edge")
+	// The other flags as acceptedEnv's build, so the packages come from the
+	// build cache and only the link differs.
+	build := exec.Command("go", "build", "-ldflags", ldflags, "-o", bin, "./services/edge")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build -ldflags %q: %v\n%s", ldflags, err, out)
+	}
+	exe, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(exe, []byte(version)) {
+		t.Errorf("the binary built with -ldflags %q does not contain %s: the -X names no variable", ldflags, version)
+	}
+}
+
+// TestTaskfileBuild: task build stamps the version into the same variable
+// as the Dockerfile, so binaries and images report it alike.
+func TestTaskfileBuild(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(root, "Taskfile.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tf struct {
+		Tasks map[string]struct {
+			Cmds []string `yaml:"cmds"`
+		} `yaml:"tasks"`
+	}
+	if err := yaml.Unmarshal(b, &tf); err != nil {
+		t.Fatal(err)
+	}
+	d, err := os.ReadFile(filepath.Join(root, "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`-X (\S+)=\$\{VERSION\}`).FindStringSubmatch(string(d))
+	if m == nil {
+		t.Fatal("the Dockerfile stamps no ${VERSION}")
+	}
+	for _, svc := range []string{"edge", "router"} {
+		var found bool
+		for _, c := range tf.Tasks["build"].Cmds {
+			found = found || (strings.Contains(c, "./services/"+svc) && strings.Contains(c, "-X "+m[1]+"={{.VERSION}}"))
+		}
+		if !found {
+			t.Errorf("task build does not stamp %s with -X %s={{.VERSION}}", svc, m[1])
 		}
 	}
 }

@@ -18,8 +18,9 @@ const root = ".."
 var envVar = regexp.MustCompile(`\(\$([A-Z][A-Z0-9_]*)[,)]`)
 
 // otelVars are the standard OpenTelemetry variables that pkg/telemetry reads
-// from the environment rather than as flags.
-var otelVars = []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME"}
+// from the environment rather than as flags, and GOMEMLIMIT, which the Go
+// runtime reads.
+var otelVars = []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME", "GOMEMLIMIT"}
 
 var (
 	buildOnce sync.Once

@@ -3,16 +3,21 @@
 {{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* The prefix of every resource name: <release>-<chart>, or the override. */}}
+{{/*
+The prefix of every resource name: <release>-<chart>, or the override.
+At most 45 characters, so that with the longest suffix the chart adds
+("-router-admin", "-test-readyz") every name stays within the 63 of a
+DNS label (Service names must be one).
+*/}}
 {{- define "hermes.fullname" -}}
 {{- if .Values.fullnameOverride }}
-{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- .Values.fullnameOverride | trunc 45 | trimSuffix "-" }}
 {{- else }}
 {{- $name := default .Chart.Name .Values.nameOverride }}
 {{- if contains $name .Release.Name }}
-{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- .Release.Name | trunc 45 | trimSuffix "-" }}
 {{- else }}
-{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- printf "%s-%s" .Release.Name $name | trunc 45 | trimSuffix "-" }}
 {{- end }}
 {{- end }}
 {{- end }}
@@ -29,6 +34,15 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- define "hermes.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "hermes.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* The ServiceAccount of edges and routers. */}}
+{{- define "hermes.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- .Values.serviceAccount.name | default (include "hermes.fullname" .) }}
+{{- else }}
+{{- .Values.serviceAccount.name | default "default" }}
+{{- end }}
 {{- end }}
 
 {{/* The image, tag defaulting to the chart's appVersion. */}}
@@ -60,21 +74,101 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
 {{/*
-A secret environment variable: from the chart's Secret or the user's, under
-the key named in auth.existingSecretKeys. Optional, so a key the user's
-Secret lacks leaves the variable unset.
+A secret environment variable, from the chart's Secret (when auth.<value>
+is set; MOBILE_TOKEN always) or from the user's (when
+auth.existingSecretKeys.<value> names a key; MOBILE_TOKEN always). Never
+optional: a Secret or key that is missing keeps the pod from starting
+rather than starting an edge without its token.
 Call with (list $ "MOBILE_TOKEN" "token").
 */}}
 {{- define "hermes.secretEnv" -}}
 {{- $ := index . 0 }}
-{{- $key := index $.Values.auth.existingSecretKeys (index . 2) }}
-{{- if not $.Values.auth.existingSecret }}{{ $key = index . 1 }}{{ end -}}
-- name: {{ index . 1 }}
+{{- $var := index . 1 }}
+{{- $value := index . 2 }}
+{{- $key := "" }}
+{{- if $.Values.auth.existingSecret }}
+{{- $key = index $.Values.auth.existingSecretKeys $value }}
+{{- if eq $value "token" }}
+{{- $key = required "auth.existingSecretKeys.token must name the key of MOBILE_TOKEN" $key }}
+{{- end }}
+{{- else if or (eq $value "token") (index $.Values.auth $value) }}
+{{- $key = $var }}
+{{- end }}
+{{- with $key }}
+- name: {{ $var }}
   valueFrom:
     secretKeyRef:
       name: {{ include "hermes.secretName" $ }}
-      key: {{ $key }}
-      optional: true
+      key: {{ . }}
+{{- end }}
+{{- end }}
+
+{{/*
+Bytes of a Kubernetes quantity ("512Mi", "1Gi", "1G", "1000000"), for
+GOMEMLIMIT. Supports the binary and decimal suffixes memory limits use.
+*/}}
+{{- define "hermes.bytes" -}}
+{{- $q := toString . }}
+{{- $units := dict "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 "k" 1000 "K" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 }}
+{{- $n := $q }}
+{{- $mult := 1 }}
+{{- range $suffix, $m := $units }}
+{{- if hasSuffix $suffix $q }}
+{{- $n = trimSuffix $suffix $q }}
+{{- $mult = $m }}
+{{- end }}
+{{- end }}
+{{- if not (regexMatch "^[0-9]+$" $n) }}
+{{- fail (printf "memory limit %q: want a whole number with an optional Ki, Mi, Gi, Ti, k, M, G or T suffix" $q) }}
+{{- end }}
+{{- mul (atoi $n) $mult }}
+{{- end }}
+
+{{/*
+Resources with the memory request raised to the limit, so the scheduler
+reserves what the process may use, and the GOMEMLIMIT env entry (90 % of the
+limit), so the Go runtime collects garbage harder before the kernel's OOM
+killer would act. Call with a component's values; returns YAML with the
+keys "resources" and "env" (a list, empty without a memory limit).
+*/}}
+{{- define "hermes.memory" -}}
+{{- $res := deepCopy (.resources | default dict) }}
+{{- $limits := $res.limits | default dict }}
+{{- $env := list }}
+{{- with $limits.memory }}
+{{- $requests := $res.requests | default dict }}
+{{- $_ := set $requests "memory" . }}
+{{- $_ := set $res "requests" $requests }}
+{{- $bytes := include "hermes.bytes" . | atoi }}
+{{- $env = append $env (dict "name" "GOMEMLIMIT" "value" (printf "%d" (div (mul $bytes 9) 10))) }}
+{{- end }}
+{{- toYaml (dict "resources" $res "env" $env) }}
+{{- end }}
+
+{{/*
+topologySpreadConstraints, each given this component's pods of this release
+as its labelSelector (unless it has one) and matchLabelKeys
+pod-template-hash, so the skew counts only the current rollout's pods of
+this release, not another release's or the previous ReplicaSet's.
+Call with (list $ "edge" .Values.edge.topologySpreadConstraints).
+*/}}
+{{- define "hermes.spread" -}}
+{{- $ := index . 0 }}
+{{- $component := index . 1 }}
+{{- $out := list }}
+{{- range index . 2 }}
+{{- $c := deepCopy . }}
+{{- if not $c.labelSelector }}
+{{- $labels := include "hermes.selectorLabels" $ | fromYaml }}
+{{- $_ := set $labels "app.kubernetes.io/component" $component }}
+{{- $_ := set $c "labelSelector" (dict "matchLabels" $labels) }}
+{{- end }}
+{{- if not (hasKey $c "matchLabelKeys") }}
+{{- $_ := set $c "matchLabelKeys" (list "pod-template-hash") }}
+{{- end }}
+{{- $out = append $out $c }}
+{{- end }}
+{{- toYaml $out }}
 {{- end }}
 
 {{/* Env vars common to edges and routers that are not in the ConfigMap. */}}
