@@ -32,6 +32,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/agent"
 	"github.com/hermes-mobile/gateway/pkg/bus"
 	"github.com/hermes-mobile/gateway/pkg/client"
@@ -196,7 +197,17 @@ func (s *flServer) restart() {
 
 // freeze stops the process without killing it (SIGSTOP): it keeps its
 // sockets open but answers nothing, as a hung server or a partition would.
-func (s *flServer) freeze() { s.signal(syscall.SIGSTOP) }
+// It returns once the process is stopped.
+func (s *flServer) freeze() {
+	s.t.Helper()
+	s.signal(syscall.SIGSTOP)
+	s.mu.Lock()
+	pid := s.proc.cmd.Process.Pid
+	s.mu.Unlock()
+	if err := testsvc.WaitStopped(pid); err != nil {
+		s.t.Fatalf("freezing %s: %v", s.name, err)
+	}
+}
 
 // thaw resumes a frozen server.
 func (s *flServer) thaw() { s.signal(syscall.SIGCONT) }

@@ -3,16 +3,14 @@
 package cluster
 
 import (
-	"bytes"
 	"encoding/json"
-	"fmt"
-	"os"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/bus"
 	"github.com/hermes-mobile/gateway/pkg/wire"
 )
@@ -49,7 +47,9 @@ func TestDeliveryFencedByOwner(t *testing.T) {
 
 	a := c.edge("A")
 	a.signal(t, syscall.SIGSTOP)
-	waitStopped(t, a.cmd.Process.Pid) // kill returns before every thread stopped
+	if err := testsvc.WaitStopped(a.cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
 	resumed := false
 	defer func() {
 		if !resumed {
@@ -88,26 +88,5 @@ func TestDeliveryFencedByOwner(t *testing.T) {
 	}
 	if r.OK || !r.Moved {
 		t.Fatalf("A answered %+v for a write into the socket its phone left for B; want moved, not delivered", r)
-	}
-}
-
-// waitStopped waits until process pid is stopped (state T in
-// /proc/<pid>/stat).
-func waitStopped(t *testing.T, pid int) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			t.Skipf("cannot read the process state: %v", err)
-		}
-		// "pid (comm) S …": the state follows the last ')'.
-		if i := bytes.LastIndexByte(stat, ')'); i > 0 && i+2 < len(stat) && stat[i+2] == 'T' {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("process %d did not stop within 10 s: %s", pid, stat)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }

@@ -22,8 +22,9 @@ const takeoverWithin = time.Second
 // TestTakeoverAcrossEdges (b): a device on edge A reconnects to edge B while
 // its socket on A is open. The socket on A gets close 1000 within 1 s. A
 // stream of deliveries runs through the move: each one answered 200 reaches
-// exactly one socket, none begun after B's ready reaches A, and once B can
-// be reached (see waitReachable) every delivery reaches B alone.
+// the phone, once, or once on each socket when it raced the move; none
+// begun after B's ready reaches A, and once B can be reached (see
+// waitReachable) every delivery reaches B alone.
 func TestTakeoverAcrossEdges(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, options{})
@@ -94,6 +95,7 @@ func TestTakeoverAcrossEdges(t *testing.T) {
 	c.mustDeliver(t, dev, "marker", "marker")
 	newFrames := readUntil(t, fresh, "the marker", finalText("marker"))
 	onOld, onNew := idCounts(oldFrames), idCounts(newFrames)
+	twice := 0
 	for i := range 5 {
 		id := fmt.Sprintf("moved-%d", i)
 		if onNew[id] != 1 || onOld[id] != 0 {
@@ -107,15 +109,22 @@ func TestTakeoverAcrossEdges(t *testing.T) {
 		o, n := onOld[r.id], onNew[r.id]
 		delete(onOld, r.id)
 		delete(onNew, r.id)
+		// A delivery written to A after B's claim is sent again to B (the
+		// owner fence: the phone may have left A's socket already), so it
+		// may arrive once on each: the app replaces a message by id.
+		again := o == 1 && n == 1
+		if again {
+			twice++
+		}
 		switch {
 		case errors.Is(r.err, context.Canceled): // stopped in flight: no answer to judge by
-			if o+n > 1 {
+			if o+n > 1 && !again {
 				t.Errorf("delivery %s arrived %d times on A and %d times on B", r.id, o, n)
 			}
 		case r.err != nil:
 			t.Errorf("delivery %s: %v", r.id, r.err)
-		case r.code == http.StatusOK && (o+n != 1):
-			t.Errorf("delivery %s (200) arrived %d times on A and %d times on B, want once in all", r.id, o, n)
+		case r.code == http.StatusOK && (o+n == 0 || o+n > 1 && !again):
+			t.Errorf("delivery %s (200) arrived %d times on A and %d times on B, want once, or once on each", r.id, o, n)
 		case r.code == http.StatusOK && r.ready && o != 0:
 			t.Errorf("delivery %s, begun after B's ready, reached the old socket on A", r.id)
 		case r.code == http.StatusNotFound && o+n != 0:
@@ -130,7 +139,7 @@ func TestTakeoverAcrossEdges(t *testing.T) {
 	if len(onOld) > 0 || len(onNew) > 0 {
 		t.Errorf("messages nobody delivered: on A %v, on B %v", onOld, onNew)
 	}
-	t.Logf("%d deliveries through the move; A closed %v after the hello on B", len(results), closedIn)
+	t.Logf("%d deliveries through the move (%d on both sockets); A closed %v after the hello on B", len(results), twice, closedIn)
 
 	// The new socket is the device: the agent answers there.
 	if err := fresh.Text("t-1", "after the move"); err != nil {
