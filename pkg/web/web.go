@@ -38,7 +38,7 @@ func Handler(opts Options) http.Handler {
 		"default-src 'self'; frame-ancestors *"))
 	if opts.Client {
 		mux.Handle("GET /", page(http.FileServerFS(client),
-			"default-src 'self'; connect-src 'self' ws: wss:; img-src 'self' blob: data:; media-src 'self' blob: data:; frame-src 'self'; frame-ancestors 'none'"))
+			"default-src 'self'; connect-src 'self' ws: wss: blob:; img-src 'self' blob: data:; media-src 'self' blob: data:; frame-src 'self' http: https:; frame-ancestors 'none'"))
 	}
 	return mux
 }
