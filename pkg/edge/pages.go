@@ -24,9 +24,10 @@ func (s *Server) route(nc net.Conn) (net.Conn, bool) {
 		return nc, false
 	}
 	br := bufio.NewReaderSize(nc, maxRequestLine)
-	line, _ := br.ReadSlice('\n') // an error or an overlong line goes to the upgrader, which rejects it
+	line, err := br.ReadSlice('\n')
 	rc := &replayConn{Conn: nc, r: io.MultiReader(bytes.NewReader(bytes.Clone(line)), br)}
-	if isWebSocketPath(line) {
+	if err != nil || isWebSocketPath(line) {
+		// An overlong or cut line goes to the upgrader, which refuses it.
 		return rc, false
 	}
 	nc.SetDeadline(time.Time{})

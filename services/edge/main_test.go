@@ -712,6 +712,23 @@ func TestPagesOnTheWebSocketAddress(t *testing.T) {
 	if resp, err := http.Get(base + "/nothing-here"); err != nil || resp.StatusCode != 404 {
 		t.Errorf("GET /nothing-here = %v, %v; want 404", resp, err)
 	}
+	// The request line is read up to 4 KiB to choose between the pages and
+	// the WebSocket: exactly 4 KiB is a page request, one byte more is not.
+	for _, tc := range []struct {
+		extra int
+		want  int
+	}{{0, 200}, {1, 404}} {
+		line := "GET /avatar/?q= HTTP/1.1\r\n"
+		target := "/avatar/?q=" + strings.Repeat("a", 4096-len(line)+tc.extra)
+		resp, err := http.Get(base + target)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("request line of %d bytes: %d, want %d", 4096+tc.extra, resp.StatusCode, tc.want)
+		}
+	}
 
 	// The WebSocket still answers at /ws, and names the avatar page.
 	c, err := client.Dial(testCtx(t), url, client.Options{Timeout: 5 * time.Second})
