@@ -2,9 +2,11 @@
 
 // Package sdk_test runs the client SDKs' own suites against a real gateway
 // (services/edge built from this tree): the TypeScript SDK's npm test, the
-// browser client and avatar page in headless Chromium, and a check that the
-// committed browser bundle matches its sources. Without node and npm (or
-// Chromium, for the browser test) they skip with a message, except in CI.
+// browser client and avatar page in headless Chromium, a check that the
+// committed browser bundle matches its sources, and the Python SDK's
+// pytest. Without node and npm (or Chromium, for the browser test; or
+// Debian's python3 with pytest and websockets) they skip with a message,
+// except in CI.
 package sdk_test
 
 import (
@@ -42,14 +44,21 @@ func needNode(t *testing.T) {
 	need(t, errNode == nil && errNpm == nil, "the TypeScript SDK tests need node (20 or later) and npm (apt-get install nodejs npm)")
 }
 
+// python is Debian's interpreter: the packages are python3-pytest and
+// python3-websockets.
+const python = "/usr/bin/python3"
+
 var (
+	edgeOnce sync.Once
+	edgeErr  string
+
 	setupOnce sync.Once
 	edgeBin   string
 	setupErr  string
 )
 
 // setup installs the npm packages (npm ci, when node_modules is older than
-// package-lock.json) and builds services/edge once for every test here.
+// package-lock.json) and builds services/edge.
 func setup(t *testing.T) string {
 	t.Helper()
 	needNode(t)
@@ -65,18 +74,29 @@ func setup(t *testing.T) string {
 				return
 			}
 		}
+	})
+	if setupErr != "" {
+		t.Fatal(setupErr)
+	}
+	return edge(t)
+}
+
+// edge builds services/edge once for every test here.
+func edge(t *testing.T) string {
+	t.Helper()
+	edgeOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "hermes-sdk-edge-")
 		if err != nil {
-			setupErr = err.Error()
+			edgeErr = err.Error()
 			return
 		}
 		edgeBin = filepath.Join(dir, "edge")
 		if out, err := run("..", nil, 5*time.Minute, "go", "build", "-o", edgeBin, "./services/edge"); err != nil {
-			setupErr = "go build ./services/edge: " + err.Error() + "\n" + out
+			edgeErr = "go build ./services/edge: " + err.Error() + "\n" + out
 		}
 	})
-	if setupErr != "" {
-		t.Fatal(setupErr)
+	if edgeErr != "" {
+		t.Fatal(edgeErr)
 	}
 	return edgeBin
 }
@@ -170,6 +190,20 @@ func TestBrowser(t *testing.T) {
 		}
 	}
 	t.Logf("screenshots: %s\n%s", strings.Join(shots, " "), tail(out, 12))
+}
+
+// TestPythonSDK: sdk/python's pytest suite against a real edge.
+func TestPythonSDK(t *testing.T) {
+	out, err := exec.Command(python, "-c", "import pytest, websockets").CombinedOutput()
+	need(t, err == nil, "the Python SDK tests need "+python+" with pytest and websockets "+
+		"(apt-get install python3-pytest python3-websockets): "+strings.TrimSpace(string(out)))
+	bin := edge(t)
+	res, err := run("python", []string{"MOBILE_TEST_EDGE_BIN=" + bin, "PYTHONDONTWRITEBYTECODE=1"}, 5*time.Minute,
+		python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests")
+	if err != nil {
+		t.Fatalf("the Python SDK's pytest failed (%v):\n%s", err, res)
+	}
+	t.Logf("pytest:\n%s", tail(res, 5))
 }
 
 func tail(s string, n int) string {
