@@ -111,7 +111,9 @@ func (s *Server) handshake(nc net.Conn) {
 	peer := addrOf(nc.RemoteAddr())
 	trusted := s.trustedProxy(peer)
 	nc.SetDeadline(time.Now().Add(handshakeTimeout))
-	nc, page := s.route(nc)
+	// rc replays what route read; after the upgrade the raw socket is
+	// used, so that it can be registered with epoll.
+	rc, page := s.route(nc)
 	if page {
 		return
 	}
@@ -143,7 +145,7 @@ func (s *Server) handshake(nc net.Conn) {
 			return nil
 		},
 	}
-	if _, err := u.Upgrade(nc); err != nil {
+	if _, err := u.Upgrade(rc); err != nil {
 		s.log.Debug("upgrade failed", "peer", peer, "err", err)
 		nc.Close()
 		return

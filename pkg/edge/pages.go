@@ -16,9 +16,11 @@ import (
 const maxRequestLine = 4096
 
 // route reads the request line of nc. A request for /ws (or any request
-// when Config.Pages is nil) goes on to the WebSocket upgrade with the bytes
-// read so far replayed; any other is handed to the pages server and page
-// is true.
+// when Config.Pages is nil) goes on to the WebSocket upgrade, which reads
+// the returned conn: it replays the bytes read so far. Any other request is
+// handed to the pages server and page is true. As with a plain upgrade, a
+// client must not send frames before the 101 response: bytes read past the
+// handshake are not kept.
 func (s *Server) route(nc net.Conn) (net.Conn, bool) {
 	if s.cfg.Pages == nil {
 		return nc, false
