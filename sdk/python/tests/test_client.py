@@ -231,3 +231,21 @@ def test_forbidden_stops(bound_gateway):
         await ok.connect()
         await ok.close()
     run(go())
+
+
+def test_typing_and_unknown_frames(gateway):
+    async def go():
+        c = client(gateway, uniq("py-typing"))
+        await c.connect()
+        errors, sent, events = [], [], []
+        c.on("error", errors.append)
+        c.on("sent", lambda f: sent.append(f["t"]))
+        for e in ("message", "media", "prompt", "prompt_done", "avatar", "typing", "delivered"):
+            c.on(e, lambda v, e=e: events.append((e, v)))
+        await c.send_typing()
+        await c._handle({"t": "hologram", "id": "x", "text": "from a later version"})
+        assert await c.ping() >= 0
+        assert sent == ["typing", "ping"]
+        assert errors == [] and events == []
+        await c.close()
+    run(go())

@@ -184,11 +184,29 @@ test("a card: options shown, answered, closed, resolved", async () => {
   assert.ok((await c.ping()) >= 0);
 });
 
-test("ping: a round-trip time", async () => {
+test("ping: a round-trip time; typing goes up without an error", async () => {
   const c = newClient(uniq("ts-ping"));
   await c.connect();
+  const errors = [];
+  c.on("error", (e) => errors.push(e));
+  const sent = [];
+  c.on("sent", (f) => sent.push(f.t));
+  c.sendTyping();
   const rtt = await c.ping();
   assert.ok(rtt >= 0 && rtt < 5000, String(rtt));
+  assert.deepEqual(sent, ["typing", "ping"]);
+  assert.deepEqual(errors, []);
+});
+
+test("an unknown frame type is ignored", async () => {
+  const c = newClient(uniq("ts-unknown"));
+  await c.connect();
+  const events = [];
+  for (const e of ["message", "media", "prompt", "promptDone", "avatar", "typing", "delivered", "error"]) c.on(e, (v) => events.push([e, v]));
+  c.handle({ t: "hologram", id: "x", text: "from a later version" });
+  assert.deepEqual(events, []);
+  assert.equal(c.state, "open");
+  assert.ok((await c.ping()) >= 0);
 });
 
 test("deliver from loopback reaches the device; delivered comes back to the sender", async () => {
