@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"runtime"
 	"strings"
 	"testing"
@@ -79,5 +80,44 @@ func TestPagesKeepIdleSocketsOffGoroutines(t *testing.T) {
 		}
 		runtime.Gosched()
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestAvatarURLBehindProxy: behind a trusted proxy that says the phone came
+// over https, ready's avatar_url is https; the same header from anyone else
+// is ignored.
+func TestAvatarURLBehindProxy(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		trusted bool
+		scheme  string
+	}{{"trusted proxy", true, "https"}, {"untrusted peer", false, "http"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := startNode(t, func(cfg *gateway.Config) {
+				cfg.Edge.Pages = web.Handler(web.Options{})
+				cfg.Edge.AvatarPath = web.AvatarPath
+				if tc.trusted {
+					cfg.Edge.Auth.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+				}
+			})
+			addr := n.Addr().String()
+			d := ws.Dialer{Header: ws.HandshakeHeaderHTTP(http.Header{"X-Forwarded-Proto": {"https"}})}
+			c, _, _, err := d.Dial(testCtx(t), "ws://"+addr+"/ws")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if err := wsutil.WriteClientText(c, fmt.Appendf(nil, `{"t":"hello","token":%q,"device":{"id":"proxied"}}`, testToken)); err != nil {
+				t.Fatal(err)
+			}
+			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			msg, err := wsutil.ReadServerText(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := `"avatar_url":"` + tc.scheme + `://` + addr + `/avatar/"`; !strings.Contains(string(msg), want) {
+				t.Fatalf("ready %s, want %s", msg, want)
+			}
+		})
 	}
 }
