@@ -33,8 +33,8 @@ func (s *Server) route(nc net.Conn) (net.Conn, bool) {
 		return rc, false
 	}
 	nc.SetDeadline(time.Time{})
-	if !s.pages().offer(rc) {
-		nc.Close()
+	if p := s.pages(); p == nil || !p.offer(rc) {
+		nc.Close() // the server is closed
 	}
 	return nil, true
 }
@@ -78,7 +78,8 @@ type pageServer struct {
 	once  sync.Once
 }
 
-// pages starts the page server on first use.
+// pages starts the page server on first use; nil once the server is closed
+// without having started it.
 func (s *Server) pages() *pageServer {
 	s.pagesOnce.Do(func() {
 		p := &pageServer{
