@@ -86,11 +86,14 @@ type conn struct {
 	closing  bool // a close frame is queued; nothing else is accepted
 	closed   bool
 	avatar   string
-	idle     *time.Timer
-	ready    bool              // the outbox was flushed: deliveries go straight out
-	held     []heldItem        // deliveries that came before ready
-	attempts map[string]string // dedup key → attempt of a claim with unknown outcome
-	acking   bool              // the phone has sent an ack: deliveries wait for its acks
+	// avatarURL is ready's avatar_url: Config.AvatarURL, or the edge's own
+	// page at the host the phone connected to.
+	avatarURL string
+	idle      *time.Timer
+	ready     bool              // the outbox was flushed: deliveries go straight out
+	held      []heldItem        // deliveries that came before ready
+	attempts  map[string]string // dedup key → attempt of a claim with unknown outcome
+	acking    bool              // the phone has sent an ack: deliveries wait for its acks
 	// Deliveries written and waiting for the phone's ack (see awaitAck):
 	// by message id, and the ids in the order they were first written.
 	unacked    map[string][]*ackWaiter
@@ -107,7 +110,14 @@ type conn struct {
 func (s *Server) handshake(nc net.Conn) {
 	peer := addrOf(nc.RemoteAddr())
 	trusted := s.trustedProxy(peer)
-	var xff, fwd []byte
+	nc.SetDeadline(time.Now().Add(handshakeTimeout))
+	// rc replays what route read; after the upgrade the raw socket is
+	// used, so that it can be registered with epoll.
+	rc, page := s.route(nc)
+	if page {
+		return
+	}
+	var xff, fwd, host, proto []byte
 	u := ws.Upgrader{
 		OnRequest: func(uri []byte) error {
 			path, _, _ := bytes.Cut(uri, []byte("?"))
@@ -116,11 +126,17 @@ func (s *Server) handshake(nc net.Conn) {
 			}
 			return nil
 		},
+		OnHost: func(h []byte) error {
+			host = append(host[:0], h...)
+			return nil
+		},
 		OnHeader: func(key, value []byte) error {
 			if !trusted {
 				return nil
 			}
 			switch {
+			case bytes.EqualFold(key, []byte("X-Forwarded-Proto")):
+				proto = append(proto[:0], value...)
 			case bytes.EqualFold(key, []byte("X-Forwarded-For")):
 				xff = appendList(xff, value)
 			case bytes.EqualFold(key, []byte("Forwarded")):
@@ -129,8 +145,7 @@ func (s *Server) handshake(nc net.Conn) {
 			return nil
 		},
 	}
-	nc.SetDeadline(time.Now().Add(handshakeTimeout))
-	if _, err := u.Upgrade(nc); err != nil {
+	if _, err := u.Upgrade(rc); err != nil {
 		s.log.Debug("upgrade failed", "peer", peer, "err", err)
 		nc.Close()
 		return
@@ -141,6 +156,7 @@ func (s *Server) handshake(nc net.Conn) {
 		client = s.clientFromHeaders(string(xff), string(fwd))
 	}
 	c := &conn{srv: s, nc: nc, client: client, avatar: protocol.AvatarIdle, dead: make(chan struct{})}
+	c.avatarURL = s.avatarURL(string(host), string(proto), trusted)
 	c.log = s.log.With("client", client.String())
 	s.mu.Lock()
 	if s.closed || s.draining {

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,8 +35,16 @@ type Config struct {
 	Auth AuthConfig
 	// HomeDevice is the target of a deliver without one (MOBILE_HOME_DEVICE).
 	HomeDevice string
-	// AvatarURL is sent in ready (MOBILE_AVATAR_URL).
+	// AvatarURL is sent in ready (MOBILE_AVATAR_URL). When empty and Pages
+	// serves AvatarPath, ready names that page at the host the phone
+	// connected to.
 	AvatarURL string
+	// Pages serves the plain HTTP requests (any path but /ws) that come to
+	// the WebSocket listener: the avatar page and the browser client. Nil
+	// answers them 404 as before.
+	Pages http.Handler
+	// AvatarPath is where Pages serves the avatar page ("/avatar/").
+	AvatarPath string
 
 	HelloTimeout time.Duration // first frame must be hello within (15 s)
 	TypingIdle   time.Duration // speaking → idle without messages (3 s)
@@ -123,6 +132,9 @@ type Server struct {
 	releasing sync.WaitGroup
 
 	nConns atomic.Int64
+
+	pagesOnce sync.Once
+	pageSrv   *pageServer // set by pagesOnce
 }
 
 // deviceSlot is a device's subscription on this edge and its current socket.
@@ -260,6 +272,7 @@ func (s *Server) Close() error {
 	if !ok {
 		return nil
 	}
+	s.closePages()
 	for _, c := range conns {
 		c.closeWith(closeGoingAway, "server shutting down", nil)
 	}

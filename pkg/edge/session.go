@@ -204,7 +204,7 @@ func (c *conn) hello(h *protocol.Hello) {
 		c.log.Warn("announcing takeover failed", "err", err)
 	}
 	c.send(protocol.AppendReady(newFrame(512), protocol.Ready{
-		Session: c.session, DeviceID: dev.ID, DeviceName: dev.Name, AvatarURL: s.cfg.AvatarURL,
+		Session: c.session, DeviceID: dev.ID, DeviceName: dev.Name, AvatarURL: c.avatarURL,
 	}))
 	c.srv.tel.m.Handshake(telemetry.HandshakeOK)
 	c.log.Debug("session ready", "epoch", epoch)

@@ -24,6 +24,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/edge"
 	"github.com/hermes-mobile/gateway/pkg/gateway"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
+	"github.com/hermes-mobile/gateway/pkg/web"
 )
 
 // flags is the command line; every flag falls back to its env var.
@@ -32,7 +33,7 @@ type flags struct {
 	listen, allowedDevices                                   string
 	homeDevice, avatarURL, trustedProxies, natsURL, redisURL string
 	redisPrefix, natsPrefix                                  string
-	router, logLevel                                         string
+	router, logLevel, webClient                              string
 	promptTTL                                                time.Duration
 	adminListen                                              string
 	drainWindow                                              time.Duration
@@ -53,6 +54,7 @@ func (f *flags) register(fs *flag.FlagSet) {
 	config.String(fs, &f.natsPrefix, "nats-prefix", "NATS_PREFIX", "", "prefix of every NATS subject, e.g. gw1. (lets several gateways share one NATS)")
 	config.String(fs, &f.redisURL, "redis-url", "REDIS_URL", "", "external Redis; empty keeps state in memory")
 	config.String(fs, &f.redisPrefix, "redis-prefix", "REDIS_PREFIX", "hermes:", "prefix of every Redis key")
+	config.String(fs, &f.webClient, "web-client", "MOBILE_WEB_CLIENT", "auto", "serve the browser client at / on the WebSocket address: on, off, or auto (on without NATS_URL)")
 	config.String(fs, &f.router, "router", "MOBILE_ROUTER", "auto", "run a router with AGENT here: on, off, or auto (on without NATS_URL)")
 	f.agent.Register(fs, "the router's agent: demo, openai (an OpenAI-compatible chat API) or link (an outside agent over the router API)")
 	config.String(fs, &f.logLevel, "log-level", "MOBILE_LOG_LEVEL", "info", "debug, info, warn or error")
@@ -137,14 +139,9 @@ func drain(g *gateway.Gateway, adm *admin.Server, window time.Duration, log *slo
 
 func (f flags) gatewayConfig() (gateway.Config, error) {
 	cfg := gateway.Config{Listen: f.listen, NATSURL: f.natsURL, RedisURL: f.redisURL, RedisPrefix: f.redisPrefix, NATSPrefix: f.natsPrefix}
-	switch strings.ToLower(f.router) {
-	case "on", "true", "1":
-		cfg.Router = true
-	case "off", "false", "0":
-	case "auto", "":
-		cfg.Router = f.natsURL == ""
-	default:
-		return cfg, fmt.Errorf("MOBILE_ROUTER: %q is not on, off or auto", f.router)
+	var err error
+	if cfg.Router, err = onOffAuto("MOBILE_ROUTER", f.router, f.natsURL == ""); err != nil {
+		return cfg, err
 	}
 	name, oc, err := f.agent.Resolve()
 	if err != nil {
@@ -171,9 +168,27 @@ func (f flags) gatewayConfig() (gateway.Config, error) {
 	for _, t := range config.List(string(f.deliverTokens)) {
 		auth.DeliverTokens = append(auth.DeliverTokens, edge.Secret(t))
 	}
-	cfg.Edge = edge.Config{Auth: auth, HomeDevice: f.homeDevice, AvatarURL: f.avatarURL}
+	webClient, err := onOffAuto("MOBILE_WEB_CLIENT", f.webClient, f.natsURL == "")
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Edge = edge.Config{Auth: auth, HomeDevice: f.homeDevice, AvatarURL: f.avatarURL,
+		Pages: web.Handler(web.Options{Client: webClient}), AvatarPath: web.AvatarPath}
 	cfg.RouterCfg.PromptTTL = f.promptTTL
 	return cfg, nil
+}
+
+// onOffAuto reads an on/off/auto setting; auto is def.
+func onOffAuto(name, v string, def bool) (bool, error) {
+	switch strings.ToLower(v) {
+	case "on", "true", "1":
+		return true, nil
+	case "off", "false", "0":
+		return false, nil
+	case "auto", "":
+		return def, nil
+	}
+	return false, fmt.Errorf("%s: %q is not on, off or auto", name, v)
 }
 
 func randomToken() string {

@@ -57,7 +57,7 @@ func mustParse(t *testing.T, args ...string) flags {
 func TestFlagDefaults(t *testing.T) {
 	clearEnv(t)
 	f := mustParse(t)
-	want := flags{listen: "127.0.0.1:8787", router: "auto", logLevel: "info", promptTTL: protocol.DefaultPromptTTL, redisPrefix: "hermes:",
+	want := flags{listen: "127.0.0.1:8787", router: "auto", webClient: "auto", logLevel: "info", promptTTL: protocol.DefaultPromptTTL, redisPrefix: "hermes:",
 		adminListen: "127.0.0.1:8789", drainWindow: 10 * time.Second,
 		agent: agent.Choice{Name: "demo", OpenAIBaseURL: "https://api.openai.com/v1", OpenAITimeout: 120 * time.Second}}
 	if f != want {
@@ -642,5 +642,133 @@ func TestRunOpenAI(t *testing.T) {
 	}
 	if got.Model != "tiny" || len(got.Messages) != 2 || got.Messages[0].Content != "Be brief." || got.Messages[1].Content != "hello" {
 		t.Fatalf("upstream request %+v", got)
+	}
+}
+
+// TestWebClientModes: the browser client is served on the zero-config single
+// node (auto without NATS_URL) and not in a cluster; the avatar page always.
+func TestWebClientModes(t *testing.T) {
+	for _, tc := range []struct {
+		web, nats string
+		want      bool
+	}{
+		{"on", "", true}, {"on", "nats://x:4222", true}, {"off", "", false}, {"OFF", "nats://x:4222", false},
+		{"auto", "", true}, {"auto", "nats://x:4222", false}, {"", "", true}, {"", "nats://x:4222", false},
+	} {
+		f := flags{webClient: tc.web, natsURL: tc.nats}
+		cfg, err := f.gatewayConfig()
+		if err != nil {
+			t.Fatalf("web %q: %v", tc.web, err)
+		}
+		if got := serves(cfg.Edge.Pages, "/"); got != tc.want {
+			t.Errorf("web client %q nats %q serves / = %v, want %v", tc.web, tc.nats, got, tc.want)
+		}
+		if !serves(cfg.Edge.Pages, "/avatar/") {
+			t.Errorf("web client %q nats %q: /avatar/ not served", tc.web, tc.nats)
+		}
+	}
+	if _, err := (flags{webClient: "sometimes"}).gatewayConfig(); err == nil || !strings.Contains(err.Error(), "MOBILE_WEB_CLIENT") {
+		t.Fatalf("web client sometimes: %v, want an error naming MOBILE_WEB_CLIENT", err)
+	}
+}
+
+func serves(h http.Handler, path string) bool {
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+	return rec.Code == http.StatusOK
+}
+
+// TestPagesOnTheWebSocketAddress: the avatar page and the browser client are
+// served on the WebSocket's address next to /ws, and ready's avatar_url
+// names the avatar page at the host the phone connected to unless
+// MOBILE_AVATAR_URL says otherwise.
+func TestPagesOnTheWebSocketAddress(t *testing.T) {
+	clearEnv(t)
+	t.Setenv("MOBILE_TOKEN", "my-token")
+	url, _, stop := runNode(t, mustParse(t, "-listen=127.0.0.1:0", "-admin-listen=off", "-drain-window=200ms"))
+	defer stop()
+	base := "http://" + strings.TrimSuffix(strings.TrimPrefix(url, "ws://"), "/ws")
+	for _, tc := range []struct {
+		path, ctype, body string
+	}{
+		{"/avatar/", "text/html", `src="avatar.js"`},
+		{"/avatar/avatar.js", "javascript", "postMessage"},
+		{"/avatar/avatar.css", "text/css", "prefers-reduced-motion"},
+		{"/", "text/html", "<title>"},
+	} {
+		resp, err := http.Get(base + tc.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(resp.Header.Get("Content-Type"), tc.ctype) || !strings.Contains(string(body), tc.body) {
+			t.Errorf("GET %s = %d %q, body has %q: %v", tc.path, resp.StatusCode, resp.Header.Get("Content-Type"), tc.body, strings.Contains(string(body), tc.body))
+		}
+		if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'self'") {
+			t.Errorf("GET %s: CSP %q does not keep requests to the page's own origin", tc.path, csp)
+		}
+	}
+	if resp, err := http.Get(base + "/nothing-here"); err != nil || resp.StatusCode != 404 {
+		t.Errorf("GET /nothing-here = %v, %v; want 404", resp, err)
+	}
+	// The request line is read up to 4 KiB to choose between the pages and
+	// the WebSocket: exactly 4 KiB is a page request, one byte more is not.
+	for _, tc := range []struct {
+		extra int
+		want  int
+	}{{0, 200}, {1, 404}} {
+		line := "GET /avatar/?q= HTTP/1.1\r\n"
+		target := "/avatar/?q=" + strings.Repeat("a", 4096-len(line)+tc.extra)
+		resp, err := http.Get(base + target)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("request line of %d bytes: %d, want %d", 4096+tc.extra, resp.StatusCode, tc.want)
+		}
+	}
+
+	// The WebSocket still answers at /ws, and names the avatar page.
+	c, err := client.Dial(testCtx(t), url, client.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	ready, err := c.Hello(testCtx(t), "my-token", protocol.Device{ID: "tel-1"}, protocol.User{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := ready.Str("avatar_url"), base+"/avatar/"; got != want {
+		t.Fatalf("avatar_url = %q, want %q", got, want)
+	}
+}
+
+func TestAvatarURLSetAndWebClientOff(t *testing.T) {
+	clearEnv(t)
+	t.Setenv("MOBILE_TOKEN", "my-token")
+	t.Setenv("MOBILE_AVATAR_URL", "https://agent.example.com/face/")
+	t.Setenv("MOBILE_WEB_CLIENT", "off")
+	url, _, stop := runNode(t, mustParse(t, "-listen=127.0.0.1:0", "-admin-listen=off", "-drain-window=200ms"))
+	defer stop()
+	base := "http://" + strings.TrimSuffix(strings.TrimPrefix(url, "ws://"), "/ws")
+	if resp, err := http.Get(base + "/"); err != nil || resp.StatusCode != 404 {
+		t.Errorf("GET / with MOBILE_WEB_CLIENT=off = %v, %v; want 404", resp, err)
+	}
+	if resp, err := http.Get(base + "/avatar/"); err != nil || resp.StatusCode != 200 {
+		t.Errorf("GET /avatar/ = %v, %v; want 200", resp, err)
+	}
+	c, err := client.Dial(testCtx(t), url, client.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	ready, err := c.Hello(testCtx(t), "my-token", protocol.Device{ID: "tel-1"}, protocol.User{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ready.Str("avatar_url"); got != "https://agent.example.com/face/" {
+		t.Fatalf("avatar_url = %q, want MOBILE_AVATAR_URL", got)
 	}
 }

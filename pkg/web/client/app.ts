@@ -1,0 +1,276 @@
+// The browser client: log in with the token and a device name, then chat.
+// Bundled with the SDK into static/client/app.js (go generate ./pkg/web).
+import { Client, HermesError, MediaFile, MediaKindIn, Message, PromptFrame, newId } from "../../../sdk/typescript/src/index.js";
+
+const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
+const login = $<HTMLFormElement>("login");
+const chat = $<HTMLDivElement>("chat");
+const messages = $<HTMLElement>("messages");
+const text = $<HTMLTextAreaElement>("text");
+const statusEl = $<HTMLElement>("status");
+const typingEl = $<HTMLElement>("typing");
+const errorEl = $<HTMLElement>("error");
+const avatar = $<HTMLIFrameElement>("avatar");
+
+let client: Client | null = null;
+
+function deviceId(): string {
+  let id = localStorage.getItem("hermes.device");
+  if (!id) {
+    id = "web-" + newId().slice(0, 12);
+    localStorage.setItem("hermes.device", id);
+  }
+  return id;
+}
+
+function wsURL(): string {
+  return (location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/ws";
+}
+
+function scrollDown() {
+  messages.scrollTop = messages.scrollHeight;
+}
+
+function bubble(cls: string, id?: string): HTMLDivElement {
+  const el = document.createElement("div");
+  el.className = "msg " + cls;
+  if (id) el.dataset.id = id;
+  messages.append(el);
+  scrollDown();
+  return el;
+}
+
+function showMessage(m: Message) {
+  let el = messages.querySelector<HTMLDivElement>(`.msg.agent[data-id="${CSS.escape(m.id)}"]`);
+  if (!el) el = bubble("agent", m.id);
+  el.textContent = m.text;
+  el.classList.toggle("streaming", !m.final);
+  el.classList.toggle("final", m.final);
+  scrollDown();
+}
+
+function showMedia(f: MediaFile) {
+  const el = bubble("agent media", f.id);
+  el.classList.add("final");
+  const src = f.data ? URL.createObjectURL(new Blob([f.data as BlobPart], { type: f.mime || "application/octet-stream" })) : f.url || "";
+  let node: HTMLElement;
+  if (f.kind === "image" || f.kind === "animation") {
+    node = Object.assign(document.createElement("img"), { src, alt: f.filename || f.kind });
+  } else if (f.kind === "voice") {
+    node = Object.assign(document.createElement("audio"), { src, controls: true });
+  } else if (f.kind === "video") {
+    node = Object.assign(document.createElement("video"), { src, controls: true });
+  } else {
+    node = Object.assign(document.createElement("a"), { href: src, download: f.filename || f.id, textContent: "⬇ " + (f.filename || f.id) });
+  }
+  el.append(node);
+  const meta = document.createElement("span");
+  meta.className = "meta";
+  meta.textContent = `${f.filename || f.kind} · ${f.size} bytes${f.caption ? " · " + f.caption : ""}`;
+  el.append(meta);
+}
+
+function showPrompt(p: PromptFrame) {
+  const el = document.createElement("div");
+  el.className = "card";
+  el.dataset.id = p.id;
+  el.append(Object.assign(document.createElement("div"), { className: "title", textContent: p.text }));
+  if (p.command) el.append(Object.assign(document.createElement("code"), { textContent: p.command }));
+  if (p.description) el.append(Object.assign(document.createElement("div"), { className: "desc", textContent: p.description }));
+  const opts = document.createElement("div");
+  opts.className = "options";
+  for (const o of p.options) {
+    const b = document.createElement("button");
+    b.type = "button";
+    b.textContent = o.label;
+    b.dataset.option = o.id;
+    if (o.style === "danger") b.className = "danger";
+    else if (o.style !== "primary") b.className = "ghost";
+    b.onclick = () => {
+      if (o.id === "other") {
+        const answer = prompt(p.text);
+        if (!answer) return;
+        client?.answer(p.id, "other", answer);
+      } else {
+        client?.answer(p.id, o.id);
+      }
+      b.classList.add("chosen");
+      opts.querySelectorAll("button").forEach((x) => ((x as HTMLButtonElement).disabled = true));
+    };
+    opts.append(b);
+  }
+  el.append(opts);
+  messages.append(el);
+  scrollDown();
+}
+
+function promptDone(id: string, option?: string, expired?: boolean) {
+  const el = messages.querySelector<HTMLDivElement>(`.card[data-id="${CSS.escape(id)}"]`);
+  if (!el) return;
+  el.querySelectorAll("button").forEach((x) => ((x as HTMLButtonElement).disabled = true));
+  el.classList.add("closed");
+  el.append(Object.assign(document.createElement("div"), { className: "done", textContent: expired ? "expired" : "answered: " + (option ?? "") }));
+}
+
+function setAvatar(state: string) {
+  document.body.dataset.avatar = state;
+  avatar.contentWindow?.postMessage({ t: "avatar", state }, "*");
+}
+
+function showError(e: unknown) {
+  errorEl.textContent = e instanceof HermesError ? e.message : String(e);
+}
+
+function start(token: string, name: string) {
+  client?.close();
+  const c = new Client({ url: wsURL(), token, device: { id: deviceId(), name, platform: "web", app_version: "1.0.0" }, user: { name } });
+  client = c;
+  (window as any).hermes = c;
+  c.on("state", (s) => {
+    statusEl.textContent = s;
+    document.body.dataset.state = s;
+  });
+  c.on("ready", (r) => {
+    if (r.avatar_url && avatar.src !== r.avatar_url) avatar.src = r.avatar_url;
+  });
+  c.on("message", showMessage);
+  c.on("media", showMedia);
+  c.on("prompt", showPrompt);
+  c.on("promptDone", (d) => promptDone(d.id, d.option_id, d.expired));
+  c.on("avatar", setAvatar);
+  c.on("typing", (on) => (typingEl.hidden = !on));
+  c.on("acknowledged", (id) => messages.querySelector(`.msg.me[data-id="${CSS.escape(id)}"]`)?.classList.add("sent"));
+  c.on("error", showError);
+  c.connect().then(
+    () => {
+      sessionStorage.setItem("hermes.token", token);
+      localStorage.setItem("hermes.name", name);
+      login.hidden = true;
+      chat.hidden = false;
+      text.focus();
+    },
+    (e) => {
+      $<HTMLElement>("login-error").textContent = e instanceof HermesError && e.code === "auth_failed" ? "No access: check the token." : String(e.message ?? e);
+      login.hidden = false;
+      chat.hidden = true;
+    },
+  );
+}
+
+login.onsubmit = (e) => {
+  e.preventDefault();
+  $<HTMLElement>("login-error").textContent = "";
+  start($<HTMLInputElement>("token").value.trim(), $<HTMLInputElement>("device").value.trim() || "Browser");
+};
+
+$<HTMLButtonElement>("logout").onclick = () => {
+  client?.close();
+  client = null;
+  sessionStorage.removeItem("hermes.token");
+  chat.hidden = true;
+  login.hidden = false;
+};
+
+$<HTMLFormElement>("composer").onsubmit = (e) => {
+  e.preventDefault();
+  const t = text.value;
+  if (!client || !t.trim()) return;
+  try {
+    const id = client.sendText(t);
+    bubble("me", id).textContent = t;
+    text.value = "";
+    errorEl.textContent = "";
+  } catch (err) {
+    showError(err);
+  }
+};
+
+text.onkeydown = (e) => {
+  if (e.key === "Enter" && !e.shiftKey) {
+    e.preventDefault();
+    $<HTMLFormElement>("composer").requestSubmit();
+  }
+};
+
+let lastTyping = 0;
+text.oninput = () => {
+  if (client && Date.now() - lastTyping > 2000) {
+    lastTyping = Date.now();
+    client.sendTyping();
+  }
+};
+
+function kindOf(mime: string): MediaKindIn {
+  if (mime.startsWith("image/")) return "image";
+  if (mime.startsWith("video/")) return "video";
+  if (mime.startsWith("audio/")) return "audio";
+  return "document";
+}
+
+async function sendBlob(blob: Blob, filename: string, kind?: MediaKindIn) {
+  if (!client) return;
+  try {
+    const data = new Uint8Array(await blob.arrayBuffer());
+    const id = client.sendFile(data, { kind: kind ?? kindOf(blob.type), mime: blob.type || undefined, filename });
+    const el = bubble("me file", id);
+    el.textContent = `${filename} · ${data.length} bytes`;
+    errorEl.textContent = "";
+  } catch (err) {
+    showError(err);
+  }
+}
+
+const fileInput = $<HTMLInputElement>("file");
+fileInput.onchange = async () => {
+  for (const f of Array.from(fileInput.files ?? [])) await sendBlob(f, f.name);
+  fileInput.value = "";
+};
+
+// Voice notes: ogg where the browser records it (sent as audio), otherwise
+// the recording goes as an audio file.
+let recorder: MediaRecorder | null = null;
+const recordBtn = $<HTMLButtonElement>("record");
+recordBtn.onclick = async () => {
+  if (recorder) {
+    recorder.stop();
+    return;
+  }
+  if (!navigator.mediaDevices?.getUserMedia || typeof MediaRecorder === "undefined") {
+    showError("voice recording is not available in this browser");
+    return;
+  }
+  try {
+    const stream = await navigator.mediaDevices.getUserMedia({ audio: true });
+    const ogg = MediaRecorder.isTypeSupported("audio/ogg;codecs=opus");
+    const rec = new MediaRecorder(stream, ogg ? { mimeType: "audio/ogg;codecs=opus" } : undefined);
+    const parts: Blob[] = [];
+    rec.ondataavailable = (e) => parts.push(e.data);
+    rec.onstop = async () => {
+      stream.getTracks().forEach((t) => t.stop());
+      recorder = null;
+      recordBtn.classList.remove("recording");
+      const blob = new Blob(parts, { type: rec.mimeType });
+      if (!client || blob.size === 0) return;
+      if (ogg) {
+        try {
+          const id = client.sendVoice(new Uint8Array(await blob.arrayBuffer()), "ogg");
+          bubble("me voice", id).textContent = `voice note · ${blob.size} bytes`;
+        } catch (err) {
+          showError(err);
+        }
+      } else {
+        await sendBlob(blob, "voice." + (rec.mimeType.includes("webm") ? "webm" : "audio"), "audio");
+      }
+    };
+    recorder = rec;
+    recordBtn.classList.add("recording");
+    rec.start();
+  } catch (err) {
+    showError(err);
+  }
+};
+
+// Back from a reload in the same tab: log in again with the kept token.
+$<HTMLInputElement>("device").value = localStorage.getItem("hermes.name") ?? "";
+const kept = sessionStorage.getItem("hermes.token");
+if (kept) start(kept, localStorage.getItem("hermes.name") || "Browser");

@@ -1,0 +1,741 @@
+// src/protocol.ts
+var MAX_FRAME_BYTES = 16 * 1024 * 1024;
+var MAX_TEXT_CHARS = 12e3;
+var MAX_AUDIO_BYTES = 8 * 1024 * 1024;
+var MAX_MEDIA_BYTES = 8 * 1024 * 1024;
+var MEDIA_CHUNK_BYTES = 3 * 1024 * 1024;
+var MIN_MEDIA_CHUNK_BYTES = 4096;
+var MAX_MEDIA_PARTS = 2048;
+var MAX_ID_CHARS = 128;
+var HermesError = class extends Error {
+  constructor(code, message, opts = {}) {
+    super(`${code}: ${message}`);
+    this.name = "HermesError";
+    this.code = code;
+    this.fatal = !!opts.fatal;
+    this.local = !!opts.local;
+  }
+  /** Errors after which the client does not reconnect: retrying as is cannot help. */
+  get permanent() {
+    return this.code === "auth_failed" || this.code === "forbidden";
+  }
+};
+function charCount(s) {
+  let n = 0;
+  for (const _ of s) n++;
+  return n;
+}
+var B64 = typeof globalThis.Buffer === "function" ? globalThis.Buffer : null;
+function toBase64(b) {
+  if (B64) return B64.from(b.buffer, b.byteOffset, b.byteLength).toString("base64");
+  let s = "";
+  for (let i = 0; i < b.length; i += 32768) s += String.fromCharCode.apply(null, b.subarray(i, i + 32768));
+  return btoa(s);
+}
+function fromBase64(s) {
+  if (B64) {
+    const buf = B64.from(s, "base64");
+    return new Uint8Array(buf.buffer, buf.byteOffset, buf.byteLength);
+  }
+  const bin = atob(s);
+  const out = new Uint8Array(bin.length);
+  for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
+  return out;
+}
+function newId(prefix = "") {
+  const b = new Uint8Array(12);
+  globalThis.crypto.getRandomValues(b);
+  return prefix + Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+}
+
+// src/client.ts
+function bytesOf(b) {
+  return b instanceof Uint8Array ? b : new Uint8Array(b);
+}
+function local(code, message) {
+  return new HermesError(code, message, { local: true });
+}
+var Client = class {
+  constructor(opts) {
+    /** The last ready frame; null before the first. */
+    this.readyFrame = null;
+    this.state = "closed";
+    this.avatar = "idle";
+    this.typing = false;
+    this.ws = null;
+    this.handlers = /* @__PURE__ */ new Map();
+    this.outbox = /* @__PURE__ */ new Map();
+    this.seq = 0;
+    this.pings = /* @__PURE__ */ new Map();
+    this.lastTs = 0;
+    this.transientError = false;
+    this.messages = /* @__PURE__ */ new Map();
+    this.incoming = /* @__PURE__ */ new Map();
+    this.attempt = 0;
+    this.stopped = true;
+    this.retryTimer = null;
+    this.keepalive = null;
+    this.typingTimer = null;
+    this.firstReady = null;
+    this.opts = {
+      reconnect: true,
+      minDelay: 500,
+      maxDelay: 3e4,
+      pingInterval: 25e3,
+      pongTimeout: 15e3,
+      autoAck: true,
+      typingIdle: 6e3,
+      ...opts,
+      device: { ...opts.device, id: opts.device?.id || "dev-" + newId().slice(0, 12) }
+    };
+  }
+  on(type, fn) {
+    let set = this.handlers.get(type);
+    if (!set) this.handlers.set(type, set = /* @__PURE__ */ new Set());
+    set.add(fn);
+    return () => set.delete(fn);
+  }
+  emit(type, v) {
+    for (const fn of this.handlers.get(type) ?? []) {
+      try {
+        fn(v);
+      } catch (e) {
+        console.error(e);
+      }
+    }
+  }
+  /** The capabilities of the last ready frame. */
+  get capabilities() {
+    return this.readyFrame?.capabilities ?? null;
+  }
+  /** Ids of texts and files not yet confirmed taken. */
+  get pending() {
+    return [...this.outbox.keys()];
+  }
+  /**
+   * Connects and resolves with the first ready frame; rejects on an error
+   * that stops the client (auth_failed, forbidden) or when close() is called first.
+   */
+  connect() {
+    if (!this.stopped) return Promise.reject(local("bad_frame", "already connected"));
+    this.stopped = false;
+    this.attempt = 0;
+    const p = new Promise((resolve, reject) => this.firstReady = { resolve, reject });
+    this.open();
+    return p;
+  }
+  /** Closes the connection and stops reconnecting. Unconfirmed sends stay pending for the next connect(). */
+  close() {
+    this.stopped = true;
+    clearTimeout(this.retryTimer);
+    this.failFirst(local("internal_error", "closed"));
+    if (this.ws) {
+      const ws = this.ws;
+      this.detach();
+      try {
+        ws.close(1e3);
+      } catch {
+      }
+    }
+    this.setState("closed");
+  }
+  /** Drops the socket as a lost network would; the client reconnects (for tests and "retry now" buttons). */
+  drop() {
+    if (!this.ws) return;
+    const ws = this.ws;
+    try {
+      if (typeof ws.terminate === "function") ws.terminate();
+      else ws.close(4e3, "dropped");
+    } catch {
+    }
+    this.onClose(void 0, "");
+  }
+  open() {
+    const WS = this.opts.WebSocket ?? globalThis.WebSocket;
+    if (!WS) throw local("internal_error", "no WebSocket: pass the ws package's WebSocket in options.WebSocket");
+    this.setState("connecting");
+    let ws;
+    try {
+      ws = new WS(this.opts.url);
+    } catch (e) {
+      this.scheduleRetry();
+      return;
+    }
+    this.ws = ws;
+    ws.binaryType = "arraybuffer";
+    ws.onopen = () => {
+      const hello = { t: "hello", token: this.opts.token, device: this.opts.device };
+      if (this.opts.user) hello.user = this.opts.user;
+      this.write(hello);
+    };
+    ws.onmessage = (ev) => {
+      let text2 = ev.data;
+      if (typeof text2 !== "string") text2 = new TextDecoder().decode(bytesOf(text2));
+      let f;
+      try {
+        f = JSON.parse(text2);
+      } catch {
+        return;
+      }
+      if (f && typeof f === "object" && typeof f.t === "string") this.handle(f);
+    };
+    ws.onclose = (ev) => {
+      if (this.ws === ws) this.onClose(ev?.code, ev?.reason ?? "");
+    };
+    ws.onerror = () => {
+    };
+  }
+  detach() {
+    if (!this.ws) return;
+    this.ws.onopen = this.ws.onmessage = this.ws.onclose = this.ws.onerror = null;
+    this.ws = null;
+    clearInterval(this.keepalive);
+    for (const p of this.pings.values()) {
+      clearTimeout(p.timer);
+      p.reject(local("internal_error", "connection closed before pong"));
+    }
+    this.pings.clear();
+    for (const o of this.outbox.values()) o.seq = 0;
+    this.incoming.clear();
+  }
+  onClose(code, reason) {
+    this.detach();
+    if (code === 1008 && (reason === "auth_failed" || reason === "forbidden")) this.stop(new HermesError(reason, "connection refused", { fatal: true }));
+    if (this.stopped) {
+      this.setState("closed");
+      return;
+    }
+    this.scheduleRetry();
+  }
+  stop(err) {
+    this.stopped = true;
+    clearTimeout(this.retryTimer);
+    this.failFirst(err);
+  }
+  failFirst(err) {
+    if (this.firstReady) {
+      this.firstReady.reject(err);
+      this.firstReady = null;
+    }
+  }
+  scheduleRetry() {
+    this.setState(this.opts.reconnect ? "connecting" : "closed");
+    if (!this.opts.reconnect) {
+      this.stop(local("internal_error", "connection lost"));
+      return;
+    }
+    const cap = Math.min(this.opts.maxDelay, this.opts.minDelay * 2 ** this.attempt++);
+    clearTimeout(this.retryTimer);
+    this.retryTimer = setTimeout(() => {
+      if (!this.stopped) this.open();
+    }, Math.random() * cap);
+  }
+  setState(s) {
+    if (this.state === s) return;
+    this.state = s;
+    this.emit("state", s);
+  }
+  write(f) {
+    if (!this.ws || this.ws.readyState !== 1) return false;
+    this.ws.send(JSON.stringify(f));
+    this.emit("sent", f);
+    return true;
+  }
+  handle(f) {
+    this.emit("frame", f);
+    switch (f.t) {
+      case "ready":
+        this.readyFrame = f;
+        this.attempt = 0;
+        this.setState("open");
+        this.emit("ready", f);
+        if (this.firstReady) {
+          this.firstReady.resolve(f);
+          this.firstReady = null;
+        }
+        this.flush();
+        if (this.opts.pingInterval > 0) {
+          this.keepalive = setInterval(() => this.ping().catch(() => {
+          }), this.opts.pingInterval);
+        }
+        break;
+      case "message":
+        this.onMessage(f);
+        break;
+      case "media":
+        this.onMedia(f);
+        break;
+      case "prompt":
+        this.emit("prompt", f);
+        break;
+      case "prompt_done":
+        this.emit("promptDone", f);
+        break;
+      case "avatar":
+        this.avatar = ["idle", "thinking", "speaking"].includes(f.state) ? f.state : "idle";
+        this.emit("avatar", this.avatar);
+        break;
+      case "typing":
+        this.setTyping(!f.stop);
+        break;
+      case "pong":
+        this.onPong(f.ts);
+        break;
+      case "delivered":
+        this.emit("delivered", { id: f.id, device: f.device });
+        break;
+      case "error":
+        this.onError(f);
+        break;
+      default:
+    }
+  }
+  onError(f) {
+    const err = new HermesError(f.code, f.message ?? "", { fatal: !!f.fatal });
+    if (f.code === "internal_error") this.transientError = true;
+    if (err.permanent && err.fatal) this.stop(err);
+    this.emit("error", err);
+  }
+  setTyping(on) {
+    clearTimeout(this.typingTimer);
+    if (on) this.typingTimer = setTimeout(() => this.setTyping(false), this.opts.typingIdle);
+    if (this.typing !== on) {
+      this.typing = on;
+      this.emit("typing", on);
+    }
+  }
+  onMessage(f) {
+    const index = f.chunk?.index ?? 0;
+    const text2 = index === 0 ? f.text ?? "" : (this.messages.get(f.id) ?? "") + (f.text ?? "");
+    if (f.final) this.messages.delete(f.id);
+    else this.messages.set(f.id, text2);
+    this.emit("message", { id: f.id, text: text2, final: !!f.final, edit: !!f.edit });
+    if (f.final) {
+      this.setTyping(false);
+      this.ack(f.id);
+    }
+  }
+  onMedia(f) {
+    const parts = Math.max(1, f.parts | 0);
+    const part = f.part | 0;
+    if (parts > MAX_MEDIA_PARTS || part < 0 || part >= parts || (f.size | 0) > MAX_MEDIA_BYTES) {
+      this.incoming.delete(f.id);
+      this.emit("error", local("too_big", `incoming file ${f.id}: part ${part} of ${parts}, ${f.size} bytes is past the limits`));
+      return;
+    }
+    let inc = this.incoming.get(f.id);
+    if (!inc || part === 0) {
+      inc = { meta: f, parts: new Array(parts), got: 0 };
+      this.incoming.set(f.id, inc);
+    }
+    if (f.data != null && !inc.parts[part]) {
+      inc.parts[part] = fromBase64(f.data);
+      inc.got++;
+    }
+    this.emit("mediaProgress", { id: f.id, part, parts });
+    if (!f.final && inc.got < parts) return;
+    this.incoming.delete(f.id);
+    const m = inc.meta;
+    const file = { id: f.id, kind: m.kind, mime: m.mime, filename: m.filename, size: m.size };
+    if (m.caption) file.caption = m.caption;
+    if (m.reply_to) file.reply_to = m.reply_to;
+    if (f.url || m.url) file.url = f.url || m.url;
+    if (inc.got > 0) {
+      const total = inc.parts.reduce((n, p) => n + (p?.length ?? 0), 0);
+      const data = new Uint8Array(total);
+      let off = 0;
+      for (const p of inc.parts) {
+        if (p) {
+          data.set(p, off);
+          off += p.length;
+        }
+      }
+      file.data = data;
+    }
+    this.emit("media", file);
+    this.ack(f.id);
+  }
+  /** Sends ack{id}; done for you unless autoAck is false. */
+  ack(id, force = false) {
+    if (this.opts.autoAck || force) this.write({ t: "ack", id });
+  }
+  // Sending.
+  checkId(id) {
+    const v = id || newId("c-");
+    if (v.length > MAX_ID_CHARS) throw local("bad_frame", `id longer than ${MAX_ID_CHARS} characters`);
+    return v;
+  }
+  enqueue(id, frames) {
+    this.outbox.set(id, { id, frames, seq: 0 });
+    if (this.state === "open") this.flush();
+    return id;
+  }
+  /** Writes what is pending and not yet written on this socket, then a ping to learn it was taken. */
+  flush() {
+    let wrote = false;
+    for (const o of this.outbox.values()) {
+      if (o.seq !== 0) continue;
+      for (const f of o.frames) if (!this.write(f)) return;
+      o.seq = ++this.seq;
+      wrote = true;
+    }
+    if (wrote) this.ping().catch(() => {
+    });
+  }
+  onPong(ts) {
+    const p = typeof ts === "number" ? this.pings.get(ts) : void 0;
+    if (!p) return;
+    this.pings.delete(ts);
+    clearTimeout(p.timer);
+    const retry = this.transientError;
+    this.transientError = false;
+    for (const [id, o] of this.outbox) {
+      if (o.seq === 0 || o.seq > p.mark) continue;
+      if (retry) {
+        o.seq = 0;
+      } else {
+        this.outbox.delete(id);
+        this.emit("acknowledged", id);
+      }
+    }
+    if (retry) setTimeout(() => this.state === "open" && this.flush(), this.opts.minDelay * Math.random());
+    p.resolve(Date.now() - p.sentAt);
+  }
+  /** Sends a text; returns its id. */
+  sendText(text2, id) {
+    if (typeof text2 !== "string" || text2.trim() === "") throw local("bad_frame", "empty text");
+    const n = charCount(text2);
+    const max = this.capabilities?.max_text_chars ?? MAX_TEXT_CHARS;
+    if (n > max) throw local("too_big", `text of ${n} characters; at most ${max}`);
+    const mid = this.checkId(id);
+    return this.enqueue(mid, [{ t: "text", id: mid, text: text2 }]);
+  }
+  /** Sends a voice recording (wav or ogg, ≤ 8 MiB); text is its transcript when you have one. */
+  sendVoice(data, format, opts = {}) {
+    const b = bytesOf(data);
+    if (format !== "wav" && format !== "ogg") throw local("unsupported_frame", `audio format ${format}: wav or ogg`);
+    if (b.length === 0) throw local("bad_frame", "empty recording");
+    if (b.length > MAX_AUDIO_BYTES) throw local("too_big", `recording of ${b.length} bytes; at most ${MAX_AUDIO_BYTES}`);
+    if (opts.text && charCount(opts.text) > MAX_TEXT_CHARS) throw local("too_big", `text over ${MAX_TEXT_CHARS} characters`);
+    const id = this.checkId(opts.id);
+    const f = { t: "audio", id, format, data: toBase64(b) };
+    if (opts.text) f.text = opts.text;
+    return this.enqueue(id, [f]);
+  }
+  /** Sends a file, in parts of chunkBytes (3 MiB) when it is larger; returns its id. */
+  sendFile(data, opts) {
+    const frames = mediaFrames(bytesOf(data), { ...opts, id: this.checkId(opts.id) }, this.capabilities?.max_media_bytes);
+    return this.enqueue(frames[0].id, frames);
+  }
+  /** Answers a card: an option id, or a text (clarify's "other"). */
+  answer(promptId, optionId, text2) {
+    if (!promptId) throw local("bad_frame", "prompt_id is required");
+    if (!optionId && !text2) throw local("bad_frame", "an option_id or a text is required");
+    const f = { t: "prompt", prompt_id: promptId };
+    if (optionId) f.option_id = optionId;
+    if (text2) f.text = text2;
+    if (!this.write(f)) throw local("internal_error", "not connected");
+  }
+  /** Tells the agent the user is typing. */
+  sendTyping() {
+    this.write({ t: "typing" });
+  }
+  /** Service delivery (cron, hermes send): only from loopback or with a deliver token. */
+  deliver(opts) {
+    if (!opts.text && !opts.media) throw local("bad_frame", "deliver needs a text or a media");
+    const id = this.checkId(opts.id);
+    const f = { t: "deliver", id };
+    if (opts.target) f.target = opts.target;
+    if (opts.text) f.text = opts.text;
+    if (opts.media) f.media = opts.media;
+    if (!this.write(f)) throw local("internal_error", "not connected");
+    return id;
+  }
+  /** Round-trip time in ms of a ping; rejects when the connection closes or no pong comes in time. */
+  ping() {
+    return new Promise((resolve, reject) => {
+      const ts = this.lastTs = Math.max(this.lastTs + 1, Date.now());
+      const p = { sentAt: Date.now(), mark: this.seq, resolve, reject, timer: null };
+      if (!this.write({ t: "ping", ts })) {
+        reject(local("internal_error", "not connected"));
+        return;
+      }
+      p.timer = setTimeout(() => {
+        this.pings.delete(ts);
+        reject(local("internal_error", "no pong in time"));
+        this.drop();
+      }, this.opts.pongTimeout);
+      this.pings.set(ts, p);
+    });
+  }
+};
+function mediaFrames(data, opts, maxBytes = MAX_MEDIA_BYTES) {
+  if (!["image", "video", "document", "audio"].includes(opts.kind)) throw local("unsupported_frame", `media kind ${opts.kind}`);
+  if (data.length === 0) throw local("bad_frame", "empty file");
+  if (data.length > maxBytes) throw local("too_big", `file of ${data.length} bytes; at most ${maxBytes}`);
+  if (opts.caption && charCount(opts.caption) > MAX_TEXT_CHARS) throw local("too_big", `caption over ${MAX_TEXT_CHARS} characters`);
+  const chunk = opts.chunkBytes ?? MEDIA_CHUNK_BYTES;
+  if (!(chunk >= MIN_MEDIA_CHUNK_BYTES && chunk <= MEDIA_CHUNK_BYTES)) {
+    throw local("bad_frame", `chunkBytes ${chunk}: between ${MIN_MEDIA_CHUNK_BYTES} and ${MEDIA_CHUNK_BYTES}`);
+  }
+  const parts = Math.ceil(data.length / chunk);
+  if (parts > MAX_MEDIA_PARTS) throw local("too_big", `${parts} parts; at most ${MAX_MEDIA_PARTS}`);
+  const frames = [];
+  for (let i = 0; i < parts; i++) {
+    const f = { t: "media", id: opts.id, kind: opts.kind, data: toBase64(data.subarray(i * chunk, (i + 1) * chunk)), part: i, parts };
+    if (opts.mime) f.mime = opts.mime;
+    if (opts.filename) f.filename = opts.filename;
+    if (opts.caption) f.caption = opts.caption;
+    frames.push(f);
+  }
+  return frames;
+}
+
+// ../../pkg/web/client/app.ts
+var $ = (id) => document.getElementById(id);
+var login = $("login");
+var chat = $("chat");
+var messages = $("messages");
+var text = $("text");
+var statusEl = $("status");
+var typingEl = $("typing");
+var errorEl = $("error");
+var avatar = $("avatar");
+var client = null;
+function deviceId() {
+  let id = localStorage.getItem("hermes.device");
+  if (!id) {
+    id = "web-" + newId().slice(0, 12);
+    localStorage.setItem("hermes.device", id);
+  }
+  return id;
+}
+function wsURL() {
+  return (location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/ws";
+}
+function scrollDown() {
+  messages.scrollTop = messages.scrollHeight;
+}
+function bubble(cls, id) {
+  const el = document.createElement("div");
+  el.className = "msg " + cls;
+  if (id) el.dataset.id = id;
+  messages.append(el);
+  scrollDown();
+  return el;
+}
+function showMessage(m) {
+  let el = messages.querySelector(`.msg.agent[data-id="${CSS.escape(m.id)}"]`);
+  if (!el) el = bubble("agent", m.id);
+  el.textContent = m.text;
+  el.classList.toggle("streaming", !m.final);
+  el.classList.toggle("final", m.final);
+  scrollDown();
+}
+function showMedia(f) {
+  const el = bubble("agent media", f.id);
+  el.classList.add("final");
+  const src = f.data ? URL.createObjectURL(new Blob([f.data], { type: f.mime || "application/octet-stream" })) : f.url || "";
+  let node;
+  if (f.kind === "image" || f.kind === "animation") {
+    node = Object.assign(document.createElement("img"), { src, alt: f.filename || f.kind });
+  } else if (f.kind === "voice") {
+    node = Object.assign(document.createElement("audio"), { src, controls: true });
+  } else if (f.kind === "video") {
+    node = Object.assign(document.createElement("video"), { src, controls: true });
+  } else {
+    node = Object.assign(document.createElement("a"), { href: src, download: f.filename || f.id, textContent: "\u2B07 " + (f.filename || f.id) });
+  }
+  el.append(node);
+  const meta = document.createElement("span");
+  meta.className = "meta";
+  meta.textContent = `${f.filename || f.kind} \xB7 ${f.size} bytes${f.caption ? " \xB7 " + f.caption : ""}`;
+  el.append(meta);
+}
+function showPrompt(p) {
+  const el = document.createElement("div");
+  el.className = "card";
+  el.dataset.id = p.id;
+  el.append(Object.assign(document.createElement("div"), { className: "title", textContent: p.text }));
+  if (p.command) el.append(Object.assign(document.createElement("code"), { textContent: p.command }));
+  if (p.description) el.append(Object.assign(document.createElement("div"), { className: "desc", textContent: p.description }));
+  const opts = document.createElement("div");
+  opts.className = "options";
+  for (const o of p.options) {
+    const b = document.createElement("button");
+    b.type = "button";
+    b.textContent = o.label;
+    b.dataset.option = o.id;
+    if (o.style === "danger") b.className = "danger";
+    else if (o.style !== "primary") b.className = "ghost";
+    b.onclick = () => {
+      if (o.id === "other") {
+        const answer = prompt(p.text);
+        if (!answer) return;
+        client?.answer(p.id, "other", answer);
+      } else {
+        client?.answer(p.id, o.id);
+      }
+      b.classList.add("chosen");
+      opts.querySelectorAll("button").forEach((x) => x.disabled = true);
+    };
+    opts.append(b);
+  }
+  el.append(opts);
+  messages.append(el);
+  scrollDown();
+}
+function promptDone(id, option, expired) {
+  const el = messages.querySelector(`.card[data-id="${CSS.escape(id)}"]`);
+  if (!el) return;
+  el.querySelectorAll("button").forEach((x) => x.disabled = true);
+  el.classList.add("closed");
+  el.append(Object.assign(document.createElement("div"), { className: "done", textContent: expired ? "expired" : "answered: " + (option ?? "") }));
+}
+function setAvatar(state) {
+  document.body.dataset.avatar = state;
+  avatar.contentWindow?.postMessage({ t: "avatar", state }, "*");
+}
+function showError(e) {
+  errorEl.textContent = e instanceof HermesError ? e.message : String(e);
+}
+function start(token, name) {
+  client?.close();
+  const c = new Client({ url: wsURL(), token, device: { id: deviceId(), name, platform: "web", app_version: "1.0.0" }, user: { name } });
+  client = c;
+  window.hermes = c;
+  c.on("state", (s) => {
+    statusEl.textContent = s;
+    document.body.dataset.state = s;
+  });
+  c.on("ready", (r) => {
+    if (r.avatar_url && avatar.src !== r.avatar_url) avatar.src = r.avatar_url;
+  });
+  c.on("message", showMessage);
+  c.on("media", showMedia);
+  c.on("prompt", showPrompt);
+  c.on("promptDone", (d) => promptDone(d.id, d.option_id, d.expired));
+  c.on("avatar", setAvatar);
+  c.on("typing", (on) => typingEl.hidden = !on);
+  c.on("acknowledged", (id) => messages.querySelector(`.msg.me[data-id="${CSS.escape(id)}"]`)?.classList.add("sent"));
+  c.on("error", showError);
+  c.connect().then(
+    () => {
+      sessionStorage.setItem("hermes.token", token);
+      localStorage.setItem("hermes.name", name);
+      login.hidden = true;
+      chat.hidden = false;
+      text.focus();
+    },
+    (e) => {
+      $("login-error").textContent = e instanceof HermesError && e.code === "auth_failed" ? "No access: check the token." : String(e.message ?? e);
+      login.hidden = false;
+      chat.hidden = true;
+    }
+  );
+}
+login.onsubmit = (e) => {
+  e.preventDefault();
+  $("login-error").textContent = "";
+  start($("token").value.trim(), $("device").value.trim() || "Browser");
+};
+$("logout").onclick = () => {
+  client?.close();
+  client = null;
+  sessionStorage.removeItem("hermes.token");
+  chat.hidden = true;
+  login.hidden = false;
+};
+$("composer").onsubmit = (e) => {
+  e.preventDefault();
+  const t = text.value;
+  if (!client || !t.trim()) return;
+  try {
+    const id = client.sendText(t);
+    bubble("me", id).textContent = t;
+    text.value = "";
+    errorEl.textContent = "";
+  } catch (err) {
+    showError(err);
+  }
+};
+text.onkeydown = (e) => {
+  if (e.key === "Enter" && !e.shiftKey) {
+    e.preventDefault();
+    $("composer").requestSubmit();
+  }
+};
+var lastTyping = 0;
+text.oninput = () => {
+  if (client && Date.now() - lastTyping > 2e3) {
+    lastTyping = Date.now();
+    client.sendTyping();
+  }
+};
+function kindOf(mime) {
+  if (mime.startsWith("image/")) return "image";
+  if (mime.startsWith("video/")) return "video";
+  if (mime.startsWith("audio/")) return "audio";
+  return "document";
+}
+async function sendBlob(blob, filename, kind) {
+  if (!client) return;
+  try {
+    const data = new Uint8Array(await blob.arrayBuffer());
+    const id = client.sendFile(data, { kind: kind ?? kindOf(blob.type), mime: blob.type || void 0, filename });
+    const el = bubble("me file", id);
+    el.textContent = `${filename} \xB7 ${data.length} bytes`;
+    errorEl.textContent = "";
+  } catch (err) {
+    showError(err);
+  }
+}
+var fileInput = $("file");
+fileInput.onchange = async () => {
+  for (const f of Array.from(fileInput.files ?? [])) await sendBlob(f, f.name);
+  fileInput.value = "";
+};
+var recorder = null;
+var recordBtn = $("record");
+recordBtn.onclick = async () => {
+  if (recorder) {
+    recorder.stop();
+    return;
+  }
+  if (!navigator.mediaDevices?.getUserMedia || typeof MediaRecorder === "undefined") {
+    showError("voice recording is not available in this browser");
+    return;
+  }
+  try {
+    const stream = await navigator.mediaDevices.getUserMedia({ audio: true });
+    const ogg = MediaRecorder.isTypeSupported("audio/ogg;codecs=opus");
+    const rec = new MediaRecorder(stream, ogg ? { mimeType: "audio/ogg;codecs=opus" } : void 0);
+    const parts = [];
+    rec.ondataavailable = (e) => parts.push(e.data);
+    rec.onstop = async () => {
+      stream.getTracks().forEach((t) => t.stop());
+      recorder = null;
+      recordBtn.classList.remove("recording");
+      const blob = new Blob(parts, { type: rec.mimeType });
+      if (!client || blob.size === 0) return;
+      if (ogg) {
+        try {
+          const id = client.sendVoice(new Uint8Array(await blob.arrayBuffer()), "ogg");
+          bubble("me voice", id).textContent = `voice note \xB7 ${blob.size} bytes`;
+        } catch (err) {
+          showError(err);
+        }
+      } else {
+        await sendBlob(blob, "voice." + (rec.mimeType.includes("webm") ? "webm" : "audio"), "audio");
+      }
+    };
+    recorder = rec;
+    recordBtn.classList.add("recording");
+    rec.start();
+  } catch (err) {
+    showError(err);
+  }
+};
+$("device").value = localStorage.getItem("hermes.name") ?? "";
+var kept = sessionStorage.getItem("hermes.token");
+if (kept) start(kept, localStorage.getItem("hermes.name") || "Browser");

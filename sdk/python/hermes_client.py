@@ -1,0 +1,528 @@
+"""Protocol v1 client for the Hermes Mobile Gateway (asyncio).
+
+Needs only the standard library and the ``websockets`` package (Debian's
+python3-websockets, 10.4 or later)::
+
+    client = Client("ws://127.0.0.1:8787/ws", token, {"id": "bot-1", "name": "Bot"})
+    client.on("message", lambda m: m["final"] and print(m["text"]))
+    await client.connect()
+    await client.send_text("hello")
+
+It behaves as the TypeScript SDK does (docs/clients.md): hello on every
+connection, reconnect with full-jitter backoff, resend of the texts, voice
+notes and files the gateway has not taken, under the same ids; files split
+into parts; chunked answers and files assembled by id and acked; cards,
+typing, avatar, ping; errors typed by the spec's codes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import inspect
+import json
+import os
+import random
+import time
+from typing import Any, Awaitable, Callable, Dict, List, Optional
+
+import websockets
+
+PROTOCOL_VERSION = 1
+MAX_FRAME_BYTES = 16 * 1024 * 1024
+MAX_TEXT_CHARS = 12000
+MAX_AUDIO_BYTES = 8 * 1024 * 1024
+MAX_MEDIA_BYTES = 8 * 1024 * 1024
+MEDIA_CHUNK_BYTES = 3 * 1024 * 1024
+MIN_MEDIA_CHUNK_BYTES = 4096
+MAX_MEDIA_PARTS = 2048
+MAX_ID_CHARS = 128
+
+AVATAR_STATES = ("idle", "thinking", "speaking")
+MEDIA_KINDS_IN = ("image", "video", "document", "audio")
+AUDIO_FORMATS = ("wav", "ogg")
+
+
+class HermesError(Exception):
+    """An error from the gateway, or found before sending (local=True)."""
+
+    def __init__(self, code: str, message: str, fatal: bool = False, local: bool = False):
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.fatal = fatal
+        self.local = local
+
+    @property
+    def permanent(self) -> bool:
+        """auth_failed and forbidden: retrying as is cannot help."""
+        return self.code in ("auth_failed", "forbidden")
+
+
+def _local(code: str, message: str) -> HermesError:
+    return HermesError(code, message, local=True)
+
+
+def new_id(prefix: str = "") -> str:
+    return prefix + os.urandom(12).hex()
+
+
+def media_frames(data: bytes, kind: str, id: str, mime: str = "", filename: str = "", caption: str = "",
+                 chunk_bytes: int = MEDIA_CHUNK_BYTES, max_bytes: int = MAX_MEDIA_BYTES) -> List[dict]:
+    """The media frames of one file, with the protocol's limits checked."""
+    if kind not in MEDIA_KINDS_IN:
+        raise _local("unsupported_frame", f"media kind {kind}")
+    if not data:
+        raise _local("bad_frame", "empty file")
+    if len(data) > max_bytes:
+        raise _local("too_big", f"file of {len(data)} bytes; at most {max_bytes}")
+    if caption and len(caption) > MAX_TEXT_CHARS:
+        raise _local("too_big", f"caption over {MAX_TEXT_CHARS} characters")
+    if not MIN_MEDIA_CHUNK_BYTES <= chunk_bytes <= MEDIA_CHUNK_BYTES:
+        raise _local("bad_frame", f"chunk_bytes {chunk_bytes}: between {MIN_MEDIA_CHUNK_BYTES} and {MEDIA_CHUNK_BYTES}")
+    parts = -(-len(data) // chunk_bytes)
+    if parts > MAX_MEDIA_PARTS:
+        raise _local("too_big", f"{parts} parts; at most {MAX_MEDIA_PARTS}")
+    frames = []
+    for i in range(parts):
+        f = {"t": "media", "id": id, "kind": kind, "part": i, "parts": parts,
+             "data": base64.b64encode(data[i * chunk_bytes:(i + 1) * chunk_bytes]).decode()}
+        if mime:
+            f["mime"] = mime
+        if filename:
+            f["filename"] = filename
+        if caption:
+            f["caption"] = caption
+        frames.append(f)
+    return frames
+
+
+class _Outgoing:
+    __slots__ = ("id", "frames", "seq")
+
+    def __init__(self, id: str, frames: List[dict]):
+        self.id, self.frames, self.seq = id, frames, 0
+
+
+class Client:
+    """One device's connection, kept up across drops.
+
+    Events (``on(name, fn)``; fn may be a coroutine function): ready, state,
+    message ({id, text, final, edit}: the whole text so far), media ({id,
+    kind, mime, filename, caption, size, data: bytes | None, url,
+    reply_to}), media_progress, prompt, prompt_done, avatar, typing (bool),
+    delivered, error (HermesError), frame (every frame received), sent
+    (every frame written), acknowledged (the id of a text or file the
+    gateway has taken).
+    """
+
+    def __init__(self, url: str, token: str, device: Dict[str, str], user: Optional[Dict[str, str]] = None, *,
+                 reconnect: bool = True, min_delay: float = 0.5, max_delay: float = 30.0,
+                 ping_interval: float = 25.0, pong_timeout: float = 15.0, auto_ack: bool = True):
+        self.url, self.token, self.user = url, token, user
+        self.device = dict(device or {})
+        if not self.device.get("id"):
+            self.device["id"] = "dev-" + new_id()[:12]
+        self.reconnect, self.min_delay, self.max_delay = reconnect, min_delay, max_delay
+        self.ping_interval, self.pong_timeout, self.auto_ack = ping_interval, pong_timeout, auto_ack
+        self.ready: Optional[dict] = None
+        self.state = "closed"
+        self.avatar = "idle"
+        self.typing = False
+        self._handlers: Dict[str, list] = {}
+        self._outbox: Dict[str, _Outgoing] = {}
+        self._seq = 0
+        self._pings: Dict[int, tuple] = {}
+        self._last_ts = 0
+        self._transient = False
+        self._messages: Dict[str, str] = {}
+        self._incoming: Dict[str, dict] = {}
+        self._ws = None
+        self._task: Optional[asyncio.Task] = None
+        self._stopped = True
+        self._first: Optional[asyncio.Future] = None
+        self._wlock = asyncio.Lock()
+        self._keepalive: Optional[asyncio.Task] = None
+
+    # Events.
+
+    def on(self, name: str, fn: Callable[[Any], Any]) -> Callable[[], None]:
+        self._handlers.setdefault(name, []).append(fn)
+        return lambda: self._handlers[name].remove(fn) if fn in self._handlers[name] else None
+
+    async def _emit(self, name: str, value: Any) -> None:
+        for fn in list(self._handlers.get(name, ())):
+            try:
+                r = fn(value)
+                if inspect.isawaitable(r):
+                    await r
+            except Exception as e:  # an app's handler must not kill the connection
+                print(f"hermes_client: {name} handler: {e!r}")
+
+    async def wait_for(self, name: str, pred: Callable[[Any], bool] = lambda v: True, timeout: float = 10.0) -> Any:
+        """The next value of event name that pred accepts."""
+        fut = asyncio.get_running_loop().create_future()
+
+        def fn(v):
+            if not fut.done() and pred(v):
+                fut.set_result(v)
+
+        off = self.on(name, fn)
+        try:
+            return await asyncio.wait_for(fut, timeout)
+        finally:
+            off()
+
+    @property
+    def capabilities(self) -> Optional[dict]:
+        return self.ready and self.ready.get("capabilities")
+
+    @property
+    def pending(self) -> List[str]:
+        """Ids of texts and files not yet confirmed taken."""
+        return list(self._outbox)
+
+    # Connection.
+
+    async def connect(self) -> dict:
+        """Connects; returns the first ready frame. Raises HermesError on
+        auth_failed/forbidden (no reconnect then)."""
+        if not self._stopped:
+            raise _local("bad_frame", "already connected")
+        self._stopped = False
+        self._first = asyncio.get_running_loop().create_future()
+        self._task = asyncio.get_running_loop().create_task(self._run())
+        return await self._first
+
+    async def close(self) -> None:
+        """Closes and stops reconnecting; what is pending stays for the next connect()."""
+        self._stopped = True
+        self._fail_first(_local("internal_error", "closed"))
+        ws = self._ws
+        if ws is not None:
+            await ws.close()
+        if self._task is not None:
+            try:
+                await asyncio.wait_for(self._task, 5)
+            except (asyncio.TimeoutError, asyncio.CancelledError):
+                self._task.cancel()
+        await self._set_state("closed")
+
+    def drop(self) -> None:
+        """Drops the socket as a lost network would; the client reconnects."""
+        if self._ws is not None:
+            self._ws.transport.abort()
+
+    def _fail_first(self, err: Exception) -> None:
+        if self._first is not None and not self._first.done():
+            self._first.set_exception(err)
+
+    async def _set_state(self, s: str) -> None:
+        if self.state != s:
+            self.state = s
+            await self._emit("state", s)
+
+    async def _run(self) -> None:
+        attempt = 0
+        while not self._stopped:
+            await self._set_state("connecting")
+            code, reason = None, ""
+            try:
+                async with websockets.connect(self.url, max_size=MAX_FRAME_BYTES + 4096, ping_interval=None,
+                                              compression=None, open_timeout=15) as ws:
+                    self._ws = ws
+                    hello = {"t": "hello", "token": self.token, "device": self.device}
+                    if self.user:
+                        hello["user"] = self.user
+                    await self._write(hello)
+                    try:
+                        async for raw in ws:
+                            if isinstance(raw, bytes):
+                                raw = raw.decode("utf-8", "replace")
+                            try:
+                                f = json.loads(raw)
+                            except ValueError:
+                                continue
+                            if isinstance(f, dict) and isinstance(f.get("t"), str):
+                                if f["t"] == "ready":
+                                    attempt = 0
+                                await self._handle(f)
+                    finally:
+                        code, reason = ws.close_code, ws.close_reason or ""
+            except (OSError, asyncio.TimeoutError, websockets.WebSocketException):
+                pass
+            finally:
+                self._detach()
+            if code == 1008 and reason in ("auth_failed", "forbidden"):
+                self._stop(HermesError(reason, "connection refused", fatal=True))
+            if self._stopped or not self.reconnect:
+                if not self.reconnect:
+                    self._stop(_local("internal_error", "connection lost"))
+                break
+            cap = min(self.max_delay, self.min_delay * 2 ** attempt)
+            attempt += 1
+            await asyncio.sleep(random.uniform(0, cap))
+        await self._set_state("closed")
+
+    def _stop(self, err: HermesError) -> None:
+        self._stopped = True
+        self._fail_first(err)
+
+    def _detach(self) -> None:
+        self._ws = None
+        if self._keepalive is not None:
+            self._keepalive.cancel()
+            self._keepalive = None
+        for fut, _, _ in self._pings.values():
+            if not fut.done():
+                fut.set_exception(_local("internal_error", "connection closed before pong"))
+        self._pings.clear()
+        for o in self._outbox.values():
+            o.seq = 0
+        self._incoming.clear()
+
+    async def _write(self, f: dict) -> bool:
+        ws = self._ws
+        if ws is None:
+            return False
+        async with self._wlock:
+            try:
+                await ws.send(json.dumps(f, ensure_ascii=False))
+            except websockets.WebSocketException:
+                return False
+        await self._emit("sent", f)
+        return True
+
+    # Receiving.
+
+    async def _handle(self, f: dict) -> None:
+        await self._emit("frame", f)
+        t = f["t"]
+        if t == "ready":
+            self.ready = f
+            await self._set_state("open")
+            await self._emit("ready", f)
+            if self._first is not None and not self._first.done():
+                self._first.set_result(f)
+            await self._flush()
+            if self.ping_interval > 0:
+                self._keepalive = asyncio.get_running_loop().create_task(self._keep_alive())
+        elif t == "message":
+            await self._on_message(f)
+        elif t == "media":
+            await self._on_media(f)
+        elif t == "prompt":
+            await self._emit("prompt", f)
+        elif t == "prompt_done":
+            await self._emit("prompt_done", f)
+        elif t == "avatar":
+            self.avatar = f.get("state") if f.get("state") in AVATAR_STATES else "idle"
+            await self._emit("avatar", self.avatar)
+        elif t == "typing":
+            await self._set_typing(not f.get("stop"))
+        elif t == "pong":
+            await self._on_pong(f.get("ts"))
+        elif t == "delivered":
+            await self._emit("delivered", {"id": f.get("id"), "device": f.get("device")})
+        elif t == "error":
+            err = HermesError(str(f.get("code")), str(f.get("message", "")), fatal=bool(f.get("fatal")))
+            if err.code == "internal_error":
+                self._transient = True
+            if err.fatal and err.permanent:
+                self._stop(err)
+            await self._emit("error", err)
+        # Unknown frame types are ignored, as the protocol asks.
+
+    async def _set_typing(self, on: bool) -> None:
+        if self.typing != on:
+            self.typing = on
+            await self._emit("typing", on)
+
+    async def _on_message(self, f: dict) -> None:
+        mid = str(f.get("id", ""))
+        index = (f.get("chunk") or {}).get("index", 0)
+        text = f.get("text") or ""
+        if index:
+            text = self._messages.get(mid, "") + text
+        final = bool(f.get("final"))
+        if final:
+            self._messages.pop(mid, None)
+        else:
+            self._messages[mid] = text
+        await self._emit("message", {"id": mid, "text": text, "final": final, "edit": bool(f.get("edit"))})
+        if final:
+            await self._set_typing(False)
+            await self.ack(mid)
+
+    async def _on_media(self, f: dict) -> None:
+        mid = str(f.get("id", ""))
+        parts = max(1, int(f.get("parts") or 1))
+        part = int(f.get("part") or 0)
+        if parts > MAX_MEDIA_PARTS or not 0 <= part < parts or int(f.get("size") or 0) > MAX_MEDIA_BYTES:
+            self._incoming.pop(mid, None)
+            await self._emit("error", _local("too_big", f"incoming file {mid}: part {part} of {parts} is past the limits"))
+            return
+        inc = self._incoming.get(mid)
+        if inc is None or part == 0:
+            inc = {"meta": f, "parts": [None] * parts, "got": 0}
+            self._incoming[mid] = inc
+        if f.get("data") is not None and inc["parts"][part] is None:
+            inc["parts"][part] = base64.b64decode(f["data"])
+            inc["got"] += 1
+        await self._emit("media_progress", {"id": mid, "part": part, "parts": parts})
+        if not f.get("final") and inc["got"] < parts:
+            return
+        del self._incoming[mid]
+        m = inc["meta"]
+        file = {"id": mid, "kind": m.get("kind"), "mime": m.get("mime"), "filename": m.get("filename"),
+                "caption": m.get("caption"), "size": m.get("size"), "reply_to": m.get("reply_to"),
+                "url": f.get("url") or m.get("url"),
+                "data": b"".join(p for p in inc["parts"] if p) if inc["got"] else None}
+        await self._emit("media", file)
+        await self.ack(mid)
+
+    async def ack(self, id: str, force: bool = False) -> None:
+        """Sends ack{id}; done for you unless auto_ack is False."""
+        if self.auto_ack or force:
+            await self._write({"t": "ack", "id": id})
+
+    # Sending.
+
+    def _check_id(self, id: Optional[str]) -> str:
+        v = id or new_id("c-")
+        if len(v) > MAX_ID_CHARS:
+            raise _local("bad_frame", f"id longer than {MAX_ID_CHARS} characters")
+        return v
+
+    async def _enqueue(self, id: str, frames: List[dict]) -> str:
+        self._outbox[id] = _Outgoing(id, frames)
+        if self.state == "open":
+            await self._flush()
+        return id
+
+    async def _flush(self) -> None:
+        wrote = False
+        for o in list(self._outbox.values()):
+            if o.seq:
+                continue
+            for f in o.frames:
+                if not await self._write(f):
+                    return
+            self._seq += 1
+            o.seq = self._seq
+            wrote = True
+        if wrote:
+            asyncio.get_running_loop().create_task(self._quiet_ping())
+
+    async def _quiet_ping(self) -> None:
+        try:
+            await self.ping()
+        except HermesError:
+            pass
+
+    async def _retry_flush(self) -> None:
+        await asyncio.sleep(random.uniform(0, self.min_delay))
+        if self.state == "open":
+            await self._flush()
+
+    async def _keep_alive(self) -> None:
+        while True:
+            await asyncio.sleep(self.ping_interval)
+            await self._quiet_ping()
+
+    async def _on_pong(self, ts: Any) -> None:
+        entry = self._pings.pop(ts, None) if isinstance(ts, int) else None
+        if entry is None:
+            return
+        fut, sent_at, mark = entry
+        retry, self._transient = self._transient, False
+        for id, o in list(self._outbox.items()):
+            if not o.seq or o.seq > mark:
+                continue
+            if retry:
+                o.seq = 0
+            else:
+                del self._outbox[id]
+                await self._emit("acknowledged", id)
+        if retry:
+            asyncio.get_running_loop().create_task(self._retry_flush())
+        if not fut.done():
+            fut.set_result(time.monotonic() - sent_at)
+
+    async def ping(self) -> float:
+        """Round-trip time in seconds."""
+        ts = self._last_ts = max(self._last_ts + 1, int(time.time() * 1000))
+        fut = asyncio.get_running_loop().create_future()
+        self._pings[ts] = (fut, time.monotonic(), self._seq)
+        if not await self._write({"t": "ping", "ts": ts}):
+            self._pings.pop(ts, None)
+            raise _local("internal_error", "not connected")
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), self.pong_timeout)
+        except asyncio.TimeoutError:
+            self._pings.pop(ts, None)
+            self.drop()
+            raise _local("internal_error", "no pong in time")
+
+    async def send_text(self, text: str, id: Optional[str] = None) -> str:
+        if not isinstance(text, str) or not text.strip():
+            raise _local("bad_frame", "empty text")
+        limit = (self.capabilities or {}).get("max_text_chars", MAX_TEXT_CHARS)
+        if len(text) > limit:
+            raise _local("too_big", f"text of {len(text)} characters; at most {limit}")
+        mid = self._check_id(id)
+        return await self._enqueue(mid, [{"t": "text", "id": mid, "text": text}])
+
+    async def send_voice(self, data: bytes, format: str, text: str = "", id: Optional[str] = None) -> str:
+        if format not in AUDIO_FORMATS:
+            raise _local("unsupported_frame", f"audio format {format}: wav or ogg")
+        if not data:
+            raise _local("bad_frame", "empty recording")
+        if len(data) > MAX_AUDIO_BYTES:
+            raise _local("too_big", f"recording of {len(data)} bytes; at most {MAX_AUDIO_BYTES}")
+        if text and len(text) > MAX_TEXT_CHARS:
+            raise _local("too_big", f"text over {MAX_TEXT_CHARS} characters")
+        mid = self._check_id(id)
+        f = {"t": "audio", "id": mid, "format": format, "data": base64.b64encode(data).decode()}
+        if text:
+            f["text"] = text
+        return await self._enqueue(mid, [f])
+
+    async def send_file(self, data: bytes, kind: str, mime: str = "", filename: str = "", caption: str = "",
+                        id: Optional[str] = None, chunk_bytes: int = MEDIA_CHUNK_BYTES) -> str:
+        mid = self._check_id(id)
+        limit = (self.capabilities or {}).get("max_media_bytes", MAX_MEDIA_BYTES)
+        frames = media_frames(data, kind, mid, mime, filename, caption, chunk_bytes, limit)
+        return await self._enqueue(mid, frames)
+
+    async def answer(self, prompt_id: str, option_id: str = "", text: str = "") -> None:
+        if not prompt_id:
+            raise _local("bad_frame", "prompt_id is required")
+        if not option_id and not text:
+            raise _local("bad_frame", "an option_id or a text is required")
+        f = {"t": "prompt", "prompt_id": prompt_id}
+        if option_id:
+            f["option_id"] = option_id
+        if text:
+            f["text"] = text
+        if not await self._write(f):
+            raise _local("internal_error", "not connected")
+
+    async def send_typing(self) -> None:
+        await self._write({"t": "typing"})
+
+    async def deliver(self, target: str = "", text: str = "", media: Optional[dict] = None, id: Optional[str] = None) -> str:
+        """Service delivery: only from loopback or with a deliver token."""
+        if not text and not media:
+            raise _local("bad_frame", "deliver needs a text or a media")
+        mid = self._check_id(id)
+        f: Dict[str, Any] = {"t": "deliver", "id": mid}
+        if target:
+            f["target"] = target
+        if text:
+            f["text"] = text
+        if media:
+            f["media"] = media
+        if not await self._write(f):
+            raise _local("internal_error", "not connected")
+        return mid

@@ -1,0 +1,251 @@
+"""hermes_client against a real gateway (services/edge, demo agent)."""
+
+import asyncio
+import os
+
+import pytest
+
+from hermes_client import (MAX_AUDIO_BYTES, MAX_MEDIA_BYTES, MAX_MEDIA_PARTS, MAX_TEXT_CHARS, MEDIA_CHUNK_BYTES,
+                           MIN_MEDIA_CHUNK_BYTES, Client, HermesError, media_frames)
+
+
+def uniq(p):
+    return p + "-" + os.urandom(4).hex()
+
+
+def client(gw, device, **kw):
+    token = kw.pop("token", gw.token)
+    return Client(gw.ws, token, {"id": device, "name": device, "platform": "pytest"}, min_delay=0.05, max_delay=0.5, **kw)
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 60))
+
+
+def test_ready(gateway):
+    async def go():
+        dev = uniq("py-ready")
+        c = client(gateway, dev)
+        ready = await c.connect()
+        try:
+            assert ready["v"] == 1
+            assert ready["session"] == "mobile:" + dev
+            assert ready["avatar_url"] == gateway.http + "/avatar/"
+            assert c.capabilities["max_text_chars"] == MAX_TEXT_CHARS
+            assert c.capabilities["avatar_states"] == ["idle", "thinking", "speaking"]
+            assert c.state == "open"
+        finally:
+            await c.close()
+    run(go())
+
+
+def test_streamed_answer_acked(gateway):
+    async def go():
+        c = client(gateway, uniq("py-text"))
+        await c.connect()
+        seen, acks, avatars = [], [], []
+        c.on("message", seen.append)
+        c.on("sent", lambda f: f["t"] == "ack" and acks.append(f["id"]))
+        c.on("avatar", avatars.append)
+        taken = asyncio.ensure_future(c.wait_for("acknowledged"))
+        final = asyncio.ensure_future(c.wait_for("message", lambda m: m["final"]))
+        mid = await c.send_text("hello there")
+        final = await final
+        assert final["text"] == "You said: hello there"
+        assert seen[0]["text"] == "You said: "
+        assert any(m["edit"] and not m["final"] and len(seen[0]["text"]) < len(m["text"]) < len(final["text"]) for m in seen)
+        assert acks == [final["id"]]
+        assert await taken == mid
+        assert c.pending == []
+        assert "thinking" in avatars
+        await c.close()
+    run(go())
+
+
+def test_long_answer_in_chunks(gateway):
+    async def go():
+        c = client(gateway, uniq("py-long"))
+        await c.connect()
+        chunks = []
+        c.on("frame", lambda f: f["t"] == "message" and chunks.append(f))
+        text = "0123456789" * 1200
+        final = asyncio.ensure_future(c.wait_for("message", lambda m: m["final"]))
+        await c.send_text(text)
+        assert (await final)["text"] == "You said: " + text
+        assert any(f["chunk"]["total"] > 1 and f["chunk"]["index"] > 0 for f in chunks)
+        await c.close()
+    run(go())
+
+
+def test_limits_at_the_boundary(gateway):
+    async def go():
+        c = client(gateway, uniq("py-limits"))
+
+        async def err(coro, code):
+            with pytest.raises(HermesError) as e:
+                await coro
+            assert e.value.code == code and e.value.local
+
+        await err(c.send_text("x" * (MAX_TEXT_CHARS + 1)), "too_big")
+        await err(c.send_text("  "), "bad_frame")
+        await c.send_text("😀" * MAX_TEXT_CHARS)
+        await err(c.send_voice(bytes(MAX_AUDIO_BYTES + 1), "wav"), "too_big")
+        await err(c.send_voice(b"x", "mp3"), "unsupported_frame")
+        await c.send_voice(bytes(MAX_AUDIO_BYTES), "ogg")
+        await err(c.send_file(bytes(MAX_MEDIA_BYTES + 1), "document"), "too_big")
+        await err(c.send_file(b"x", "sticker"), "unsupported_frame")
+        await err(c.send_file(b"x", "document", chunk_bytes=MIN_MEDIA_CHUNK_BYTES - 1), "bad_frame")
+        await err(c.send_file(b"x", "document", chunk_bytes=MEDIA_CHUNK_BYTES + 1), "bad_frame")
+        await err(c.send_text("x", id="i" * 129), "bad_frame")
+        assert len(media_frames(bytes(MIN_MEDIA_CHUNK_BYTES * MAX_MEDIA_PARTS), "document", "f", chunk_bytes=MIN_MEDIA_CHUNK_BYTES)) == MAX_MEDIA_PARTS
+        with pytest.raises(HermesError) as e:
+            media_frames(bytes(MIN_MEDIA_CHUNK_BYTES * MAX_MEDIA_PARTS + 1), "document", "f",
+                         chunk_bytes=MIN_MEDIA_CHUNK_BYTES, max_bytes=MAX_MEDIA_BYTES + 1)
+        assert e.value.code == "too_big"
+        assert [(f["part"], f["parts"]) for f in media_frames(bytes(MEDIA_CHUNK_BYTES + 1), "document", "f")] == [(0, 2), (1, 2)]
+        assert len(c.pending) == 2
+    run(go())
+
+
+def test_file_in_parts_comes_back_whole(gateway):
+    async def go():
+        c = client(gateway, uniq("py-file"))
+        await c.connect()
+        data = bytes((i * 31) & 0xFF for i in range(MEDIA_CHUNK_BYTES + 1000))
+        parts, acks = [], []
+        c.on("sent", lambda f: f["t"] == "media" and parts.append((f["part"], f["parts"])))
+        c.on("sent", lambda f: f["t"] == "ack" and acks.append(f["id"]))
+        got = asyncio.ensure_future(c.wait_for("media", timeout=30))
+        mid = await c.send_file(data, "document", mime="application/octet-stream", filename="big.bin")
+        f = await got
+        assert parts == [(0, 2), (1, 2)]
+        assert f["reply_to"] == mid and f["filename"] == "big.bin" and f["size"] == len(data)
+        assert f["data"] == data
+        assert acks == [f["id"]]
+        await c.close()
+    run(go())
+
+
+def test_voice(gateway):
+    async def go():
+        c = client(gateway, uniq("py-voice"))
+        await c.connect()
+        final = asyncio.ensure_future(c.wait_for("message", lambda m: m["final"]))
+        await c.send_voice(bytes(1234), "wav", text="hi")
+        assert (await final)["text"] == "Received audio: 1234 bytes (wav). Recognised text: hi"
+        await c.close()
+    run(go())
+
+
+def test_card(gateway):
+    async def go():
+        c = client(gateway, uniq("py-card"))
+        await c.connect()
+        card = asyncio.ensure_future(c.wait_for("prompt"))
+        await c.send_text("/approve ls -la")
+        card = await card
+        assert card["kind"] == "exec_approval" and card["command"] == "ls -la"
+        assert sorted(o["id"] for o in card["options"]) == ["always", "deny", "once", "session"]
+        done = asyncio.ensure_future(c.wait_for("prompt_done"))
+        resolved = asyncio.ensure_future(c.wait_for("message", lambda m: m["final"]))
+        await c.answer(card["id"], "once")
+        assert (await done)["option_id"] == "once"
+        assert (await resolved)["text"] == "exec_approval resolved: once"
+        gone = asyncio.ensure_future(c.wait_for("prompt_done", lambda d: d["id"] == "no-such-card"))
+        await c.answer("no-such-card", "once")
+        assert (await gone)["expired"] is True
+        assert await c.ping() >= 0
+        await c.close()
+    run(go())
+
+
+def test_deliver_and_delivered(gateway):
+    async def go():
+        target = client(gateway, uniq("py-target"))
+        cron = client(gateway, uniq("py-cron"))
+        await target.connect()
+        await cron.connect()
+        m = asyncio.ensure_future(target.wait_for("message", lambda m: m["final"]))
+        d = asyncio.ensure_future(cron.wait_for("delivered"))
+        mid = await cron.deliver(target=target.device["id"], text="reminder")
+        assert (await m)["text"] == "reminder"
+        assert await d == {"id": mid, "device": target.device["id"]}
+        await target.close()
+        await cron.close()
+    run(go())
+
+
+def test_reconnect_resends_with_the_same_id(gateway):
+    async def go():
+        c = client(gateway, uniq("py-resend"))
+        await c.connect()
+        warm = asyncio.ensure_future(c.wait_for("message", lambda m: m["final"]))
+        warm_taken = asyncio.ensure_future(c.wait_for("acknowledged"))
+        await c.send_text("warm up")
+        await asyncio.gather(warm, warm_taken)
+        texts, finals = [], []
+        c.on("sent", lambda f: f["t"] == "text" and texts.append(f["id"]))
+        c.on("message", lambda m: m["final"] and finals.append(m["text"]))
+        ready = asyncio.ensure_future(c.wait_for("ready"))
+        mid = await c.send_text("survive the drop")
+        c.drop()
+        await c.send_text("sent while offline")  # queued, or written and resent, after the drop
+        await ready
+        want = {"You said: survive the drop", "You said: sent while offline"}
+        while not want <= set(finals):
+            await c.wait_for("message", lambda m: m["final"])
+        while c.pending:
+            await c.wait_for("acknowledged")
+        assert texts.count(mid) == 2, texts
+        await c.ping()
+        assert finals.count("You said: survive the drop") == 1, finals
+        await c.close()
+    run(go())
+
+
+def test_auth_failed_stops(gateway):
+    async def go():
+        c = client(gateway, uniq("py-auth"), token="wrong")
+        states = []
+        c.on("state", states.append)
+        with pytest.raises(HermesError) as e:
+            await c.connect()
+        assert e.value.code == "auth_failed" and e.value.permanent
+        other = client(gateway, uniq("py-other"))
+        await other.connect()
+        await other.ping()
+        await other.ping()
+        assert states.count("connecting") == 1, states
+        await other.close()
+        await c.close()
+    run(go())
+
+
+def test_forbidden_stops(bound_gateway):
+    async def go():
+        c = client(bound_gateway, "bound-dev")
+        with pytest.raises(HermesError) as e:
+            await c.connect()
+        assert e.value.code in ("forbidden", "auth_failed")
+        ok = client(bound_gateway, "bound-dev", token="bound-token")
+        await ok.connect()
+        await ok.close()
+    run(go())
+
+
+def test_typing_and_unknown_frames(gateway):
+    async def go():
+        c = client(gateway, uniq("py-typing"))
+        await c.connect()
+        errors, sent, events = [], [], []
+        c.on("error", errors.append)
+        c.on("sent", lambda f: sent.append(f["t"]))
+        for e in ("message", "media", "prompt", "prompt_done", "avatar", "typing", "delivered"):
+            c.on(e, lambda v, e=e: events.append((e, v)))
+        await c.send_typing()
+        await c._handle({"t": "hologram", "id": "x", "text": "from a later version"})
+        assert await c.ping() >= 0
+        assert sent == ["typing", "ping"]
+        assert errors == [] and events == []
+        await c.close()
+    run(go())

@@ -1,0 +1,624 @@
+// Client: one phone's connection to the gateway, kept up across drops.
+
+import {
+  AudioFormat,
+  AvatarState,
+  ClientFrame,
+  Device,
+  DeliverMedia,
+  ErrorFrame,
+  HermesError,
+  MAX_AUDIO_BYTES,
+  MAX_ID_CHARS,
+  MAX_MEDIA_BYTES,
+  MAX_MEDIA_PARTS,
+  MAX_TEXT_CHARS,
+  MEDIA_CHUNK_BYTES,
+  MIN_MEDIA_CHUNK_BYTES,
+  MediaDownFrame,
+  MediaKindIn,
+  MediaKindOut,
+  MediaUpFrame,
+  MessageFrame,
+  PromptDoneFrame,
+  PromptFrame,
+  ReadyFrame,
+  ServerFrame,
+  User,
+  charCount,
+  fromBase64,
+  newId,
+  toBase64,
+} from "./protocol.js";
+
+/** The constructor of a WHATWG-style WebSocket (the browser's, Node 22's, or the ws package's). */
+export type WebSocketLike = new (url: string) => any;
+
+export interface ClientOptions {
+  /** ws(s)://host:port/ws */
+  url: string;
+  token: string;
+  /** Always set device.id: it is the session address (mobile:<id>). */
+  device: Device;
+  user?: User;
+  /** Defaults to globalThis.WebSocket; in Node 20 pass the ws package's WebSocket. */
+  WebSocket?: WebSocketLike;
+  /** Reconnect after a drop (default true). */
+  reconnect?: boolean;
+  /** First and largest reconnect delay, ms (default 500 and 30000); each delay is drawn from [0, min(max, min·2^attempt)]. */
+  minDelay?: number;
+  maxDelay?: number;
+  /** Keepalive ping every so many ms (default 25000; 0 disables). */
+  pingInterval?: number;
+  /** A connection whose pong does not come within so many ms is dropped (default 15000). */
+  pongTimeout?: number;
+  /** Send ack{id} for each final message and each complete file handed to the app (default true). */
+  autoAck?: boolean;
+  /** The typing indicator clears after so many ms without a typing frame (default 6000). */
+  typingIdle?: number;
+}
+
+export interface Message {
+  id: string;
+  text: string;
+  final: boolean;
+  edit: boolean;
+}
+
+export interface MediaFile {
+  id: string;
+  kind: MediaKindOut;
+  mime: string;
+  filename: string;
+  caption?: string;
+  size: number;
+  /** The file's bytes, when it came inline. */
+  data?: Uint8Array;
+  /** A link to download it from, when it came by link. */
+  url?: string;
+  reply_to?: string;
+}
+
+export interface FileOptions {
+  kind: MediaKindIn;
+  mime?: string;
+  filename?: string;
+  caption?: string;
+  id?: string;
+  /** Bytes per part, between 4 KiB and 3 MiB (default 3 MiB). */
+  chunkBytes?: number;
+}
+
+export type ConnectionState = "connecting" | "open" | "closed";
+
+export interface ClientEvents {
+  ready: ReadyFrame;
+  state: ConnectionState;
+  /** A message as assembled so far: every chunk or edit re-emits it whole. */
+  message: Message;
+  media: MediaFile;
+  /** Progress of an incoming file: parts received of parts. */
+  mediaProgress: { id: string; part: number; parts: number };
+  prompt: PromptFrame;
+  promptDone: PromptDoneFrame;
+  avatar: AvatarState;
+  typing: boolean;
+  delivered: { id: string; device: string };
+  error: HermesError;
+  /** Every frame received, decoded. */
+  frame: ServerFrame;
+  /** Every frame written (for logs and tests). */
+  sent: ClientFrame;
+  /** Texts and files the gateway has taken (a pong after them came back). */
+  acknowledged: string;
+}
+
+type Handler<T> = (v: T) => void;
+
+interface Outgoing {
+  id: string;
+  frames: ClientFrame[];
+  seq: number; // send sequence on the current socket; 0: not written
+}
+
+interface PendingPing {
+  sentAt: number;
+  mark: number;
+  resolve: (rtt: number) => void;
+  reject: (e: Error) => void;
+  timer: any;
+}
+
+interface Incoming {
+  meta: MediaDownFrame;
+  parts: (Uint8Array | undefined)[];
+  got: number;
+}
+
+/** Check a Uint8Array-ish value. */
+function bytesOf(b: Uint8Array | ArrayBuffer): Uint8Array {
+  return b instanceof Uint8Array ? b : new Uint8Array(b);
+}
+
+function local(code: string, message: string): HermesError {
+  return new HermesError(code, message, { local: true });
+}
+
+/**
+ * A Protocol v1 client. It says hello on every connection, reconnects with
+ * jittered exponential backoff, and resends, with the same ids, the texts,
+ * voice notes and files the gateway has not yet confirmed taking (the
+ * gateway drops duplicates by id). A frame counts as taken when the pong of
+ * a ping written after it comes back on the same socket without an
+ * internal_error in between: the gateway handles a socket's frames in order.
+ */
+export class Client {
+  readonly opts: Required<Omit<ClientOptions, "user" | "WebSocket">> & Pick<ClientOptions, "user" | "WebSocket">;
+  /** The last ready frame; null before the first. */
+  readyFrame: ReadyFrame | null = null;
+  state: ConnectionState = "closed";
+  avatar: AvatarState = "idle";
+  typing = false;
+
+  private ws: any = null;
+  private handlers = new Map<string, Set<Handler<any>>>();
+  private outbox = new Map<string, Outgoing>();
+  private seq = 0;
+  private pings = new Map<number, PendingPing>();
+  private lastTs = 0;
+  private transientError = false;
+  private messages = new Map<string, string>();
+  private incoming = new Map<string, Incoming>();
+  private attempt = 0;
+  private stopped = true;
+  private retryTimer: any = null;
+  private keepalive: any = null;
+  private typingTimer: any = null;
+  private firstReady: { resolve: (r: ReadyFrame) => void; reject: (e: Error) => void } | null = null;
+
+  constructor(opts: ClientOptions) {
+    this.opts = {
+      reconnect: true,
+      minDelay: 500,
+      maxDelay: 30000,
+      pingInterval: 25000,
+      pongTimeout: 15000,
+      autoAck: true,
+      typingIdle: 6000,
+      ...opts,
+      device: { ...opts.device, id: opts.device?.id || "dev-" + newId().slice(0, 12) },
+    };
+  }
+
+  on<K extends keyof ClientEvents>(type: K, fn: Handler<ClientEvents[K]>): () => void {
+    let set = this.handlers.get(type);
+    if (!set) this.handlers.set(type, (set = new Set()));
+    set.add(fn);
+    return () => set!.delete(fn);
+  }
+
+  private emit<K extends keyof ClientEvents>(type: K, v: ClientEvents[K]): void {
+    for (const fn of this.handlers.get(type) ?? []) {
+      try {
+        fn(v);
+      } catch (e) {
+        console.error(e);
+      }
+    }
+  }
+
+  /** The capabilities of the last ready frame. */
+  get capabilities() {
+    return this.readyFrame?.capabilities ?? null;
+  }
+
+  /** Ids of texts and files not yet confirmed taken. */
+  get pending(): string[] {
+    return [...this.outbox.keys()];
+  }
+
+  /**
+   * Connects and resolves with the first ready frame; rejects on an error
+   * that stops the client (auth_failed, forbidden) or when close() is called first.
+   */
+  connect(): Promise<ReadyFrame> {
+    if (!this.stopped) return Promise.reject(local("bad_frame", "already connected"));
+    this.stopped = false;
+    this.attempt = 0;
+    const p = new Promise<ReadyFrame>((resolve, reject) => (this.firstReady = { resolve, reject }));
+    this.open();
+    return p;
+  }
+
+  /** Closes the connection and stops reconnecting. Unconfirmed sends stay pending for the next connect(). */
+  close(): void {
+    this.stopped = true;
+    clearTimeout(this.retryTimer);
+    this.failFirst(local("internal_error", "closed"));
+    if (this.ws) {
+      const ws = this.ws;
+      this.detach();
+      try {
+        ws.close(1000);
+      } catch {}
+    }
+    this.setState("closed");
+  }
+
+  /** Drops the socket as a lost network would; the client reconnects (for tests and "retry now" buttons). */
+  drop(): void {
+    if (!this.ws) return;
+    const ws = this.ws;
+    try {
+      if (typeof ws.terminate === "function") ws.terminate();
+      else ws.close(4000, "dropped");
+    } catch {}
+    this.onClose(undefined, "");
+  }
+
+  private open(): void {
+    const WS = this.opts.WebSocket ?? (globalThis as any).WebSocket;
+    if (!WS) throw local("internal_error", "no WebSocket: pass the ws package's WebSocket in options.WebSocket");
+    this.setState("connecting");
+    let ws: any;
+    try {
+      ws = new WS(this.opts.url);
+    } catch (e) {
+      this.scheduleRetry();
+      return;
+    }
+    this.ws = ws;
+    ws.binaryType = "arraybuffer";
+    ws.onopen = () => {
+      const hello: ClientFrame = { t: "hello", token: this.opts.token, device: this.opts.device };
+      if (this.opts.user) hello.user = this.opts.user;
+      this.write(hello);
+    };
+    ws.onmessage = (ev: any) => {
+      let text = ev.data;
+      if (typeof text !== "string") text = new TextDecoder().decode(bytesOf(text));
+      let f: any;
+      try {
+        f = JSON.parse(text);
+      } catch {
+        return;
+      }
+      if (f && typeof f === "object" && typeof f.t === "string") this.handle(f as ServerFrame);
+    };
+    ws.onclose = (ev: any) => {
+      if (this.ws === ws) this.onClose(ev?.code, ev?.reason ?? "");
+    };
+    ws.onerror = () => {};
+  }
+
+  private detach(): void {
+    if (!this.ws) return;
+    this.ws.onopen = this.ws.onmessage = this.ws.onclose = this.ws.onerror = null;
+    this.ws = null;
+    clearInterval(this.keepalive);
+    for (const p of this.pings.values()) {
+      clearTimeout(p.timer);
+      p.reject(local("internal_error", "connection closed before pong"));
+    }
+    this.pings.clear();
+    for (const o of this.outbox.values()) o.seq = 0;
+    // Half-received files are sent again whole after a reconnect.
+    this.incoming.clear();
+  }
+
+  private onClose(code: number | undefined, reason: string): void {
+    this.detach();
+    if (code === 1008 && (reason === "auth_failed" || reason === "forbidden")) this.stop(new HermesError(reason, "connection refused", { fatal: true }));
+    if (this.stopped) {
+      this.setState("closed");
+      return;
+    }
+    this.scheduleRetry();
+  }
+
+  private stop(err: HermesError): void {
+    this.stopped = true;
+    clearTimeout(this.retryTimer);
+    this.failFirst(err);
+  }
+
+  private failFirst(err: Error): void {
+    if (this.firstReady) {
+      this.firstReady.reject(err);
+      this.firstReady = null;
+    }
+  }
+
+  private scheduleRetry(): void {
+    this.setState(this.opts.reconnect ? "connecting" : "closed");
+    if (!this.opts.reconnect) {
+      this.stop(local("internal_error", "connection lost"));
+      return;
+    }
+    const cap = Math.min(this.opts.maxDelay, this.opts.minDelay * 2 ** this.attempt++);
+    clearTimeout(this.retryTimer);
+    this.retryTimer = setTimeout(() => {
+      if (!this.stopped) this.open();
+    }, Math.random() * cap);
+  }
+
+  private setState(s: ConnectionState): void {
+    if (this.state === s) return;
+    this.state = s;
+    this.emit("state", s);
+  }
+
+  private write(f: ClientFrame): boolean {
+    if (!this.ws || this.ws.readyState !== 1) return false;
+    this.ws.send(JSON.stringify(f));
+    this.emit("sent", f);
+    return true;
+  }
+
+  private handle(f: ServerFrame): void {
+    this.emit("frame", f);
+    switch (f.t) {
+      case "ready":
+        this.readyFrame = f;
+        this.attempt = 0;
+        this.setState("open");
+        this.emit("ready", f);
+        if (this.firstReady) {
+          this.firstReady.resolve(f);
+          this.firstReady = null;
+        }
+        this.flush();
+        if (this.opts.pingInterval > 0) {
+          this.keepalive = setInterval(() => this.ping().catch(() => {}), this.opts.pingInterval);
+        }
+        break;
+      case "message":
+        this.onMessage(f);
+        break;
+      case "media":
+        this.onMedia(f);
+        break;
+      case "prompt":
+        this.emit("prompt", f);
+        break;
+      case "prompt_done":
+        this.emit("promptDone", f);
+        break;
+      case "avatar":
+        this.avatar = (["idle", "thinking", "speaking"].includes(f.state) ? f.state : "idle") as AvatarState;
+        this.emit("avatar", this.avatar);
+        break;
+      case "typing":
+        this.setTyping(!f.stop);
+        break;
+      case "pong":
+        this.onPong(f.ts);
+        break;
+      case "delivered":
+        this.emit("delivered", { id: f.id, device: f.device });
+        break;
+      case "error":
+        this.onError(f);
+        break;
+      default:
+      // Unknown frame types are ignored, as the protocol asks.
+    }
+  }
+
+  private onError(f: ErrorFrame): void {
+    const err = new HermesError(f.code, f.message ?? "", { fatal: !!f.fatal });
+    if (f.code === "internal_error") this.transientError = true;
+    if (err.permanent && err.fatal) this.stop(err);
+    this.emit("error", err);
+  }
+
+  private setTyping(on: boolean): void {
+    clearTimeout(this.typingTimer);
+    if (on) this.typingTimer = setTimeout(() => this.setTyping(false), this.opts.typingIdle);
+    if (this.typing !== on) {
+      this.typing = on;
+      this.emit("typing", on);
+    }
+  }
+
+  private onMessage(f: MessageFrame): void {
+    const index = f.chunk?.index ?? 0;
+    const text = index === 0 ? f.text ?? "" : (this.messages.get(f.id) ?? "") + (f.text ?? "");
+    if (f.final) this.messages.delete(f.id);
+    else this.messages.set(f.id, text);
+    this.emit("message", { id: f.id, text, final: !!f.final, edit: !!f.edit });
+    if (f.final) {
+      this.setTyping(false);
+      this.ack(f.id);
+    }
+  }
+
+  private onMedia(f: MediaDownFrame): void {
+    const parts = Math.max(1, f.parts | 0);
+    const part = f.part | 0;
+    if (parts > MAX_MEDIA_PARTS || part < 0 || part >= parts || (f.size | 0) > MAX_MEDIA_BYTES) {
+      this.incoming.delete(f.id);
+      this.emit("error", local("too_big", `incoming file ${f.id}: part ${part} of ${parts}, ${f.size} bytes is past the limits`));
+      return;
+    }
+    let inc = this.incoming.get(f.id);
+    if (!inc || part === 0) {
+      inc = { meta: f, parts: new Array(parts), got: 0 };
+      this.incoming.set(f.id, inc);
+    }
+    if (f.data != null && !inc.parts[part]) {
+      inc.parts[part] = fromBase64(f.data);
+      inc.got++;
+    }
+    this.emit("mediaProgress", { id: f.id, part, parts });
+    if (!f.final && inc.got < parts) return;
+    this.incoming.delete(f.id);
+    const m = inc.meta;
+    const file: MediaFile = { id: f.id, kind: m.kind, mime: m.mime, filename: m.filename, size: m.size };
+    if (m.caption) file.caption = m.caption;
+    if (m.reply_to) file.reply_to = m.reply_to;
+    if (f.url || m.url) file.url = f.url || m.url;
+    if (inc.got > 0) {
+      const total = inc.parts.reduce((n, p) => n + (p?.length ?? 0), 0);
+      const data = new Uint8Array(total);
+      let off = 0;
+      for (const p of inc.parts) {
+        if (p) {
+          data.set(p, off);
+          off += p.length;
+        }
+      }
+      file.data = data;
+    }
+    this.emit("media", file);
+    this.ack(f.id);
+  }
+
+  /** Sends ack{id}; done for you unless autoAck is false. */
+  ack(id: string, force = false): void {
+    if (this.opts.autoAck || force) this.write({ t: "ack", id });
+  }
+
+  // Sending.
+
+  private checkId(id: string | undefined): string {
+    const v = id || newId("c-");
+    if (v.length > MAX_ID_CHARS) throw local("bad_frame", `id longer than ${MAX_ID_CHARS} characters`);
+    return v;
+  }
+
+  private enqueue(id: string, frames: ClientFrame[]): string {
+    this.outbox.set(id, { id, frames, seq: 0 });
+    if (this.state === "open") this.flush();
+    return id;
+  }
+
+  /** Writes what is pending and not yet written on this socket, then a ping to learn it was taken. */
+  private flush(): void {
+    let wrote = false;
+    for (const o of this.outbox.values()) {
+      if (o.seq !== 0) continue;
+      for (const f of o.frames) if (!this.write(f)) return;
+      o.seq = ++this.seq;
+      wrote = true;
+    }
+    if (wrote) this.ping().catch(() => {});
+  }
+
+  private onPong(ts: unknown): void {
+    const p = typeof ts === "number" ? this.pings.get(ts) : undefined;
+    if (!p) return;
+    this.pings.delete(ts as number);
+    clearTimeout(p.timer);
+    const retry = this.transientError;
+    this.transientError = false;
+    for (const [id, o] of this.outbox) {
+      if (o.seq === 0 || o.seq > p.mark) continue;
+      if (retry) {
+        o.seq = 0; // written, but something failed on the way: send again, same id
+      } else {
+        this.outbox.delete(id);
+        this.emit("acknowledged", id);
+      }
+    }
+    if (retry) setTimeout(() => this.state === "open" && this.flush(), this.opts.minDelay * Math.random());
+    p.resolve(Date.now() - p.sentAt);
+  }
+
+  /** Sends a text; returns its id. */
+  sendText(text: string, id?: string): string {
+    if (typeof text !== "string" || text.trim() === "") throw local("bad_frame", "empty text");
+    const n = charCount(text);
+    const max = this.capabilities?.max_text_chars ?? MAX_TEXT_CHARS;
+    if (n > max) throw local("too_big", `text of ${n} characters; at most ${max}`);
+    const mid = this.checkId(id);
+    return this.enqueue(mid, [{ t: "text", id: mid, text }]);
+  }
+
+  /** Sends a voice recording (wav or ogg, ≤ 8 MiB); text is its transcript when you have one. */
+  sendVoice(data: Uint8Array | ArrayBuffer, format: AudioFormat, opts: { text?: string; id?: string } = {}): string {
+    const b = bytesOf(data);
+    if (format !== "wav" && format !== "ogg") throw local("unsupported_frame", `audio format ${format}: wav or ogg`);
+    if (b.length === 0) throw local("bad_frame", "empty recording");
+    if (b.length > MAX_AUDIO_BYTES) throw local("too_big", `recording of ${b.length} bytes; at most ${MAX_AUDIO_BYTES}`);
+    if (opts.text && charCount(opts.text) > MAX_TEXT_CHARS) throw local("too_big", `text over ${MAX_TEXT_CHARS} characters`);
+    const id = this.checkId(opts.id);
+    const f: ClientFrame = { t: "audio", id, format, data: toBase64(b) };
+    if (opts.text) f.text = opts.text;
+    return this.enqueue(id, [f]);
+  }
+
+  /** Sends a file, in parts of chunkBytes (3 MiB) when it is larger; returns its id. */
+  sendFile(data: Uint8Array | ArrayBuffer, opts: FileOptions): string {
+    const frames = mediaFrames(bytesOf(data), { ...opts, id: this.checkId(opts.id) }, this.capabilities?.max_media_bytes);
+    return this.enqueue(frames[0].id, frames);
+  }
+
+  /** Answers a card: an option id, or a text (clarify's "other"). */
+  answer(promptId: string, optionId?: string, text?: string): void {
+    if (!promptId) throw local("bad_frame", "prompt_id is required");
+    if (!optionId && !text) throw local("bad_frame", "an option_id or a text is required");
+    const f: ClientFrame = { t: "prompt", prompt_id: promptId };
+    if (optionId) f.option_id = optionId;
+    if (text) f.text = text;
+    if (!this.write(f)) throw local("internal_error", "not connected");
+  }
+
+  /** Tells the agent the user is typing. */
+  sendTyping(): void {
+    this.write({ t: "typing" });
+  }
+
+  /** Service delivery (cron, hermes send): only from loopback or with a deliver token. */
+  deliver(opts: { target?: string; text?: string; media?: DeliverMedia; id?: string }): string {
+    if (!opts.text && !opts.media) throw local("bad_frame", "deliver needs a text or a media");
+    const id = this.checkId(opts.id);
+    const f: ClientFrame = { t: "deliver", id };
+    if (opts.target) f.target = opts.target;
+    if (opts.text) f.text = opts.text;
+    if (opts.media) f.media = opts.media;
+    if (!this.write(f)) throw local("internal_error", "not connected");
+    return id;
+  }
+
+  /** Round-trip time in ms of a ping; rejects when the connection closes or no pong comes in time. */
+  ping(): Promise<number> {
+    return new Promise((resolve, reject) => {
+      const ts = (this.lastTs = Math.max(this.lastTs + 1, Date.now()));
+      const p: PendingPing = { sentAt: Date.now(), mark: this.seq, resolve, reject, timer: null };
+      if (!this.write({ t: "ping", ts })) {
+        reject(local("internal_error", "not connected"));
+        return;
+      }
+      p.timer = setTimeout(() => {
+        this.pings.delete(ts);
+        reject(local("internal_error", "no pong in time"));
+        this.drop();
+      }, this.opts.pongTimeout);
+      this.pings.set(ts, p);
+    });
+  }
+}
+
+/** The media frames of one file, with the protocol's limits checked. */
+export function mediaFrames(data: Uint8Array, opts: FileOptions & { id: string }, maxBytes = MAX_MEDIA_BYTES): MediaUpFrame[] {
+  if (!["image", "video", "document", "audio"].includes(opts.kind)) throw local("unsupported_frame", `media kind ${opts.kind}`);
+  if (data.length === 0) throw local("bad_frame", "empty file");
+  if (data.length > maxBytes) throw local("too_big", `file of ${data.length} bytes; at most ${maxBytes}`);
+  if (opts.caption && charCount(opts.caption) > MAX_TEXT_CHARS) throw local("too_big", `caption over ${MAX_TEXT_CHARS} characters`);
+  const chunk = opts.chunkBytes ?? MEDIA_CHUNK_BYTES;
+  if (!(chunk >= MIN_MEDIA_CHUNK_BYTES && chunk <= MEDIA_CHUNK_BYTES)) {
+    throw local("bad_frame", `chunkBytes ${chunk}: between ${MIN_MEDIA_CHUNK_BYTES} and ${MEDIA_CHUNK_BYTES}`);
+  }
+  const parts = Math.ceil(data.length / chunk);
+  if (parts > MAX_MEDIA_PARTS) throw local("too_big", `${parts} parts; at most ${MAX_MEDIA_PARTS}`);
+  const frames: MediaUpFrame[] = [];
+  for (let i = 0; i < parts; i++) {
+    const f: MediaUpFrame = { t: "media", id: opts.id, kind: opts.kind, data: toBase64(data.subarray(i * chunk, (i + 1) * chunk)), part: i, parts };
+    if (opts.mime) f.mime = opts.mime;
+    if (opts.filename) f.filename = opts.filename;
+    if (opts.caption) f.caption = opts.caption;
+    frames.push(f);
+  }
+  return frames;
+}

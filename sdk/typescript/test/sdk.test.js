@@ -1,0 +1,282 @@
+// The SDK against a real gateway (services/edge with the demo agent).
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { WebSocket } from "ws";
+import {
+  Client,
+  HermesError,
+  mediaFrames,
+  MAX_TEXT_CHARS,
+  MAX_MEDIA_PARTS,
+  MIN_MEDIA_CHUNK_BYTES,
+  MEDIA_CHUNK_BYTES,
+  MAX_MEDIA_BYTES,
+  MAX_AUDIO_BYTES,
+} from "../dist/index.js";
+import { startGateway } from "./gateway.js";
+
+let gw;
+before(async () => {
+  gw = await startGateway();
+});
+after(async () => {
+  await gw?.stop();
+});
+
+const clients = [];
+function newClient(device, opts = {}) {
+  const c = new Client({ url: gw.ws, token: gw.token, device: { id: device, name: device, platform: "test" }, WebSocket, minDelay: 50, maxDelay: 500, ...opts });
+  clients.push(c);
+  return c;
+}
+after(() => clients.forEach((c) => c.close()));
+
+/** Resolves with the first value of event that pred accepts, within ms. */
+function waitFor(c, event, pred = () => true, ms = 10000) {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      off();
+      reject(new Error(`no ${event} within ${ms} ms`));
+    }, ms);
+    const off = c.on(event, (v) => {
+      if (!pred(v)) return;
+      clearTimeout(timer);
+      off();
+      resolve(v);
+    });
+  });
+}
+
+function uniq(p) {
+  return p + "-" + Math.random().toString(16).slice(2, 10);
+}
+
+test("hello and ready: session, avatar page, capabilities", async () => {
+  const dev = uniq("ts-ready");
+  const c = newClient(dev);
+  const ready = await c.connect();
+  assert.equal(ready.v, 1);
+  assert.equal(ready.session, "mobile:" + dev);
+  assert.equal(ready.device.id, dev);
+  assert.equal(ready.avatar_url, gw.http + "/avatar/");
+  assert.equal(c.capabilities.max_text_chars, MAX_TEXT_CHARS);
+  assert.equal(c.capabilities.max_media_bytes, MAX_MEDIA_BYTES);
+  assert.deepEqual(c.capabilities.avatar_states, ["idle", "thinking", "speaking"]);
+  assert.equal(c.state, "open");
+});
+
+test("a text: the streamed answer grows by edits to its final form, is acked, and the avatar and typing follow", async () => {
+  const c = newClient(uniq("ts-text"));
+  await c.connect();
+  const seen = [];
+  const avatars = [];
+  let typed = false;
+  c.on("message", (m) => seen.push(m));
+  c.on("avatar", (s) => avatars.push(s));
+  c.on("typing", (on) => on && (typed = true));
+  const acks = [];
+  c.on("sent", (f) => f.t === "ack" && acks.push(f.id));
+  const taken = waitFor(c, "acknowledged");
+  const id = c.sendText("hello there");
+  const final = await waitFor(c, "message", (m) => m.final);
+  assert.equal(final.text, "You said: hello there");
+  assert.equal(seen[0].text, "You said: ");
+  assert.ok(seen.some((m) => m.edit && !m.final && m.text.length > seen[0].text.length && m.text.length < final.text.length), "a growing edit before the final one");
+  assert.ok(seen.every((m) => m.id === final.id));
+  assert.deepEqual(acks, [final.id], "the final message was acked once");
+  assert.equal(await taken, id);
+  assert.deepEqual(c.pending, []);
+  assert.ok(typed, "typing shown");
+  assert.ok(avatars.includes("thinking"), "avatar thinking: " + avatars);
+  await waitFor(c, "avatar", (s) => s === "speaking").catch(() => {}); // may have come already
+  assert.ok(avatars.includes("speaking") || c.avatar === "speaking" || avatars.includes("idle"));
+});
+
+test("a long answer in chunks is assembled by id", async () => {
+  const c = newClient(uniq("ts-long"));
+  await c.connect();
+  const text = "0123456789".repeat(1200); // 12000 characters: exactly the limit
+  assert.equal(text.length, MAX_TEXT_CHARS);
+  c.sendText(text);
+  const chunks = [];
+  c.on("frame", (f) => f.t === "message" && chunks.push(f));
+  const final = await waitFor(c, "message", (m) => m.final);
+  assert.equal(final.text, "You said: " + text);
+  assert.ok(chunks.some((f) => f.chunk.total > 1 && f.chunk.index > 0), "the answer came in several chunks");
+});
+
+test("limits are checked before sending, at the boundary", () => {
+  const c = newClient(uniq("ts-limits"));
+  const err = (fn, code) => assert.throws(fn, (e) => e instanceof HermesError && e.code === code && e.local);
+  err(() => c.sendText("x".repeat(MAX_TEXT_CHARS + 1)), "too_big");
+  err(() => c.sendText("   "), "bad_frame");
+  c.sendText("😀".repeat(MAX_TEXT_CHARS)); // characters, not UTF-16 units
+  err(() => c.sendText("😀".repeat(MAX_TEXT_CHARS + 1)), "too_big");
+  err(() => c.sendVoice(new Uint8Array(MAX_AUDIO_BYTES + 1), "wav"), "too_big");
+  err(() => c.sendVoice(new Uint8Array(10), "mp3"), "unsupported_frame");
+  c.sendVoice(new Uint8Array(MAX_AUDIO_BYTES), "ogg");
+  err(() => c.sendFile(new Uint8Array(MAX_MEDIA_BYTES + 1), { kind: "document" }), "too_big");
+  err(() => c.sendFile(new Uint8Array(10), { kind: "sticker" }), "unsupported_frame");
+  err(() => c.sendFile(new Uint8Array(10), { kind: "document", chunkBytes: MIN_MEDIA_CHUNK_BYTES - 1 }), "bad_frame");
+  err(() => c.sendFile(new Uint8Array(10), { kind: "document", chunkBytes: MEDIA_CHUNK_BYTES + 1 }), "bad_frame");
+  err(() => c.sendText("x", "i".repeat(129)), "bad_frame");
+  // Parts: exactly 2048 parts of the smallest chunk pass; one byte more is 2049 parts.
+  const id = "f";
+  assert.equal(mediaFrames(new Uint8Array(MIN_MEDIA_CHUNK_BYTES * MAX_MEDIA_PARTS), { kind: "document", id, chunkBytes: MIN_MEDIA_CHUNK_BYTES }).length, MAX_MEDIA_PARTS);
+  err(() => mediaFrames(new Uint8Array(MIN_MEDIA_CHUNK_BYTES * MAX_MEDIA_PARTS + 1), { kind: "document", id, chunkBytes: MIN_MEDIA_CHUNK_BYTES }, MAX_MEDIA_BYTES + 1), "too_big");
+  const parts = mediaFrames(new Uint8Array(MEDIA_CHUNK_BYTES + 1), { kind: "document", id });
+  assert.deepEqual(parts.map((f) => [f.part, f.parts]), [[0, 2], [1, 2]]);
+  assert.equal(c.pending.length, 2, "what passed is pending until connected");
+});
+
+test("a file over one part goes up in parts and comes back whole (chunked media assembled)", async () => {
+  const c = newClient(uniq("ts-file"));
+  await c.connect();
+  const data = new Uint8Array(MEDIA_CHUNK_BYTES + 1000);
+  for (let i = 0; i < data.length; i++) data[i] = (i * 31) & 0xff;
+  const sent = [];
+  c.on("sent", (f) => f.t === "media" && sent.push([f.part, f.parts]));
+  const acks = [];
+  c.on("sent", (f) => f.t === "ack" && acks.push(f.id));
+  const progress = [];
+  c.on("mediaProgress", (p) => progress.push(p));
+  const id = c.sendFile(data, { kind: "document", mime: "application/octet-stream", filename: "big.bin", caption: "big" });
+  const file = await waitFor(c, "media", () => true, 30000);
+  assert.deepEqual(sent, [[0, 2], [1, 2]]);
+  assert.equal(file.reply_to, id);
+  assert.equal(file.filename, "big.bin");
+  assert.equal(file.size, data.length);
+  assert.ok(Buffer.from(file.data).equals(Buffer.from(data)), "the bytes came back unchanged");
+  assert.ok(progress.length >= 1);
+  assert.deepEqual(acks, [file.id]);
+});
+
+test("voice: a recording with its transcript", async () => {
+  const c = newClient(uniq("ts-voice"));
+  await c.connect();
+  c.sendVoice(new Uint8Array(1234), "ogg", { text: "hi" });
+  const m = await waitFor(c, "message", (m) => m.final);
+  assert.equal(m.text, "Received audio: 1234 bytes (ogg). Recognised text: hi");
+});
+
+test("a card: options shown, answered, closed, resolved", async () => {
+  const c = newClient(uniq("ts-card"));
+  await c.connect();
+  c.sendText("/approve ls -la");
+  const card = await waitFor(c, "prompt");
+  assert.equal(card.kind, "exec_approval");
+  assert.equal(card.command, "ls -la");
+  assert.ok(card.timeout_seconds > 0);
+  assert.deepEqual(card.options.map((o) => o.id).sort(), ["always", "deny", "once", "session"]);
+  const resolved = waitFor(c, "message", (m) => m.final);
+  const closed = waitFor(c, "promptDone");
+  c.answer(card.id, "once");
+  const done = await closed;
+  assert.equal(done.id, card.id);
+  assert.equal(done.option_id, "once");
+  const m = await resolved;
+  assert.equal(m.text, "exec_approval resolved: once");
+
+  // An unknown card closes as expired, and the connection stays.
+  c.answer("no-such-card", "once");
+  const gone = await waitFor(c, "promptDone", (d) => d.id === "no-such-card");
+  assert.equal(gone.expired, true);
+  assert.ok((await c.ping()) >= 0);
+});
+
+test("ping: a round-trip time; typing goes up without an error", async () => {
+  const c = newClient(uniq("ts-ping"));
+  await c.connect();
+  const errors = [];
+  c.on("error", (e) => errors.push(e));
+  const sent = [];
+  c.on("sent", (f) => sent.push(f.t));
+  c.sendTyping();
+  const rtt = await c.ping();
+  assert.ok(rtt >= 0 && rtt < 5000, String(rtt));
+  assert.deepEqual(sent, ["typing", "ping"]);
+  assert.deepEqual(errors, []);
+});
+
+test("an unknown frame type is ignored", async () => {
+  const c = newClient(uniq("ts-unknown"));
+  await c.connect();
+  const events = [];
+  for (const e of ["message", "media", "prompt", "promptDone", "avatar", "typing", "delivered", "error"]) c.on(e, (v) => events.push([e, v]));
+  c.handle({ t: "hologram", id: "x", text: "from a later version" });
+  assert.deepEqual(events, []);
+  assert.equal(c.state, "open");
+  assert.ok((await c.ping()) >= 0);
+});
+
+test("deliver from loopback reaches the device; delivered comes back to the sender", async () => {
+  const target = newClient(uniq("ts-target"));
+  await target.connect();
+  const cron = newClient(uniq("ts-cron"));
+  await cron.connect();
+  const id = cron.deliver({ target: target.opts.device.id, text: "reminder" });
+  const [m, d] = await Promise.all([waitFor(target, "message", (m) => m.final), waitFor(cron, "delivered")]);
+  assert.equal(m.text, "reminder");
+  assert.deepEqual(d, { id, device: target.opts.device.id });
+});
+
+test("reconnect with jittered backoff resends what was not confirmed, with the same id", async () => {
+  const c = newClient(uniq("ts-resend"));
+  await c.connect();
+  // An acked answer first: from then on the gateway keeps what this phone
+  // has not acked, so an answer written into the dropped socket comes again.
+  const warm = waitFor(c, "message", (m) => m.final);
+  const warmTaken = waitFor(c, "acknowledged");
+  c.sendText("warm up");
+  await Promise.all([warm, warmTaken]);
+  const texts = [];
+  c.on("sent", (f) => f.t === "text" && texts.push(f.id));
+  const finals = [];
+  c.on("message", (m) => m.final && finals.push(m.text));
+  // Written, then the network drops before the gateway's pong confirms it.
+  const id = c.sendText("survive the drop");
+  c.drop();
+  assert.deepEqual(c.pending, [id]);
+  assert.equal(c.state, "connecting");
+  // Queued while offline.
+  const id2 = c.sendText("sent while offline");
+  await waitFor(c, "ready");
+  await waitFor(c, "acknowledged", (a) => a === id2);
+  if (c.pending.length) await waitFor(c, "acknowledged", (a) => a === id);
+  assert.deepEqual(texts, [id, id, id2], "the first text went again with its id");
+  const deadline = Date.now() + 10000;
+  while (!(finals.includes("You said: survive the drop") && finals.includes("You said: sent while offline")) && Date.now() < deadline) {
+    await waitFor(c, "message", (m) => m.final).catch((e) => {
+      throw new Error(e.message + "; finals: " + finals.join("|") + "; sent texts: " + texts.join(",") + "; pending " + c.pending + "\n" + gw.log().slice(-3000));
+    });
+  }
+  assert.ok(finals.includes("You said: survive the drop"), finals.join("|"));
+  assert.ok(finals.includes("You said: sent while offline"), finals.join("|"));
+  // One answer per id: after a ping round trip, and the answers so far, no copy.
+  await c.ping();
+  assert.equal(finals.filter((t) => t === "You said: survive the drop").length, 1, finals.join("|"));
+});
+
+test("a wrong token: auth_failed, typed, and no reconnect", async () => {
+  const c = newClient(uniq("ts-auth"), { token: "wrong" });
+  let connecting = 0;
+  c.on("state", (s) => s === "connecting" && connecting++);
+  await assert.rejects(c.connect(), (e) => e instanceof HermesError && e.code === "auth_failed" && e.permanent);
+  // Give a reconnect every chance: a ping of another client round-trips meanwhile.
+  const other = newClient(uniq("ts-other"));
+  await other.connect();
+  await other.ping();
+  await other.ping();
+  assert.equal(connecting, 1);
+  assert.notEqual(c.state, "open");
+});
+
+test("a device bound to another token: forbidden stops the client", async () => {
+  clients.forEach((c) => c.close());
+  await gw.stop();
+  gw = await startGateway({ MOBILE_EXTRA_TOKENS: "bound-dev=bound-token" });
+  const c = newClient("bound-dev"); // the app token, not the device's
+  await assert.rejects(c.connect(), (e) => e instanceof HermesError && (e.code === "forbidden" || e.code === "auth_failed"));
+  const ok = newClient("bound-dev", { token: "bound-token" });
+  await ok.connect();
+});
