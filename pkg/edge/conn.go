@@ -370,8 +370,8 @@ func (c *conn) protocolError(why string) error {
 
 // onPeerClose answers the peer's close frame (RFC 6455 5.5.1, 7.4): an empty
 // one with an empty one, a valid code with the same code, an invalid code or
-// a 1-byte body with 1002, a reason that is not UTF-8 with 1007. 1005, 1006
-// and 1015 are never sent.
+// a 1-byte body with 1002 (ws.CheckCloseFrameData, plus codes past 4999), a
+// reason that is not UTF-8 with 1007. 1005, 1006 and 1015 are never sent.
 func (c *conn) onPeerClose(p []byte) {
 	answer := closeFrame(-1, "")
 	if len(p) > 0 {
@@ -379,6 +379,8 @@ func (c *conn) onPeerClose(p []byte) {
 		switch err := ws.CheckCloseFrameData(code, reason); {
 		case len(p) == 1:
 			answer = closeFrame(closeProtocolError, "close frame body of 1 byte")
+		case code > 4999: // not in any range of RFC 6455 7.4.2; gobwas lets it pass
+			answer = closeFrame(closeProtocolError, "close code out of range")
 		case errors.Is(err, ws.ErrProtocolInvalidUTF8):
 			answer = closeFrame(closeInvalidData, "close reason is not UTF-8")
 		case err != nil:
