@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gobwas/ws"
+	"github.com/gobwas/ws/wsutil"
 
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 )
@@ -24,7 +25,8 @@ import (
 const (
 	closeNormal        = 1000 // replaced by a newer connection of the device
 	closeGoingAway     = 1001 // the edge is shutting down: reconnect elsewhere
-	closeProtocolError = 1002 // broken WebSocket framing
+	closeProtocolError = 1002 // broken WebSocket framing, or an invalid close frame
+	closeInvalidData   = 1007 // a close reason that is not UTF-8
 )
 
 const (
@@ -32,6 +34,10 @@ const (
 	lingerTimeout    = 2 * time.Second // after our close frame, for the peer's
 	smallBufSize     = 16 << 10        // pooled read buffer, enough for most frames
 	readChunk        = 1 << 20         // large payloads grow by this much at a time
+	// MaxPreHelloBytes bounds a message before hello (a hello is under
+	// 2 KB): a larger one is a fatal too_big, refused on its header alone,
+	// so an unauthenticated socket cannot make the edge buffer 16 MiB.
+	MaxPreHelloBytes = 64 << 10
 )
 
 var (
@@ -102,6 +108,10 @@ type conn struct {
 	torn       atomic.Bool   // teardown ran (or is running)
 	dead       chan struct{} // closed when teardown has finished
 
+	// lastSeen is when the peer last sent a frame (monotonic nanoseconds
+	// since the server started), for the keepalive sweep.
+	lastSeen atomic.Int64
+
 	outboxMu   sync.Mutex // one outbox read of this socket at a time
 	outboxSent int64      // under outboxMu: the Seq of the last outbox item queued here
 }
@@ -158,6 +168,7 @@ func (s *Server) handshake(nc net.Conn) {
 	c := &conn{srv: s, nc: nc, client: client, avatar: protocol.AvatarIdle, dead: make(chan struct{})}
 	c.avatarURL = s.avatarURL(string(host), string(proto), trusted)
 	c.log = s.log.With("client", client.String())
+	c.seen()
 	s.mu.Lock()
 	if s.closed || s.draining {
 		s.mu.Unlock()
@@ -256,55 +267,39 @@ func (c *conn) isClosing() bool {
 }
 
 // readMessage reads one WebSocket message (answering control frames on the
-// way) and hands it to handle.
+// way) and hands it to handle. A framing error or an oversized message
+// queues the close and returns nil: readAvailable sees the connection
+// closing and discards the rest until the close frame is out.
 func (c *conn) readMessage(br *bufio.Reader) error {
 	bp := smallBuf.Get().(*[]byte)
 	defer smallBuf.Put(bp)
 	msg := (*bp)[:0]
-	started := false
+	state := ws.StateServerSide
 	for {
 		h, err := ws.ReadHeader(br)
 		if err != nil {
+			if errors.Is(err, ws.ErrHeaderLengthMSB) || errors.Is(err, ws.ErrHeaderLengthUnexpected) {
+				return c.protocolError(err.Error())
+			}
 			return err
 		}
-		if h.Rsv != 0 || !h.Masked {
-			return c.protocolError("reserved bits set or unmasked frame")
+		c.seen()
+		if err := ws.CheckHeader(h, state); err != nil {
+			return c.protocolError(err.Error())
 		}
 		if h.OpCode.IsControl() {
-			if h.Length > 125 || !h.Fin {
-				return c.protocolError("bad control frame")
-			}
-			var ctl [125]byte
-			p := ctl[:h.Length]
-			if _, err := io.ReadFull(br, p); err != nil {
+			if closed, err := c.control(br, h); closed || err != nil {
 				return err
-			}
-			ws.Cipher(p, h.Mask, 0)
-			switch h.OpCode {
-			case ws.OpPing:
-				c.enqueue(controlFrame(ws.OpPong, p), nil)
-			case ws.OpClose:
-				c.onPeerClose(p)
-				return errClientClosed
 			}
 			continue
 		}
-		switch h.OpCode {
-		case ws.OpText, ws.OpBinary:
-			if started {
-				return c.protocolError("new message inside a fragmented one")
-			}
-			started = true
-		case ws.OpContinuation:
-			if !started {
-				return c.protocolError("continuation without a message")
-			}
-		default:
-			return c.protocolError("reserved opcode")
+		limit, what := int64(protocol.MaxFrameBytes), "frame is larger than 16 MiB"
+		if !c.isHelloed() {
+			limit, what = MaxPreHelloBytes, "a message before hello is larger than 64 KiB"
 		}
-		if int64(len(msg))+h.Length > protocol.MaxFrameBytes {
-			c.fatal(protocol.NewFatal(protocol.CodeTooBig, "frame is larger than 16 MiB"))
-			return nil // readAvailable sees closing and discards the rest
+		if int64(len(msg))+h.Length > limit {
+			c.fatal(protocol.NewFatal(protocol.CodeTooBig, what))
+			return nil
 		}
 		if msg, err = readPayload(br, msg, h); err != nil {
 			return err
@@ -312,6 +307,7 @@ func (c *conn) readMessage(br *bufio.Reader) error {
 		if h.Fin {
 			break
 		}
+		state = state.Set(ws.StateFragmented)
 	}
 	if cap(msg) == smallBufSize {
 		*bp = msg // keep the pooled buffer (it did not grow)
@@ -322,6 +318,41 @@ func (c *conn) readMessage(br *bufio.Reader) error {
 		c.handle(msg)
 	}
 	return nil
+}
+
+// seen records that the peer sent a frame: it is alive.
+func (c *conn) seen() { c.lastSeen.Store(int64(time.Since(c.srv.start))) }
+
+func (c *conn) isHelloed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.helloed
+}
+
+// control reads and answers the control frame h (CheckHeader has bounded
+// it to 125 bytes). closed is true after a close frame.
+func (c *conn) control(br *bufio.Reader, h ws.Header) (closed bool, err error) {
+	var ctl [ws.MaxControlFramePayloadSize]byte
+	p := ctl[:h.Length]
+	if _, err := io.ReadFull(br, p); err != nil {
+		return false, err
+	}
+	ws.Cipher(p, h.Mask, 0)
+	if h.OpCode == ws.OpClose {
+		c.onPeerClose(p)
+		return true, errClientClosed
+	}
+	// Ping (answered with the same payload) or pong (ignored). The answer is
+	// built in a buffer and queued like any frame, behind what is queued.
+	var out bytes.Buffer
+	hd := wsutil.ControlHandler{Src: bytes.NewReader(p), Dst: &out, State: ws.StateServerSide, DisableSrcCiphering: true}
+	if err := hd.Handle(h); err != nil {
+		return false, err
+	}
+	if out.Len() > 0 {
+		c.enqueue(out.Bytes(), nil)
+	}
+	return false, nil
 }
 
 // readPayload appends h's payload to msg, unmasked. Large payloads grow the
@@ -344,17 +375,35 @@ func readPayload(r io.Reader, msg []byte, h ws.Header) ([]byte, error) {
 	return msg, nil
 }
 
+// protocolError fails the connection (RFC 6455 7.1.7): close 1002, written
+// before the socket closes. It returns nil, like fatal: readAvailable sees
+// the connection closing and discards what follows.
 func (c *conn) protocolError(why string) error {
 	c.log.Debug("websocket protocol error", "why", why)
 	c.closeWith(closeProtocolError, why, nil)
-	return errProtocol
+	return nil
 }
 
-// onPeerClose answers the peer's close frame with the same code.
+// onPeerClose answers the peer's close frame (RFC 6455 5.5.1, 7.4): an empty
+// one with an empty one, a valid code with the same code, an invalid code or
+// a 1-byte body with 1002 (ws.CheckCloseFrameData, plus codes past 4999), a
+// reason that is not UTF-8 with 1007. 1005, 1006 and 1015 are never sent.
 func (c *conn) onPeerClose(p []byte) {
-	code := closeNormal
-	if len(p) >= 2 {
-		code = int(binary.BigEndian.Uint16(p))
+	answer := closeFrame(-1, "")
+	if len(p) > 0 {
+		code, reason := ws.ParseCloseFrameData(p)
+		switch err := ws.CheckCloseFrameData(code, reason); {
+		case len(p) == 1:
+			answer = closeFrame(closeProtocolError, "close frame body of 1 byte")
+		case code > 4999: // not in any range of RFC 6455 7.4.2; gobwas lets it pass
+			answer = closeFrame(closeProtocolError, "close code out of range")
+		case errors.Is(err, ws.ErrProtocolInvalidUTF8):
+			answer = closeFrame(closeInvalidData, "close reason is not UTF-8")
+		case err != nil:
+			answer = closeFrame(closeProtocolError, err.Error())
+		default:
+			answer = closeFrame(int(code), "")
+		}
 	}
 	c.mu.Lock()
 	if c.closing {
@@ -367,7 +416,7 @@ func (c *conn) onPeerClose(p []byte) {
 	c.mu.Unlock()
 	// The socket closes once our answer is written (or, if the writer is
 	// stuck, when the linger time is up).
-	c.enqueueAlways(closeFrame(code, ""), func(error) { c.teardown(errClientClosed) })
+	c.enqueueAlways(answer, func(error) { c.teardown(errClientClosed) })
 	time.AfterFunc(lingerTimeout, func() { c.teardown(errClientClosed) })
 }
 
@@ -596,7 +645,11 @@ func controlFrame(op ws.OpCode, payload []byte) []byte {
 	return finishFrame(b, op)
 }
 
+// closeFrame builds a close frame; a negative code means an empty body.
 func closeFrame(code int, reason string) []byte {
+	if code < 0 {
+		return finishFrame(newFrame(0), ws.OpClose)
+	}
 	if len(reason) > 123 {
 		reason = reason[:123]
 	}

@@ -21,6 +21,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gobwas/ws"
+
 	"github.com/hermes-mobile/gateway/pkg/bus"
 	"github.com/hermes-mobile/gateway/pkg/dispatch"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
@@ -58,6 +60,14 @@ type Config struct {
 	// MaxOutboundBytes bounds the frames queued for one connection (32 MiB);
 	// past it the connection is closed as a slow reader.
 	MaxOutboundBytes int
+	// PingInterval is the keepalive period (30 s): a socket that sent
+	// nothing for PingInterval gets a WebSocket ping at the next sweep, and
+	// one still silent after PingMisses more intervals is closed. One sweep
+	// per edge does it; connections hold no timer.
+	PingInterval time.Duration
+	// PingMisses is how many unanswered keepalive intervals are tolerated
+	// after the first (2).
+	PingMisses int
 	// OwnerTTL is how long a device's owner record lives without the edge's
 	// heartbeat (30 s); the heartbeat runs every OwnerTTL/3.
 	OwnerTTL time.Duration
@@ -95,6 +105,10 @@ func (c *Config) setDefaults() {
 	def(&c.OpTimeout, 5*time.Second)
 	def(&c.ClaimTTL, 3*c.OpTimeout)
 	def(&c.AckWait, 10*time.Second)
+	def(&c.PingInterval, 30*time.Second)
+	if c.PingMisses <= 0 {
+		c.PingMisses = 2
+	}
 	if c.MaxOutboundBytes <= 0 {
 		c.MaxOutboundBytes = 32 << 20
 	}
@@ -135,6 +149,7 @@ type Server struct {
 
 	pagesOnce sync.Once
 	pageSrv   *pageServer // set by pagesOnce
+	start     time.Time   // the monotonic origin of conn.lastSeen
 }
 
 // deviceSlot is a device's subscription on this edge and its current socket.
@@ -159,12 +174,14 @@ func New(cfg Config, st store.Store, b bus.Bus, log *slog.Logger) *Server {
 		tel:     newEdgeTelemetry(cfg.Telemetry),
 		devices: make(map[string]*deviceSlot),
 		conns:   make(map[*conn]struct{}),
+		start:   time.Now(),
 	}
 	if p, err := sharedPoller(); err == nil {
 		s.poller = p
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.goFunc(s.heartbeat)
+	s.goFunc(s.keepalive)
 	return s
 }
 
@@ -402,6 +419,46 @@ func (s *Server) heartbeat() {
 		for _, dev := range lost {
 			s.recover(dev, owned[dev])
 		}
+	}
+}
+
+// errPingTimeout: the peer sent nothing, not even a pong, for
+// (1+PingMisses) ping intervals.
+var errPingTimeout = errors.New("no pong: keepalive timed out")
+
+// keepalive is the one sweep of the edge's sockets: every PingInterval it
+// pings those that sent nothing for an interval and drops those silent for
+// 1+PingMisses intervals (a phone that vanished without a FIN). Any frame
+// from the peer, a pong included, counts as an answer.
+func (s *Server) keepalive() {
+	t := time.NewTicker(s.cfg.PingInterval)
+	defer t.Stop()
+	ping := controlFrame(ws.OpPing, nil)
+	var conns []*conn
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Since(s.start)
+		s.mu.Lock()
+		for c := range s.conns {
+			conns = append(conns, c)
+		}
+		s.mu.Unlock()
+		dead := time.Duration(1+s.cfg.PingMisses) * s.cfg.PingInterval
+		for i, c := range conns {
+			conns[i] = nil
+			switch idle := now - time.Duration(c.lastSeen.Load()); {
+			case idle >= dead:
+				c.log.Debug("closing silent connection", "idle", idle)
+				c.teardown(errPingTimeout)
+			case idle >= s.cfg.PingInterval:
+				c.enqueue(ping, nil)
+			}
+		}
+		conns = conns[:0]
 	}
 }
 

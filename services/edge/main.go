@@ -37,6 +37,7 @@ type flags struct {
 	promptTTL                                                time.Duration
 	adminListen                                              string
 	drainWindow                                              time.Duration
+	pingInterval                                             time.Duration
 	agent                                                    agent.Choice
 }
 
@@ -60,6 +61,7 @@ func (f *flags) register(fs *flag.FlagSet) {
 	config.String(fs, &f.logLevel, "log-level", "MOBILE_LOG_LEVEL", "info", "debug, info, warn or error")
 	config.String(fs, &f.adminListen, "admin-listen", "MOBILE_ADMIN_LISTEN", "127.0.0.1:8789", "admin HTTP address (/healthz, /readyz, /metrics); off disables it")
 	config.Seconds(fs, &f.drainWindow, "drain-window", "MOBILE_DRAIN_WINDOW", 10*time.Second, "on SIGTERM, close the sockets with 1001 spread over this window")
+	config.Seconds(fs, &f.pingInterval, "ping-interval", "MOBILE_PING_INTERVAL", 30*time.Second, "keepalive: ping sockets silent this long; close those silent for 3 intervals")
 }
 
 // drainGrace is how long, past the drain window, the connections still
@@ -172,7 +174,7 @@ func (f flags) gatewayConfig() (gateway.Config, error) {
 	if err != nil {
 		return cfg, err
 	}
-	cfg.Edge = edge.Config{Auth: auth, HomeDevice: f.homeDevice, AvatarURL: f.avatarURL,
+	cfg.Edge = edge.Config{Auth: auth, HomeDevice: f.homeDevice, AvatarURL: f.avatarURL, PingInterval: f.pingInterval,
 		Pages: web.Handler(web.Options{Client: webClient}), AvatarPath: web.AvatarPath}
 	cfg.RouterCfg.PromptTTL = f.promptTTL
 	return cfg, nil

@@ -58,7 +58,7 @@ func TestFlagDefaults(t *testing.T) {
 	clearEnv(t)
 	f := mustParse(t)
 	want := flags{listen: "127.0.0.1:8787", router: "auto", webClient: "auto", logLevel: "info", promptTTL: protocol.DefaultPromptTTL, redisPrefix: "hermes:",
-		adminListen: "127.0.0.1:8789", drainWindow: 10 * time.Second,
+		adminListen: "127.0.0.1:8789", drainWindow: 10 * time.Second, pingInterval: 30 * time.Second,
 		agent: agent.Choice{Name: "demo", OpenAIBaseURL: "https://api.openai.com/v1", OpenAITimeout: 120 * time.Second}}
 	if f != want {
 		t.Fatalf("defaults = %+v, want %+v", f, want)
@@ -94,19 +94,20 @@ func TestEnvAndFlags(t *testing.T) {
 		{"MOBILE_PROMPT_TTL", "prompt-ttl", "45", "90", func(f flags) string { return f.promptTTL.String() }},
 		{"MOBILE_ADMIN_LISTEN", "admin-listen", "off", "127.0.0.1:9002", func(f flags) string { return f.adminListen }},
 		{"MOBILE_DRAIN_WINDOW", "drain-window", "45", "90", func(f flags) string { return f.drainWindow.String() }},
+		{"MOBILE_PING_INTERVAL", "ping-interval", "45", "90", func(f flags) string { return f.pingInterval.String() }},
 	} {
 		t.Run(tc.env, func(t *testing.T) {
 			clearEnv(t)
 			t.Setenv(tc.env, tc.envVal)
 			want := tc.envVal
-			if strings.HasSuffix(tc.flag, "-ttl") || strings.HasSuffix(tc.flag, "-window") {
+			if strings.HasSuffix(tc.flag, "-ttl") || strings.HasSuffix(tc.flag, "-window") || strings.HasSuffix(tc.flag, "-interval") {
 				want = "45s" // seconds
 			}
 			if got := tc.field(mustParse(t)); got != want {
 				t.Fatalf("$%s=%q → %q, want %q", tc.env, tc.envVal, got, want)
 			}
 			want = tc.flagVal
-			if strings.HasSuffix(tc.flag, "-ttl") || strings.HasSuffix(tc.flag, "-window") {
+			if strings.HasSuffix(tc.flag, "-ttl") || strings.HasSuffix(tc.flag, "-window") || strings.HasSuffix(tc.flag, "-interval") {
 				want = "1m30s"
 			}
 			if got := tc.field(mustParse(t, "-"+tc.flag+"="+tc.flagVal)); got != want {

@@ -192,10 +192,12 @@ def test_reconnect_resends_with_the_same_id(gateway):
         await c.send_text("sent while offline")  # queued, or written and resent, after the drop
         await ready
         want = {"You said: survive the drop", "You said: sent while offline"}
+        # An answer written to the dropped socket may come back only after
+        # the edge's 10 s AckWait (from the outbox): wait longer than that.
         while not want <= set(finals):
-            await c.wait_for("message", lambda m: m["final"])
+            await c.wait_for("message", lambda m: m["final"], timeout=30)
         while c.pending:
-            await c.wait_for("acknowledged")
+            await c.wait_for("acknowledged", timeout=30)
         assert texts.count(mid) == 2, texts
         await c.ping()
         assert finals.count("You said: survive the drop") == 1, finals

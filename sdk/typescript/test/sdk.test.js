@@ -32,7 +32,7 @@ function newClient(device, opts = {}) {
 after(() => clients.forEach((c) => c.close()));
 
 /** Resolves with the first value of event that pred accepts, within ms. */
-function waitFor(c, event, pred = () => true, ms = 10000) {
+function waitFor(c, event, pred = () => true, ms = 30000) {
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => {
       off();
