@@ -95,12 +95,20 @@ func flBin(t *testing.T, path string) string {
 
 // flStartRedis starts a private redis-server without persistence: a
 // restarted one is empty.
-func flStartRedis(t *testing.T) *flServer {
+func flStartRedis(t *testing.T) *flServer { return flStartRedisWith(t, "--appendonly", "no") }
+
+// flStartRedisDurable starts a Redis that keeps every write on disk
+// (AOF, fsync always), so a restart after a kill loses nothing.
+func flStartRedisDurable(t *testing.T) *flServer {
+	return flStartRedisWith(t, "--appendonly", "yes", "--appendfsync", "always")
+}
+
+func flStartRedisWith(t *testing.T, persistence ...string) *flServer {
 	dir := t.TempDir()
 	s := &flServer{t: t, name: "redis-server", bin: flBin(t, flRedisBin), ready: flRedisPing,
 		args: func(port int) []string {
-			return []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-				"--save", "", "--appendonly", "no", "--dir", dir}
+			return append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+				"--save", "", "--dir", dir}, persistence...)
 		}}
 	s.init()
 	return s
@@ -1002,6 +1010,43 @@ func TestFailureReplyDuringNATSOutage(t *testing.T) {
 		t.Errorf("the agent's reply produced while NATS was down is lost: not on the open socket within %v after NATS came back, and not in the outbox on reconnection (%v)", flRecover, err)
 	}
 	flWaitConns(t, n, "after the NATS outage", r)
+}
+
+// TestFailureReplyDuringRedisOutage: the agent answers a text it already
+// took while Redis (which keeps its data on disk) is down, so its answer can be neither delivered (the
+// owner is unknown) nor kept in the outbox. The router must not drop it:
+// it tries both again until Redis is back, and the phone gets the answer.
+func TestFailureReplyDuringRedisOutage(t *testing.T) {
+	t.Parallel()
+	d := &flDeps{redis: flStartRedisDurable(t), nats: flStartNATS(t)}
+	gate := newFlGate()
+	const retryFor = 500 * time.Millisecond
+	n := d.node(t, true, func(cfg *gateway.Config) { cfg.Agent, cfg.RouterCfg.RetryFor = gate, retryFor })
+	p := flConnect(t, n, "tel-redis-reply")
+	if err := p.Text("r-1", "slow: keep this"); err != nil {
+		t.Fatal(err)
+	}
+	n.agent.waitFor(t, func(ev wire.Event) bool { return ev.ID == "r-1" })
+	p.expectPong("ping before the outage") // the text was taken
+
+	d.redis.stop()
+	close(gate.open)
+	// Past the router's retries of the delivery, the answer can be kept
+	// nowhere; the agent's Output must keep trying instead of failing.
+	select {
+	case err := <-gate.handled:
+		t.Fatalf("the agent's answer returned %v while Redis was down: an answer that could not be kept is dropped", err)
+	case <-time.After(retryFor + 3*time.Second):
+	}
+	d.redis.restart()
+
+	const want = "You said: slow: keep this"
+	if err := p.waitMessage(want, flRecover+5*time.Second); err != nil {
+		t.Errorf("the answer produced while Redis was down never arrived: %v", err)
+	}
+	if err := <-gate.handled; err != nil {
+		t.Errorf("the agent's answer returned %v after Redis came back", err)
+	}
 }
 
 // TestFailureDeliveryInFlightWhenNATSDies: the agent's answer is on its way

@@ -66,21 +66,47 @@ func (o *output) send(ctx context.Context, out wire.Output) error {
 	if moment {
 		return nil
 	}
-	out.Offline = true
-	data, err := json.Marshal(out)
+	// Kept in the outbox. While the store cannot be reached the output can
+	// be neither delivered nor kept: both are tried again, with backoff,
+	// for as long as the agent's call may run, so an outage of the store
+	// does not drop an answer to an event the router already took.
+	offline := out
+	offline.Offline = true
+	data, err := json.Marshal(offline)
 	if err != nil {
 		return err
 	}
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if err := o.r.store.PushOutbox(pctx, o.device, data, o.r.cfg.OutboxMax, o.r.cfg.OutboxTTL); err != nil {
-		return err
+	push := func() error {
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		return o.r.store.PushOutbox(pctx, o.device, data, o.r.cfg.OutboxMax, o.r.cfg.OutboxTTL)
+	}
+	for {
+		err := push()
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, store.ErrUnavailable) || ctx.Err() != nil {
+			return err
+		}
+		o.r.log.Warn("the output can be neither delivered nor kept; trying both again", "device", o.device, "err", err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+		if o.r.sender.Send(ctx, out) == nil {
+			return nil // delivered after all
+		}
 	}
 	o.r.tel.m.OutboxQueued()
 	// The device may have connected between the failed delivery and the
 	// push, and read its outbox before the push: its edge reads it again.
 	nudge, _ := json.Marshal(wire.Output{Op: wire.OpOutbox, Device: o.device})
-	if err := o.r.bus.Publish(pctx, bus.DeviceSubject(o.device), nudge, nil); err != nil {
+	nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := o.r.bus.Publish(nctx, bus.DeviceSubject(o.device), nudge, nil); err != nil {
 		o.r.log.Debug("announcing an outbox item failed; the device reads it on its next connect", "device", o.device, "err", err)
 	}
 	return nil
