@@ -182,7 +182,14 @@ func Trace(h History, device string) string {
 		if f.Device != device || f.T == "pong" || f.T == "avatar" || f.T == "typing" {
 			continue
 		}
-		fmt.Fprintf(&b, "  conn %d: %s id=%s final=%v %q%s\n", f.Conn, f.T, f.ID, f.Final, f.Text, f.Session)
+		switch f.T {
+		case "ready":
+			fmt.Fprintf(&b, "  conn %d: ready %s\n", f.Conn, f.Session)
+		case "error":
+			fmt.Fprintf(&b, "  conn %d: error %s\n", f.Conn, f.Text)
+		default:
+			fmt.Fprintf(&b, "  conn %d: %s id=%s final=%v %q\n", f.Conn, f.T, f.ID, f.Final, f.Text)
+		}
 	}
 	return b.String()
 }

@@ -68,7 +68,9 @@ const (
 // texts with unique ids, acks every message it displays, and when the
 // socket closes, fails or stays silent past its patience, reconnects to a
 // live edge and resends every unanswered text with the same id. An error
-// frame (internal_error: "send again") makes it resend too.
+// frame (internal_error: "send again") makes it resend too. Every 5 to 20 s
+// it closes its socket and connects again (the app in the background and
+// back), so every edge keeps phones, also one restarted a moment ago.
 type phone struct {
 	dev  string
 	w    *world
@@ -197,6 +199,9 @@ func (ph *phone) session(ctx context.Context, url string, ph2 *phase) error {
 	nextText := now.Add(time.Duration(ph.rng.IntN(2000)) * time.Millisecond)
 	var resendAt time.Time
 	pings := 0
+	// The app goes to the background now and then: the socket closes, and
+	// the next one goes to any edge.
+	leave := now.Add(time.Duration(5000+ph.rng.IntN(15000)) * time.Millisecond)
 	for ctx.Err() == nil {
 		rctx, rcancel := context.WithTimeout(ctx, 100*time.Millisecond)
 		f, err := c.Next(rctx)
@@ -206,7 +211,11 @@ func (ph *phone) session(ctx context.Context, url string, ph2 *phase) error {
 			if ci := f.Close(); ci != nil {
 				return errors.New("closed: " + ci.String())
 			}
-			ph.rec.frame(Frame{Device: ph.dev, Conn: ph.conn, T: f.T(), ID: f.Str("id"), Text: f.Str("text"), Final: f.Bool("final"), Session: f.Str("session")})
+			rf := Frame{Device: ph.dev, Conn: ph.conn, T: f.T(), ID: f.Str("id"), Text: f.Str("text"), Final: f.Bool("final"), Session: f.Str("session")}
+			if rf.T == protocol.TypeError {
+				rf.Text = f.Str("code") + ": " + f.Str("message")
+			}
+			ph.rec.frame(rf)
 			switch f.T() {
 			case protocol.TypePong:
 				lastPong = time.Now()
@@ -229,6 +238,10 @@ func (ph *phone) session(ctx context.Context, url string, ph2 *phase) error {
 			return err
 		}
 		now := time.Now()
+		if now.After(leave) {
+			c.Close()
+			return nil
+		}
 		if now.Sub(lastPong) > patience {
 			return errNoPong
 		}
