@@ -58,6 +58,7 @@ func readConfig(t *testing.T) config {
 		c.seed = n
 	}
 	c.crons = max(4, c.phones/20)
+	c.quiet = max(c.quiet, c.duration*2/3)
 	return c
 }
 
