@@ -1,0 +1,215 @@
+//go:build unix
+
+package fault
+
+import (
+	"context"
+	"fmt"
+	mrand "math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// config of a run: the short form by default, the long form from the
+// environment (FAULT_DURATION=3m FAULT_FAULTS=15 FAULT_PHONES=200).
+type config struct {
+	duration time.Duration // of the fault phase
+	quiet    time.Duration // the longest the quiet phase may take
+	faults   int
+	phones   int
+	crons    int
+	seed     uint64
+	strict   bool // lost texts fail the test (FAULT_STRICT=1)
+}
+
+func readConfig(t *testing.T) config {
+	c := config{duration: 35 * time.Second, quiet: 60 * time.Second, faults: 6, phones: 40, crons: 4}
+	// A router whose agent output fails while Redis is down (PushOutbox:
+	// connection refused) drops the answer to a text already taken, so a
+	// Redis kill can lose texts (docs/reliability.md, "The fault test").
+	// Until that is fixed, lost texts fail the test only with
+	// FAULT_STRICT=1; lost deliveries and misroutes always do.
+	c.strict = os.Getenv("FAULT_STRICT") == "1"
+	if v := os.Getenv("FAULT_DURATION"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("FAULT_DURATION=%q: %v", v, err)
+		}
+		c.duration = d
+	}
+	for _, e := range []struct {
+		name string
+		dst  *int
+	}{{"FAULT_FAULTS", &c.faults}, {"FAULT_PHONES", &c.phones}} {
+		if v := os.Getenv(e.name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				t.Fatalf("%s=%q: want a number", e.name, v)
+			}
+			*e.dst = n
+		}
+	}
+	c.seed = uint64(time.Now().UnixNano())
+	if v := os.Getenv("FAULT_SEED"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("FAULT_SEED=%q: want a number", v)
+		}
+		c.seed = n
+	}
+	c.crons = max(4, c.phones/20)
+	c.quiet = max(c.quiet, c.duration*2/3)
+	return c
+}
+
+// TestFault runs the gateway through faults with app-like phones and cron,
+// then checks that nothing acknowledged was lost and nothing misrouted.
+func TestFault(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the fault test takes about a minute")
+	}
+	cfg := readConfig(t)
+	t.Logf("fault: seed=%d (FAULT_SEED=%d repeats the plan)", cfg.seed, cfg.seed)
+	dir, err := os.MkdirTemp("", "hermes-fault-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	logf, err := os.Create(filepath.Join(dir, "processes.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keep := false
+	t.Cleanup(func() {
+		logf.Close()
+		if keep || t.Failed() {
+			t.Logf("the processes' output and Redis's AOF are kept in %s", dir)
+			return
+		}
+		os.RemoveAll(dir)
+	})
+	w := newWorld(t, dir, &syncWriter{w: logf})
+
+	rng := mrand.New(mrand.NewPCG(cfg.seed, 0x5eed))
+	faults := plan(rng, cfg.faults, cfg.duration, patience)
+	rec := &recorder{}
+	ph := &phase{sending: true}
+	run := randomHex(3)
+
+	phonesCtx, stopPhones := context.WithCancel(context.Background())
+	defer stopPhones()
+	var phones []*phone
+	var devs []string
+	var wg sync.WaitGroup
+	for i := range cfg.phones {
+		p := &phone{
+			dev: fmt.Sprintf("p%s-%03d", run, i), w: w, rec: rec,
+			rng:        mrand.New(mrand.NewPCG(cfg.seed, uint64(i+1))),
+			unanswered: make(map[string]string),
+		}
+		phones = append(phones, p)
+		devs = append(devs, p.dev)
+		wg.Add(1)
+		go func() { defer wg.Done(); p.run(phonesCtx, ph) }()
+	}
+	cronCtx, stopCron := context.WithCancel(context.Background())
+	defer stopCron()
+	var cronWG sync.WaitGroup
+	var delivered atomic.Int64
+	for i := range cfg.crons {
+		cronWG.Add(1)
+		r := mrand.New(mrand.NewPCG(cfg.seed, uint64(1<<32+i)))
+		go func() { defer cronWG.Done(); cron(cronCtx, w, rec, r, devs, &delivered) }()
+	}
+
+	// The fault phase.
+	start := time.Now()
+	var done []string
+	for _, f := range faults {
+		if d := time.Until(start.Add(f.at)); d > 0 {
+			time.Sleep(d) // the plan's schedule
+		}
+		t.Logf("fault %d: %v", len(done)+1, f)
+		if err := w.inject(f); err != nil {
+			t.Fatalf("fault %v: %v", f, err)
+		}
+		done = append(done, f.kind)
+	}
+	if d := time.Until(start.Add(cfg.duration)); d > 0 {
+		time.Sleep(d)
+	}
+
+	// The quiet phase: no new texts nor deliveries; phones resend until
+	// every text is answered or the deadline.
+	ph.quiet()
+	stopCron()
+	cronWG.Wait()
+	quietStart := time.Now()
+	deadline := quietStart.Add(cfg.quiet)
+	for time.Now().Before(deadline) {
+		left := 0
+		for _, p := range phones {
+			left += p.pending()
+		}
+		if left == 0 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // polling, with a deadline
+	}
+	t.Logf("quiet phase: %v", time.Since(quietStart).Round(100*time.Millisecond))
+	stopPhones()
+	wg.Wait()
+
+	conns, gaveUp := 0, 0
+	for _, p := range phones {
+		conns += p.conn
+		gaveUp += p.gaveUp
+	}
+	t.Logf("phones: %d connections, %d given up for want of a pong", conns, gaveUp)
+
+	h := rec.history()
+	r := Check(h)
+	summary := fmt.Sprintf("fault: seed=%d faults=%d texts=%d deliveries=%d delivered=%d lost=%d misrouted=%d duplicates=%d reordered=%d",
+		cfg.seed, len(done), r.Texts, r.Deliveries, r.Delivered, r.Lost(), len(r.Misrouted), r.Duplicates, r.Reordered)
+	t.Log(summary)
+	fmt.Println(summary)
+	if r.Lost() == 0 && len(r.Misrouted) == 0 {
+		return
+	}
+	fail := cfg.strict || len(r.LostDeliveries) > 0 || len(r.Misrouted) > 0
+	keep = true
+	var b strings.Builder
+	fmt.Fprintf(&b, "lost texts %v\nlost deliveries %v\nmisrouted %q\n", r.LostTexts, r.LostDeliveries, r.Misrouted)
+	devSeen := make(map[string]bool)
+	for _, id := range append(append([]string(nil), r.LostTexts...), r.LostDeliveries...) {
+		dev, _, _ := strings.Cut(id, "-t")
+		dev, _, _ = strings.Cut(dev, ".d")
+		if devSeen[dev] || len(devSeen) >= 5 {
+			continue
+		}
+		devSeen[dev] = true
+		fmt.Fprintf(&b, "history of %s:\n%s", dev, Trace(h, dev))
+	}
+	if fail {
+		t.Fatal(b.String())
+	}
+	t.Log(b.String())
+	t.Logf("%d texts lost (see above): a known loss of the router, reported but not failed; FAULT_STRICT=1 makes it fail", len(r.LostTexts))
+}
+
+// syncWriter serialises the processes' writes to the log file.
+type syncWriter struct {
+	mu sync.Mutex
+	w  *os.File
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}

@@ -1,0 +1,307 @@
+//go:build unix
+
+package fault
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hermes-mobile/gateway/pkg/client"
+	"github.com/hermes-mobile/gateway/pkg/protocol"
+)
+
+// recorder keeps the history of a run; every phone and cron write to it.
+type recorder struct {
+	mu sync.Mutex
+	h  History
+}
+
+func (r *recorder) text(t Text) {
+	r.mu.Lock()
+	r.h.Texts = append(r.h.Texts, t)
+	r.mu.Unlock()
+}
+
+func (r *recorder) delivery(d Delivery) {
+	r.mu.Lock()
+	r.h.Deliveries = append(r.h.Deliveries, d)
+	r.mu.Unlock()
+}
+
+func (r *recorder) frame(f Frame) {
+	r.mu.Lock()
+	r.h.Frames = append(r.h.Frames, f)
+	r.mu.Unlock()
+}
+
+func (r *recorder) history() History {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return History{
+		Texts:      append([]Text(nil), r.h.Texts...),
+		Deliveries: append([]Delivery(nil), r.h.Deliveries...),
+		Frames:     append([]Frame(nil), r.h.Frames...),
+	}
+}
+
+// Timings of a phone.
+const (
+	pingEvery = time.Second
+	// patience is how long a phone waits for a pong before it gives the
+	// socket up and connects elsewhere.
+	patience = 3 * time.Second
+	// resendEvery is how often, in the quiet phase, a phone resends what
+	// is still unanswered.
+	resendEvery = 5 * time.Second
+)
+
+// phone behaves like the app: it connects to a random live edge, sends
+// texts with unique ids, acks every message it displays, and when the
+// socket closes, fails or stays silent past its patience, reconnects to a
+// live edge and resends every unanswered text with the same id. An error
+// frame (internal_error: "send again") makes it resend too. Every 5 to 20 s
+// it closes its socket and connects again (the app in the background and
+// back), so every edge keeps phones, also one restarted a moment ago.
+type phone struct {
+	dev  string
+	w    *world
+	rec  *recorder
+	rng  *mrand.Rand
+	sent int // texts sent so far
+	conn int // connections opened so far
+	// gaveUp counts the sockets given up for want of a pong.
+	gaveUp int
+
+	mu         sync.Mutex
+	unanswered map[string]string // id -> text
+	order      []string          // ids of unanswered, in sending order
+}
+
+// sending says whether a phone still sends new texts (the fault phase); it
+// stops sending but keeps resending in the quiet phase.
+type phase struct {
+	mu      sync.Mutex
+	sending bool
+}
+
+func (p *phase) isSending() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.sending
+}
+
+func (p *phase) quiet() {
+	p.mu.Lock()
+	p.sending = false
+	p.mu.Unlock()
+}
+
+func (ph *phone) pending() int {
+	ph.mu.Lock()
+	defer ph.mu.Unlock()
+	return len(ph.unanswered)
+}
+
+// answered marks the text text answered when it is one of this phone's.
+func (ph *phone) answered(text string) {
+	ph.mu.Lock()
+	defer ph.mu.Unlock()
+	for i, id := range ph.order {
+		if EchoPrefix+ph.unanswered[id] == text {
+			delete(ph.unanswered, id)
+			ph.order = append(ph.order[:i], ph.order[i+1:]...)
+			return
+		}
+	}
+}
+
+// resendAll sends every unanswered text again, in order.
+func (ph *phone) resendAll(c *client.Conn) error {
+	ph.mu.Lock()
+	type pair struct{ id, text string }
+	var all []pair
+	for _, id := range ph.order {
+		all = append(all, pair{id, ph.unanswered[id]})
+	}
+	ph.mu.Unlock()
+	for _, p := range all {
+		if err := c.Text(p.id, p.text); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// newText sends a new text.
+func (ph *phone) newText(c *client.Conn) error {
+	ph.sent++
+	id := fmt.Sprintf("%s-t%d", ph.dev, ph.sent)
+	text := fmt.Sprintf("%s t%d", ph.dev, ph.sent)
+	ph.mu.Lock()
+	ph.unanswered[id] = text
+	ph.order = append(ph.order, id)
+	ph.mu.Unlock()
+	ph.rec.text(Text{Device: ph.dev, ID: id, Text: text})
+	return c.Text(id, text)
+}
+
+// run connects again and again until ctx ends.
+func (ph *phone) run(ctx context.Context, ph2 *phase) {
+	for ctx.Err() == nil {
+		url := ph.w.edgeURL(ph.rng)
+		if url == "" {
+			sleepCtx(ctx, 200*time.Millisecond)
+			continue
+		}
+		err := ph.session(ctx, url, ph2)
+		if errors.Is(err, errNoPong) {
+			ph.gaveUp++
+		}
+		if err != nil {
+			sleepCtx(ctx, time.Duration(100+ph.rng.IntN(400))*time.Millisecond)
+		}
+	}
+}
+
+var errNoPong = errors.New("no pong: giving the socket up")
+
+// session is one connection: hello, resend, then texts, pings and frames
+// until the socket ends or its patience does.
+func (ph *phone) session(ctx context.Context, url string, ph2 *phase) error {
+	dctx, cancel := context.WithTimeout(ctx, patience)
+	defer cancel()
+	c, err := client.Dial(dctx, url, client.Options{Timeout: patience, WriteTimeout: patience})
+	if err != nil {
+		return err
+	}
+	defer c.CloseNow()
+	ready, err := c.Hello(dctx, ph.w.token, protocol.Device{ID: ph.dev, Name: "Phone " + ph.dev, Platform: "android", AppVersion: "1.0.0"},
+		protocol.User{ID: "u-" + ph.dev, Name: "Owner"})
+	if err != nil {
+		return err
+	}
+	ph.conn++
+	ph.rec.frame(Frame{Device: ph.dev, Conn: ph.conn, T: ready.T(), Session: ready.Str("session")})
+	if err := ph.resendAll(c); err != nil {
+		return err
+	}
+	now := time.Now()
+	lastPong, nextPing, lastResend := now, now.Add(pingEvery), now
+	nextText := now.Add(time.Duration(ph.rng.IntN(2000)) * time.Millisecond)
+	var resendAt time.Time
+	pings := 0
+	// The app goes to the background now and then: the socket closes, and
+	// the next one goes to any edge.
+	leave := now.Add(time.Duration(5000+ph.rng.IntN(15000)) * time.Millisecond)
+	for ctx.Err() == nil {
+		rctx, rcancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		f, err := c.Next(rctx)
+		rcancel()
+		switch {
+		case err == nil:
+			if ci := f.Close(); ci != nil {
+				return errors.New("closed: " + ci.String())
+			}
+			rf := Frame{Device: ph.dev, Conn: ph.conn, T: f.T(), ID: f.Str("id"), Text: f.Str("text"), Final: f.Bool("final"), Session: f.Str("session")}
+			if rf.T == protocol.TypeError {
+				rf.Text = f.Str("code") + ": " + f.Str("message")
+			}
+			ph.rec.frame(rf)
+			switch f.T() {
+			case protocol.TypePong:
+				lastPong = time.Now()
+			case protocol.TypeMessage, protocol.TypeMedia:
+				if f.Bool("final") {
+					ph.answered(f.Str("text"))
+					// Displayed: ack it, as the app does.
+					if err := c.Ack(f.Str("id")); err != nil {
+						return err
+					}
+				}
+			case protocol.TypeError:
+				if f.Str("code") == string(protocol.CodeInternalError) && resendAt.IsZero() {
+					resendAt = time.Now().Add(500 * time.Millisecond)
+				}
+			}
+		case rctx.Err() != nil && ctx.Err() == nil:
+			// No frame for a moment.
+		default:
+			return err
+		}
+		now := time.Now()
+		if now.After(leave) {
+			c.Close()
+			return nil
+		}
+		if now.Sub(lastPong) > patience {
+			return errNoPong
+		}
+		if now.After(nextPing) {
+			pings++
+			if err := c.Ping(strconv.Itoa(pings)); err != nil {
+				return err
+			}
+			nextPing = now.Add(pingEvery)
+		}
+		sending := ph2.isSending()
+		if sending && now.After(nextText) {
+			if err := ph.newText(c); err != nil {
+				return err
+			}
+			nextText = now.Add(time.Duration(500+ph.rng.IntN(2000)) * time.Millisecond)
+		}
+		if (!resendAt.IsZero() && now.After(resendAt)) || (!sending && now.Sub(lastResend) > resendEvery) {
+			resendAt, lastResend = time.Time{}, now
+			if err := ph.resendAll(c); err != nil {
+				return err
+			}
+		}
+	}
+	return ctx.Err()
+}
+
+// cron delivers texts to random phones through a random live router, as
+// Hermes's cron does, until ctx ends.
+func cron(ctx context.Context, w *world, rec *recorder, rng *mrand.Rand, devs []string, n *atomic.Int64) {
+	hc := &http.Client{Timeout: 20 * time.Second}
+	for ctx.Err() == nil {
+		sleepCtx(ctx, time.Duration(50+rng.IntN(150))*time.Millisecond)
+		url := w.routerURL(rng)
+		if url == "" || ctx.Err() != nil {
+			continue
+		}
+		dev := devs[rng.IntN(len(devs))]
+		id := fmt.Sprintf("%s.d%d", dev, n.Add(1))
+		d := Delivery{Device: dev, ID: id, Text: "cron " + id}
+		body, _ := json.Marshal(map[string]string{"target": protocol.Session(dev), "id": id, "text": d.Text})
+		req, _ := http.NewRequest(http.MethodPost, url+"/v1/deliver", bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+w.deliverToken)
+		resp, err := hc.Do(req)
+		if err == nil {
+			d.Status = resp.StatusCode
+			resp.Body.Close()
+		}
+		rec.delivery(d)
+	}
+}
+
+// sleepCtx waits d or until ctx ends: the pace of a phone or of cron, not a
+// synchronisation.
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
