@@ -25,17 +25,15 @@ type config struct {
 	phones   int
 	crons    int
 	seed     uint64
-	strict   bool // lost texts fail the test (FAULT_STRICT=1)
+	strict   bool // lost texts fail the test (unless FAULT_STRICT=0)
 }
 
 func readConfig(t *testing.T) config {
 	c := config{duration: 35 * time.Second, quiet: 60 * time.Second, faults: 6, phones: 40, crons: 4}
-	// A router whose agent output fails while Redis is down (PushOutbox:
-	// connection refused) drops the answer to a text already taken, so a
-	// Redis kill can lose texts (docs/reliability.md, "The fault test").
-	// Until that is fixed, lost texts fail the test only with
-	// FAULT_STRICT=1; lost deliveries and misroutes always do.
-	c.strict = os.Getenv("FAULT_STRICT") == "1"
+	// Lost texts, lost acknowledged deliveries and misroutes fail the test.
+	// FAULT_STRICT=0 only reports lost texts, to look at a run's whole
+	// history past a loss.
+	c.strict = os.Getenv("FAULT_STRICT") != "0"
 	if v := os.Getenv("FAULT_DURATION"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
@@ -199,7 +197,7 @@ func TestFault(t *testing.T) {
 		t.Fatal(b.String())
 	}
 	t.Log(b.String())
-	t.Logf("%d texts lost (see above): a known loss of the router, reported but not failed; FAULT_STRICT=1 makes it fail", len(r.LostTexts))
+	t.Logf("%d texts lost (see above): reported, not failed, as FAULT_STRICT=0 asks", len(r.LostTexts))
 }
 
 // syncWriter serialises the processes' writes to the log file.
