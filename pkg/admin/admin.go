@@ -9,6 +9,11 @@
 // failed ones otherwise; after MarkDraining it answers 503 at once, without
 // running the checks, so a load balancer stops sending new connections
 // the moment shutdown begins.
+//
+// /healthz answers 200 unless a check registered with AddLiveCheck fails:
+// those report what the process cannot recover from by itself (a NATS
+// connection closed for good), so the orchestrator restarts it. They are
+// not run while draining, when the service closes its connections itself.
 package admin
 
 import (
@@ -54,6 +59,7 @@ type Server struct {
 
 	mu     sync.Mutex
 	checks map[string]Check
+	live   map[string]func() error
 	srv    *http.Server
 	url    string
 	served chan error
@@ -64,7 +70,7 @@ func New(log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{log: log, mux: http.NewServeMux(), checks: make(map[string]Check)}
+	s := &Server{log: log, mux: http.NewServeMux(), checks: make(map[string]Check), live: make(map[string]func() error)}
 	s.state.Store(StateStarting)
 	s.mux.HandleFunc("GET /healthz", s.healthz)
 	s.mux.HandleFunc("GET /readyz", s.readyz)
@@ -78,6 +84,15 @@ func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, 
 func (s *Server) AddCheck(name string, c Check) {
 	s.mu.Lock()
 	s.checks[name] = c
+	s.mu.Unlock()
+}
+
+// AddLiveCheck adds (or, under the same name, replaces) a liveness check:
+// a quick test, without I/O, of something the process cannot recover from.
+// While it returns an error, /healthz answers 503 naming it.
+func (s *Server) AddLiveCheck(name string, c func() error) {
+	s.mu.Lock()
+	s.live[name] = c
 	s.mu.Unlock()
 }
 
@@ -161,7 +176,27 @@ type health struct {
 }
 
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, health{OK: true, State: s.State()})
+	st := s.State()
+	if st == StateDraining {
+		writeJSON(w, http.StatusOK, health{OK: true, State: st})
+		return
+	}
+	s.mu.Lock()
+	var failed []string
+	for name, c := range s.live {
+		if err := c(); err != nil {
+			failed = append(failed, name+": "+err.Error())
+		}
+	}
+	s.mu.Unlock()
+	if len(failed) == 0 {
+		writeJSON(w, http.StatusOK, health{OK: true, State: st})
+		return
+	}
+	sort.Strings(failed)
+	reason := strings.Join(failed, "; ")
+	s.log.Error("not alive", "reason", reason)
+	writeJSON(w, http.StatusServiceUnavailable, health{State: st, Reason: reason})
 }
 
 func (s *Server) readyz(w http.ResponseWriter, req *http.Request) {

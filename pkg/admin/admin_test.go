@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+
 	"github.com/hermes-mobile/gateway/pkg/admin"
 	"github.com/hermes-mobile/gateway/pkg/bus/natsbus"
 	"github.com/hermes-mobile/gateway/pkg/store/memstore"
@@ -179,5 +181,47 @@ func TestStoreAndBusChecks(t *testing.T) {
 	defer cancel()
 	if err := check(cctx); err == nil {
 		t.Fatal("BusCheck passes on a closed bus")
+	}
+}
+
+// TestHealthzFailsWhenTheBusIsClosedForGood: a server that closes the
+// connection over a protocol error leaves nats.go closed for good; /healthz
+// then answers 503 naming the bus, so the process is restarted.
+func TestHealthzFailsWhenTheBusIsClosedForGood(t *testing.T) {
+	srv, err := server.NewServer(&server.Options{DontListen: true, MaxControlLine: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	t.Cleanup(srv.Shutdown)
+	if !srv.ReadyForConnections(5 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	b, err := natsbus.ConnectInProcess(srv, natsbus.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	s := start(t)
+	s.AddLiveCheck("bus", admin.BusLive(b))
+	s.MarkReady()
+	if code, a := get(t, s.URL()+"/healthz"); code != 200 || !a.OK {
+		t.Fatalf("/healthz with a live bus: %d %+v", code, a)
+	}
+	_ = b.Publish(context.Background(), strings.Repeat("x", 300), nil, nil)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code, a := get(t, s.URL()+"/healthz")
+		if code == 503 && !a.OK && strings.HasPrefix(a.Reason, "bus: ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/healthz after the bus closed for good: %d %+v, want 503 naming bus", code, a)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	s.MarkDraining()
+	if code, _ := get(t, s.URL()+"/healthz"); code != 200 {
+		t.Fatalf("/healthz while draining: %d, want 200", code)
 	}
 }

@@ -33,3 +33,12 @@ func BusCheck(b bus.Bus) Check {
 		return nil
 	}
 }
+
+// BusLive is the liveness check of a bus that can be closed for good
+// (natsbus: nats.go gave up on the connection); nil for one that cannot.
+func BusLive(b bus.Bus) func() error {
+	if e, ok := b.(interface{ Err() error }); ok {
+		return e.Err
+	}
+	return nil
+}

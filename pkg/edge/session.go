@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hermes-mobile/gateway/pkg/bus"
 	"github.com/hermes-mobile/gateway/pkg/dispatch"
@@ -464,6 +465,12 @@ func (c *conn) onDeliver(f *protocol.Deliver) {
 	}
 	if target == "" {
 		c.sendError(protocol.NewError(protocol.CodeBadFrame, "deliver needs a target: none given and no MOBILE_HOME_DEVICE"))
+		return
+	}
+	if len(target) > protocol.MaxDeviceFieldChars && utf8.RuneCountInString(target) > protocol.MaxDeviceFieldChars {
+		// No device can have it (hello cuts ids at this length), and it
+		// becomes a bus subject.
+		c.sendError(protocol.NewError(protocol.CodeBadFrame, fmt.Sprintf("deliver target: a device id has at most %d characters", protocol.MaxDeviceFieldChars)))
 		return
 	}
 	ctx, cancel := context.WithTimeout(c.srv.ctx, dispatch.DefaultTimeout)

@@ -683,3 +683,42 @@ func TestDeliverForbiddenBeforeValidation(t *testing.T) {
 	}
 	dlvError(t, cron, protocol.CodeBadFrame)
 }
+
+// TestDeliverTargetBound: on a node on the real NATS, a deliver target of
+// exactly 120 characters (the longest device id) is delivered; 121 and
+// 5,000 characters are answered bad_frame without reaching the bus, and the
+// edge keeps serving its phones (a 5,000-character target used to become a
+// subject the NATS server closed the connection over, for good).
+func TestDeliverTargetBound(t *testing.T) {
+	prefix := randomPrefix()
+	n := startClusterNode(t, prefix, true)
+	long := "tel-" + prefix[13:25] + "-"
+	long += strings.Repeat("é", protocol.MaxDeviceFieldChars-len([]rune(long)))
+	dev, _ := n.connect(t, long)
+	cron, _ := n.connect(t, "cron-"+prefix[13:25])
+	if err := cron.Deliver("d-at", "mobile:"+long, "at the bound", nil); err != nil {
+		t.Fatal(err)
+	}
+	dlvExpectText(t, dev, "at the bound")
+	for _, target := range []string{long + "x", strings.Repeat("x", 5000)} {
+		if err := cron.Deliver("d-over", "mobile:"+target, "too long", nil); err != nil {
+			t.Fatal(err)
+		}
+		dlvError(t, cron, protocol.CodeBadFrame)
+	}
+	other, _ := n.connect(t, "tel2-"+prefix[13:25])
+	if err := other.Text("m-1", "still served"); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := other.Expect(testCtx(t), protocol.TypeMessage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text, _, err := other.CollectMessage(testCtx(t), msg.Str("id")); err != nil || !strings.Contains(text, "still served") {
+		t.Fatalf("reply after the refused delivers: %q, %v", text, err)
+	}
+	if err := cron.Deliver("d-after", "mobile:"+long, "after", nil); err != nil {
+		t.Fatal(err)
+	}
+	dlvExpectText(t, dev, "after")
+}

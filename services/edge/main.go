@@ -114,6 +114,9 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) (err error) {
 	defer func() { err = errors.Join(err, g.Close()) }()
 	adm.AddCheck("store", admin.StoreCheck(g.Store))
 	adm.AddCheck("bus", admin.BusCheck(g.Bus))
+	if live := admin.BusLive(g.Bus); live != nil {
+		adm.AddLiveCheck("bus", live)
+	}
 	adm.MarkReady()
 	if generated {
 		printToken(stdout, string(cfg.Edge.Auth.Token), g.URL())

@@ -148,6 +148,7 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) (err error) {
 	defer func() { err = errors.Join(err, b.Close()) }()
 	adm.AddCheck("store", admin.StoreCheck(st))
 	adm.AddCheck("bus", admin.BusCheck(b))
+	adm.AddLiveCheck("bus", b.Err)
 
 	var a agent.Agent = agent.Demo{}
 	switch s.agent {

@@ -114,6 +114,9 @@ func (b *Bus) subscribe(subject, queue string, h bus.Handler) (bus.Subscription,
 	if h == nil {
 		return nil, fmt.Errorf("natsbus: subscribe %s: nil handler", subject)
 	}
+	if err := b.checkSubject(subject); err != nil {
+		return nil, err
+	}
 	sh := b.shardFor(subject)
 	sh.mu.Lock()
 	var ns *nats.Subscription

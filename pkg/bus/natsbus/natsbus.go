@@ -41,6 +41,14 @@
 // bus.ErrUnavailable at once: publishes are not buffered for a later
 // reconnect. A Request whose ctx ends returns the ctx error, also wrapping
 // bus.ErrUnavailable when the connection was down at that moment.
+//
+// A subject longer than MaxSubjectBytes (with the prefix) is refused with
+// ErrSubjectTooLong before anything is sent: the server would close the
+// whole connection over it ("maximum control line exceeded").
+//
+// When nats.go gives up on the connection for good (it was closed by the
+// server and could not be re-established), Err says so: the process cannot
+// recover by itself and its liveness probe should fail.
 package natsbus
 
 import (
@@ -123,6 +131,15 @@ type Bus struct {
 	reqs    map[uint64]context.CancelCauseFunc
 	nextReq uint64
 }
+
+// MaxSubjectBytes bounds a subject, prefix included. The server's control
+// line ("HPUB <subject> <reply> <sizes>") is at most 4096 bytes; the bound
+// leaves room for the reply inbox and sizes. The longest device subject, a
+// 120-character id escaped byte by byte, is under 1,500 bytes.
+const MaxSubjectBytes = 2048
+
+// ErrSubjectTooLong is returned for a subject over MaxSubjectBytes.
+var ErrSubjectTooLong = errors.New("natsbus: subject too long")
 
 // errDisconnected is the cause of requests cut off by a disconnect.
 var errDisconnected = fmt.Errorf("natsbus: %w: connection lost during the request", bus.ErrUnavailable)
@@ -212,6 +229,9 @@ func (b *Bus) Publish(ctx context.Context, subject string, data []byte, header m
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if err := b.checkSubject(subject); err != nil {
+		return err
+	}
 	header = telemetry.Inject(ctx, header) // the W3C trace context, when ctx has a span
 	m := &nats.Msg{Subject: b.prefix + subject, Data: data, Header: toNATSHeader(header)}
 	if err := b.nc.PublishMsg(m); err != nil {
@@ -223,6 +243,9 @@ func (b *Bus) Publish(ctx context.Context, subject string, data []byte, header m
 // Request sends data to subject and waits for the first reply, or for ctx.
 func (b *Bus) Request(ctx context.Context, subject string, data []byte, header map[string]string) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := b.checkSubject(subject); err != nil {
 		return nil, err
 	}
 	header = telemetry.Inject(ctx, header)
@@ -243,6 +266,29 @@ func (b *Bus) Request(ctx context.Context, subject string, data []byte, header m
 		return nil, cerr
 	}
 	return nil, opErr("request", subject, err)
+}
+
+// checkSubject refuses a subject the server would close the connection over.
+func (b *Bus) checkSubject(subject string) error {
+	if n := len(b.prefix) + len(subject); n > MaxSubjectBytes {
+		return fmt.Errorf("%w: %d bytes, at most %d", ErrSubjectTooLong, n, MaxSubjectBytes)
+	}
+	return nil
+}
+
+// Err returns nil while the connection is up or being re-established, and
+// an error once it is closed for good (by nats.go or by Close): nothing
+// sent on this Bus can arrive any more.
+func (b *Bus) Err() error {
+	select {
+	case <-b.closed:
+		if err := b.nc.LastError(); err != nil {
+			return fmt.Errorf("natsbus: connection closed: %w", err)
+		}
+		return errors.New("natsbus: connection closed")
+	default:
+		return nil
+	}
 }
 
 // Subscribe delivers every message on subject to h.

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/hermes-mobile/gateway/pkg/bus"
@@ -486,4 +487,61 @@ func (p *natsProc) stop() {
 		_ = p.cmd.Process.Kill()
 		_ = p.cmd.Wait()
 	})
+}
+
+// TestSubjectBound: a subject of exactly MaxSubjectBytes (prefix included)
+// makes the round trip through a real server; one byte more is refused with
+// ErrSubjectTooLong before it is sent, and the connection stays usable.
+func TestSubjectBound(t *testing.T) {
+	url := externalURL(t)
+	const prefix = "bound."
+	b := connect(t, url, natsbus.Options{Logger: testLogger(t), Name: "bound", SubjectPrefix: prefix})
+	at := strings.Repeat("s", natsbus.MaxSubjectBytes-len(prefix))
+	mustSubscribe(t, b, at, func(m *bus.Msg) { _ = m.Respond([]byte("pong")) })
+	resp, err := b.Request(ctxFor(t, 5*time.Second), at, nil, nil)
+	if err != nil || string(resp) != "pong" {
+		t.Fatalf("request on a %d-byte subject: %q, %v", natsbus.MaxSubjectBytes, resp, err)
+	}
+	over := at + "s"
+	ctx := ctxFor(t, 5*time.Second)
+	if err := b.Publish(ctx, over, nil, nil); !errors.Is(err, natsbus.ErrSubjectTooLong) {
+		t.Errorf("Publish one byte over: %v, want ErrSubjectTooLong", err)
+	}
+	if _, err := b.Request(ctx, over, nil, nil); !errors.Is(err, natsbus.ErrSubjectTooLong) {
+		t.Errorf("Request one byte over: %v, want ErrSubjectTooLong", err)
+	}
+	if _, err := b.Subscribe(over, func(*bus.Msg) {}); !errors.Is(err, natsbus.ErrSubjectTooLong) {
+		t.Errorf("Subscribe one byte over: %v, want ErrSubjectTooLong", err)
+	}
+	if _, err := b.Request(ctx, at, nil, nil); err != nil {
+		t.Fatalf("request after the refusals: %v", err)
+	}
+	if err := b.Err(); err != nil {
+		t.Errorf("Err on a live connection: %v", err)
+	}
+}
+
+// TestErrWhenClosedForGood: a server that closes the connection over a
+// protocol error (a control line past its maximum) leaves nats.go closed
+// for good; Err reports it, so a liveness probe can fail.
+func TestErrWhenClosedForGood(t *testing.T) {
+	srv, err := server.NewServer(&server.Options{DontListen: true, MaxControlLine: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	t.Cleanup(srv.Shutdown)
+	if !srv.ReadyForConnections(5 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	b, err := natsbus.ConnectInProcess(srv, natsbus.Options{Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	if err := b.Err(); err != nil {
+		t.Fatalf("Err before: %v", err)
+	}
+	_ = b.Publish(ctxFor(t, time.Second), strings.Repeat("x", 300), nil, nil)
+	waitFor(t, "Err to report the closed connection", func() bool { return b.Err() != nil })
 }
