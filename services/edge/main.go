@@ -144,6 +144,12 @@ func drain(g *gateway.Gateway, adm *admin.Server, window time.Duration, log *slo
 
 func (f flags) gatewayConfig() (gateway.Config, error) {
 	cfg := gateway.Config{Listen: f.listen, NATSURL: f.natsURL, RedisURL: f.redisURL, RedisPrefix: f.redisPrefix, NATSPrefix: f.natsPrefix}
+	if f.token == "" && (f.natsURL != "" || f.redisURL != "") {
+		// A token made up by one process is not the others' (nor the next
+		// run's): every phone would get auth_failed while each pod looks
+		// healthy. Only a single zero-config node makes one up.
+		return cfg, errors.New("MOBILE_TOKEN is required with NATS_URL or REDIS_URL: the nodes of a cluster must share the app token (set MOBILE_TOKEN or -token)")
+	}
 	var err error
 	if cfg.Router, err = onOffAuto("MOBILE_ROUTER", f.router, f.natsURL == ""); err != nil {
 		return cfg, err

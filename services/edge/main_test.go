@@ -191,7 +191,7 @@ func TestRouterModes(t *testing.T) {
 		{"off", "", false}, {"Off", "", false}, {"false", "", false}, {"0", "", false},
 		{"auto", "", true}, {"auto", "nats://x:4222", false}, {"", "", true}, {"", "nats://x:4222", false},
 	} {
-		f := flags{router: tc.router, natsURL: tc.nats}
+		f := flags{router: tc.router, natsURL: tc.nats, token: "x"}
 		cfg, err := f.gatewayConfig()
 		if err != nil || cfg.Router != tc.want {
 			t.Errorf("router %q nats %q → %v, %v; want %v", tc.router, tc.nats, cfg.Router, err, tc.want)
@@ -219,6 +219,36 @@ func TestGatewayConfigErrors(t *testing.T) {
 				t.Fatalf("error %q does not name $%s", err, tc.env)
 			}
 		})
+	}
+}
+
+// TestClusterNeedsToken: with NATS_URL or REDIS_URL (a cluster, or state
+// that outlives the process) an edge without MOBILE_TOKEN refuses to start,
+// naming the variable; the zero-config single node still makes one up.
+func TestClusterNeedsToken(t *testing.T) {
+	for _, env := range [][]string{
+		{"NATS_URL", "nats://127.0.0.1:4222", "REDIS_URL", "redis://127.0.0.1:6379"},
+		{"NATS_URL", "nats://127.0.0.1:4222"},
+		{"REDIS_URL", "redis://127.0.0.1:6379"},
+	} {
+		t.Run(strings.Join(env, " "), func(t *testing.T) {
+			clearEnv(t)
+			for i := 0; i < len(env); i += 2 {
+				t.Setenv(env[i], env[i+1])
+			}
+			_, err := mustParse(t).gatewayConfig()
+			if err == nil || !strings.Contains(err.Error(), "MOBILE_TOKEN") {
+				t.Fatalf("gatewayConfig = %v, want an error naming MOBILE_TOKEN", err)
+			}
+			t.Setenv("MOBILE_TOKEN", "shared")
+			if _, err := mustParse(t).gatewayConfig(); err != nil {
+				t.Fatalf("with MOBILE_TOKEN: %v", err)
+			}
+		})
+	}
+	clearEnv(t)
+	if _, err := mustParse(t).gatewayConfig(); err != nil {
+		t.Fatalf("zero-config single node: %v", err)
 	}
 }
 
