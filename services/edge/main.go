@@ -173,11 +173,14 @@ func (f flags) gatewayConfig() (gateway.Config, error) {
 		return cfg, err
 	}
 	auth := edge.AuthConfig{Token: edge.Secret(string(f.token)), ExtraTokens: extra, TrustedProxies: proxies}
-	for _, d := range config.List(f.allowedDevices) {
-		auth.AllowedDevices = append(auth.AllowedDevices, d)
+	if auth.AllowedDevices, err = edge.ParseDevices("MOBILE_ALLOWED_DEVICES", f.allowedDevices); err != nil {
+		return cfg, err
 	}
 	for _, t := range config.List(string(f.deliverTokens)) {
 		auth.DeliverTokens = append(auth.DeliverTokens, edge.Secret(t))
+	}
+	if _, err := edge.ParseDevices("MOBILE_HOME_DEVICE", f.homeDevice); err != nil {
+		return cfg, err
 	}
 	webClient, err := onOffAuto("MOBILE_WEB_CLIENT", f.webClient, f.natsURL == "")
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"net/netip"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -217,6 +218,40 @@ func TestGatewayConfigErrors(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), tc.env) {
 				t.Fatalf("error %q does not name $%s", err, tc.env)
+			}
+		})
+	}
+}
+
+// TestConfiguredDeviceIDBound: a configured device id of exactly 120
+// characters (the longest a hello keeps) is accepted; one of 121, which no
+// device can have, is refused at start with an error naming the variable.
+func TestConfiguredDeviceIDBound(t *testing.T) {
+	at := strings.Repeat("é", protocol.MaxDeviceFieldChars)
+	over := at + "x"
+	for _, tc := range []struct{ env, at, over string }{
+		{"MOBILE_EXTRA_TOKENS", "tel-1=a," + at + "=b", "tel-1=a," + over + "=b"},
+		{"MOBILE_ALLOWED_DEVICES", "tel-1," + at, "tel-1," + over},
+		{"MOBILE_HOME_DEVICE", at, over},
+	} {
+		t.Run(tc.env, func(t *testing.T) {
+			clearEnv(t)
+			t.Setenv(tc.env, tc.at)
+			cfg, err := mustParse(t).gatewayConfig()
+			if err != nil {
+				t.Fatalf("120 characters: %v", err)
+			}
+			a := cfg.Edge.Auth
+			if _, bound := a.ExtraTokens[at]; !bound && !slices.Contains(a.AllowedDevices, at) && cfg.Edge.HomeDevice != at {
+				t.Fatalf("the 120-character id is not in the configuration: %+v", cfg.Edge)
+			}
+			t.Setenv(tc.env, tc.over)
+			_, err = mustParse(t).gatewayConfig()
+			if err == nil || !strings.Contains(err.Error(), tc.env) {
+				t.Fatalf("121 characters: %v, want an error naming %s", err, tc.env)
+			}
+			if strings.Contains(err.Error(), "=b") {
+				t.Fatalf("the error shows a token: %v", err)
 			}
 		})
 	}
