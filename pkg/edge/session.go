@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -237,13 +238,20 @@ func (c *conn) flushOutbox() {
 }
 
 // submit hands an event to the agent side once per <chat_id>:<id>.
+// dedupKey is the store's dedup key of a device's message id. The device
+// is length-prefixed, so no (device, id) pair shares its key with another:
+// device "phone:alice" id "7" is not device "phone" id "alice:7".
+func dedupKey(device, id string) string {
+	return strconv.Itoa(len(device)) + ":" + device + ":" + id
+}
+
 func (c *conn) submit(ev wire.Event, blob []byte) {
 	ctx, cancel := c.opContext()
 	defer cancel()
 	ctx, span := c.srv.tel.startEvent(ctx, ev.Kind)
 	defer span.End()
 	st := c.srv.store
-	key := c.device + ":" + ev.ID
+	key := dedupKey(c.device, ev.ID)
 	attempt := c.attemptFor(key)
 	first, err := st.Claim(ctx, key, attempt, c.srv.cfg.ClaimTTL)
 	if errors.Is(err, store.ErrPending) {
@@ -344,7 +352,7 @@ type uploadMeta struct {
 func (c *conn) onMedia(f *protocol.MediaUp) {
 	meta := uploadMeta{f.Kind, f.Mime, f.Filename, f.Caption}
 	ctx, cancel := c.opContext()
-	key := c.device + ":" + f.ID
+	key := dedupKey(c.device, f.ID)
 	if f.Parts > 1 {
 		seen, err := c.srv.store.Seen(ctx, key)
 		if err == nil && seen {

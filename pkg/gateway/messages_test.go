@@ -519,6 +519,26 @@ func TestTextIDTruncated(t *testing.T) {
 	}
 }
 
+// TestDedupKeysDoNotCollide: device "phone:alice" id "7" and device "phone"
+// id "alice:7" are two messages; with the key <device>:<id> the second was
+// taken for a resend of the first and silently dropped.
+func TestDedupKeysDoNotCollide(t *testing.T) {
+	n := startNode(t, nil)
+	a, _ := n.connect(t, "phone:alice")
+	if err := a.Text("7", "from alice"); err != nil {
+		t.Fatal(err)
+	}
+	n.agent.waitFor(t, func(ev wire.Event) bool { return ev.Device == "phone:alice" && ev.ID == "7" })
+	b, _ := n.connect(t, "phone")
+	if err := b.Text("alice:7", "from phone"); err != nil {
+		t.Fatal(err)
+	}
+	ev := n.agent.waitFor(t, func(ev wire.Event) bool { return ev.Device == "phone" && ev.ID == "alice:7" })
+	if ev.Text != "from phone" {
+		t.Fatalf("phone's alice:7 arrived as %+v", ev)
+	}
+}
+
 // TestTextDedup: the same id is delivered once per device, silently, also
 // across a reconnect; the same id from another device is another message;
 // different ids are different messages.
