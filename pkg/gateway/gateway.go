@@ -166,12 +166,10 @@ func (g *Gateway) serveAPI(ctx context.Context, cfg Config, log *slog.Logger) er
 		return fmt.Errorf("router API: %w", err)
 	}
 	g.API = router.NewAPI(g.Router, cfg.API)
-	g.apiSrv = &http.Server{Handler: g.API, ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog: slog.NewLogLogger(log.With("component", "api").Handler(), slog.LevelWarn)}
-	g.apiSrv.RegisterOnShutdown(g.API.Close)
+	g.apiSrv = g.API.Server(slog.NewLogLogger(log.With("component", "api").Handler(), slog.LevelWarn))
 	g.apiURL = "http://" + ln.Addr().String()
 	g.apiServed = make(chan error, 1)
-	go func() { g.apiServed <- g.apiSrv.Serve(ln) }()
+	go func() { g.apiServed <- g.apiSrv.Serve(g.API.Listener(ln)) }()
 	return nil
 }
 

@@ -9,7 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -51,6 +53,18 @@ type APIConfig struct {
 	MaxWaiting int
 	// ReadyTimeout bounds the checks of /readyz (2 s).
 	ReadyTimeout time.Duration
+
+	// HeaderTimeout bounds reading a request's headers (10 s).
+	HeaderTimeout time.Duration
+	// BodyTimeout bounds reading a request's body, from the end of its
+	// headers (30 s): a body that trickles in is cut off.
+	BodyTimeout time.Duration
+	// MaxHeaderBytes bounds a request's headers (16 KiB); larger ones get
+	// 431.
+	MaxHeaderBytes int
+	// MaxConns bounds the connections served at once (1024); more wait in
+	// the listen backlog until one closes.
+	MaxConns int
 }
 
 func (c *APIConfig) setDefaults() {
@@ -68,6 +82,18 @@ func (c *APIConfig) setDefaults() {
 	}
 	if c.ReadyTimeout <= 0 {
 		c.ReadyTimeout = 2 * time.Second
+	}
+	if c.HeaderTimeout <= 0 {
+		c.HeaderTimeout = 10 * time.Second
+	}
+	if c.BodyTimeout <= 0 {
+		c.BodyTimeout = 30 * time.Second
+	}
+	if c.MaxHeaderBytes <= 0 {
+		c.MaxHeaderBytes = 16 << 10
+	}
+	if c.MaxConns <= 0 {
+		c.MaxConns = 1024
 	}
 }
 
@@ -173,6 +199,12 @@ func (a *API) handle(method, path string, acc access, h handlerFunc) {
 // ServeHTTP serves the API.
 func (a *API) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	start := time.Now()
+	if req.ContentLength != 0 {
+		// A body is read (or discarded) within BodyTimeout; decode lifts
+		// the deadline once it has the body. A request without one keeps
+		// no deadline: an event stream lasts.
+		_ = http.NewResponseController(w).SetReadDeadline(start.Add(a.cfg.BodyTimeout))
+	}
 	sw := &statusWriter{ResponseWriter: w}
 	a.mux.ServeHTTP(sw, req)
 	// Never the headers or the query: the token is in one, cursors in the other.
@@ -283,6 +315,12 @@ func (a *API) fail(w http.ResponseWriter, req *http.Request, err error) {
 	}
 	if e.status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="hermes"`)
+		if req.ContentLength != 0 {
+			// Nothing more is read from a client that is not let in: its
+			// body is not discarded, the connection closes after the answer.
+			w.Header().Set("Connection", "close")
+			_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+		}
 	}
 	writeJSON(w, e.status, errorBody{Error: string(e.code), Message: e.message})
 }
@@ -327,6 +365,10 @@ var decodeOpts = jsonv2.JoinOptions(
 // body is {}.
 func (a *API) decode(w http.ResponseWriter, req *http.Request, v any) error {
 	data, err := io.ReadAll(http.MaxBytesReader(w, req.Body, a.cfg.MaxBodyBytes))
+	if err == nil {
+		// The body is in; the handler may take longer than BodyTimeout.
+		_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
+	}
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
 		return tooBig("the request body is larger than %d bytes", mbe.Limit)
@@ -365,3 +407,63 @@ func (w *statusWriter) Write(p []byte) (int, error) {
 }
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// Server returns the http.Server of the API, with its header deadline and
+// size bound, logging its errors to errLog. Serve it on Listener(ln).
+func (a *API) Server(errLog *log.Logger) *http.Server {
+	srv := &http.Server{
+		Handler:           a,
+		ReadHeaderTimeout: a.cfg.HeaderTimeout,
+		MaxHeaderBytes:    a.cfg.MaxHeaderBytes,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          errLog,
+		// No ReadTimeout or WriteTimeout: event streams last. Bodies have
+		// BodyTimeout; each write of a stream has WriteTimeout.
+	}
+	srv.RegisterOnShutdown(a.Close)
+	return srv
+}
+
+// Listener wraps ln so that at most MaxConns of its connections are open
+// at once: Accept waits for one to close.
+func (a *API) Listener(ln net.Listener) net.Listener {
+	return &limitListener{Listener: ln, sem: make(chan struct{}, a.cfg.MaxConns), done: make(chan struct{})}
+}
+
+type limitListener struct {
+	net.Listener
+	sem       chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	select {
+	case l.sem <- struct{}{}:
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.sem
+		return nil, err
+	}
+	return &limitConn{Conn: c, release: func() { <-l.sem }}, nil
+}
+
+func (l *limitListener) Close() error {
+	l.closeOnce.Do(func() { close(l.done) })
+	return l.Listener.Close()
+}
+
+type limitConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
+}

@@ -173,16 +173,9 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) (err error) {
 	if err != nil {
 		return fmt.Errorf("MOBILE_ROUTER_LISTEN: %w", err)
 	}
-	srv := &http.Server{
-		Handler:           api,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(log.With("component", "http").Handler(), slog.LevelWarn),
-		// No WriteTimeout: event streams last; each of their writes has one.
-	}
-	srv.RegisterOnShutdown(api.Close)
+	srv := api.Server(slog.NewLogLogger(log.With("component", "http").Handler(), slog.LevelWarn))
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	go func() { served <- srv.Serve(api.Listener(ln)) }()
 	adm.MarkReady()
 
 	log.Info("router listening", "url", "http://"+ln.Addr().String(), "agent", s.agent,

@@ -1,0 +1,126 @@
+package router_test
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hermes-mobile/gateway/pkg/router"
+)
+
+// rawConn dials the API of e.
+func rawConn(t *testing.T, e *env) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// readResponse reads one response from c within d.
+func readResponse(t *testing.T, c net.Conn, br *bufio.Reader, d time.Duration) *http.Response {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(d))
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("no response within %v: %v", d, err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
+}
+
+// wantClosed expects the server to close c within d.
+func wantClosed(t *testing.T, c net.Conn, br *bufio.Reader, d time.Duration) {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(d))
+	if _, err := br.ReadByte(); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("the connection is still open after %v (%v)", d, err)
+	}
+}
+
+// TestAPIBodyTimeout: a request whose body trickles in is cut off once
+// BodyTimeout has passed since its headers, instead of being held forever.
+func TestAPIBodyTimeout(t *testing.T) {
+	e := startSingle(t, apiConfig(func(c *router.APIConfig) { c.BodyTimeout = 300 * time.Millisecond }))
+	c := rawConn(t, e)
+	br := bufio.NewReader(c)
+	io.WriteString(c, "POST /v1/deliver HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "+deliverToken+
+		"\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"text\":")
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if resp, err := http.ReadResponse(br, nil); err == nil {
+		// An answer (the body could not be read) is fine, as long as the
+		// connection then closes.
+		if resp.StatusCode < 400 {
+			t.Fatalf("a trickled body was answered %d", resp.StatusCode)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		wantClosed(t, c, br, 10*time.Second)
+	} else if errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatal("the request with a trickled body is still held after 10 s")
+	}
+}
+
+// TestAPIUnauthorizedBodyNotRead: a request with a wrong token is answered
+// 401 at once and the connection closed, without waiting for (or reading)
+// the body it announced.
+func TestAPIUnauthorizedBodyNotRead(t *testing.T) {
+	e := startSingle(t, apiConfig(nil))
+	c := rawConn(t, e)
+	br := bufio.NewReader(c)
+	io.WriteString(c, "POST /v1/deliver HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\n"+
+		"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n")
+	resp := readResponse(t, c, br, 10*time.Second)
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("status %d, want 401", resp.StatusCode)
+	}
+	wantClosed(t, c, br, 10*time.Second)
+}
+
+// TestAPIHeaderBound: headers of 8 KiB are served; 64 KiB get 431.
+func TestAPIHeaderBound(t *testing.T) {
+	e := startSingle(t, apiConfig(nil))
+	for _, tc := range []struct {
+		size int
+		want int
+	}{{8 << 10, http.StatusOK}, {64 << 10, http.StatusRequestHeaderFieldsTooLarge}} {
+		c := rawConn(t, e)
+		br := bufio.NewReader(c)
+		io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: "+strings.Repeat("p", tc.size)+"\r\n\r\n")
+		if resp := readResponse(t, c, br, 10*time.Second); resp.StatusCode != tc.want {
+			t.Fatalf("%d bytes of headers: status %d, want %d", tc.size, resp.StatusCode, tc.want)
+		}
+	}
+}
+
+// TestAPIConnectionCap: with MaxConns 2, a third connection is not served
+// while two are open, and is served once one of them closes.
+func TestAPIConnectionCap(t *testing.T) {
+	e := startSingle(t, apiConfig(func(c *router.APIConfig) { c.MaxConns = 2 }))
+	held := []net.Conn{rawConn(t, e), rawConn(t, e)}
+	for _, c := range held { // both are being served
+		br := bufio.NewReader(c)
+		io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+		readResponse(t, c, br, 10*time.Second)
+	}
+	third := rawConn(t, e)
+	br := bufio.NewReader(third)
+	io.WriteString(third, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+	third.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if _, err := br.ReadByte(); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a third connection was served past the cap of 2 (%v)", err)
+	}
+	held[0].Close()
+	if resp := readResponse(t, third, br, 10*time.Second); resp.StatusCode != http.StatusOK {
+		t.Fatalf("third connection after one closed: %d", resp.StatusCode)
+	}
+}
