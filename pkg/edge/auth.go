@@ -41,9 +41,31 @@ type AuthConfig struct {
 	// DeliverTokens authenticate service connections allowed to send deliver
 	// frames from anywhere (MOBILE_DELIVER_TOKENS).
 	DeliverTokens []Secret
-	// TrustedProxies are the peers whose X-Forwarded-For / Forwarded headers
-	// name the client (MOBILE_TRUSTED_PROXIES).
+	// TrustedProxies are the peers whose forwarding header names the client
+	// (MOBILE_TRUSTED_PROXIES).
 	TrustedProxies []netip.Prefix
+	// ForwardedHeader is the one header read from a trusted proxy
+	// (MOBILE_FORWARDED_HEADER): HeaderXForwardedFor (the default) or
+	// HeaderForwarded. The other is ignored: a client may have set it.
+	ForwardedHeader string
+}
+
+// The forwarding headers a trusted proxy may name the client in.
+const (
+	HeaderXForwardedFor = "x-forwarded-for"
+	HeaderForwarded     = "forwarded"
+)
+
+// ParseForwardedHeader checks MOBILE_FORWARDED_HEADER; empty is
+// HeaderXForwardedFor.
+func ParseForwardedHeader(s string) (string, error) {
+	switch h := strings.ToLower(strings.TrimSpace(s)); h {
+	case "":
+		return HeaderXForwardedFor, nil
+	case HeaderXForwardedFor, HeaderForwarded:
+		return h, nil
+	}
+	return "", fmt.Errorf("MOBILE_FORWARDED_HEADER: %q is not x-forwarded-for or forwarded", s)
 }
 
 // ParseExtraTokens parses "device_id=token,device_id=token".
@@ -101,6 +123,10 @@ func ParsePrefixes(s string) ([]netip.Prefix, error) {
 		p, err := netip.ParsePrefix(item)
 		if err != nil {
 			return nil, fmt.Errorf("MOBILE_TRUSTED_PROXIES: %w", err)
+		}
+		if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
+			// An IPv4-mapped CIDR is IPv4, as peers are compared unmapped.
+			p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
 		}
 		out = append(out, p.Masked())
 	}

@@ -127,7 +127,9 @@ func (s *Server) handshake(nc net.Conn) {
 	if page {
 		return
 	}
-	var xff, fwd, host, proto []byte
+	header := []byte(s.forwardedHeader())
+	var fwd, host, proto []byte
+	forwarded := false // any forwarding header, for the untrusted-peer warning
 	u := ws.Upgrader{
 		OnRequest: func(uri []byte) error {
 			path, _, _ := bytes.Cut(uri, []byte("?"))
@@ -142,14 +144,15 @@ func (s *Server) handshake(nc net.Conn) {
 		},
 		OnHeader: func(key, value []byte) error {
 			if !trusted {
+				if bytes.EqualFold(key, []byte(HeaderXForwardedFor)) || bytes.EqualFold(key, []byte(HeaderForwarded)) {
+					forwarded = true
+				}
 				return nil
 			}
 			switch {
 			case bytes.EqualFold(key, []byte("X-Forwarded-Proto")):
 				proto = append(proto[:0], value...)
-			case bytes.EqualFold(key, []byte("X-Forwarded-For")):
-				xff = appendList(xff, value)
-			case bytes.EqualFold(key, []byte("Forwarded")):
+			case bytes.EqualFold(key, header):
 				fwd = appendList(fwd, value)
 			}
 			return nil
@@ -163,7 +166,9 @@ func (s *Server) handshake(nc net.Conn) {
 	nc.SetDeadline(time.Time{})
 	client := peer
 	if trusted {
-		client = s.clientFromHeaders(string(xff), string(fwd))
+		client = s.clientFromHeaders(string(fwd))
+	} else if forwarded && peer.IsLoopback() {
+		s.warnUntrustedForwarding(peer)
 	}
 	c := &conn{srv: s, nc: nc, client: client, avatar: protocol.AvatarIdle, dead: make(chan struct{})}
 	c.avatarURL = s.avatarURL(string(host), string(proto), trusted)

@@ -15,17 +15,27 @@ func (s *Server) trustedProxy(peer netip.Addr) bool {
 	return false
 }
 
-// clientFromHeaders finds the client behind trusted proxies: the rightmost
-// address in X-Forwarded-For (or else Forwarded: for=) that is not itself a
-// trusted proxy. Without such a header the client is unknown (the zero
-// Addr), which is never loopback: a proxy on the same host gives nobody a
-// free pass for deliver.
-func (s *Server) clientFromHeaders(xff, fwd string) netip.Addr {
+// forwardedHeader is the header read from trusted proxies.
+func (s *Server) forwardedHeader() string {
+	if s.cfg.Auth.ForwardedHeader == HeaderForwarded {
+		return HeaderForwarded
+	}
+	return HeaderXForwardedFor
+}
+
+// clientFromHeaders finds the client behind trusted proxies in h, the
+// value of the configured forwarding header (X-Forwarded-For, or Forwarded
+// for=): the rightmost address that is not itself a trusted proxy. Without
+// one the client is unknown (the zero Addr), which is never loopback: a
+// proxy on the same host gives nobody a free pass for deliver.
+func (s *Server) clientFromHeaders(h string) netip.Addr {
 	var hops []string
-	if xff != "" {
-		hops = strings.Split(xff, ",")
-	} else if fwd != "" {
-		hops = forwardedFor(fwd)
+	switch {
+	case h == "":
+	case s.forwardedHeader() == HeaderForwarded:
+		hops = forwardedFor(h)
+	default:
+		hops = strings.Split(h, ",")
 	}
 	for i := len(hops) - 1; i >= 0; i-- {
 		a, ok := parseHop(hops[i])
@@ -37,6 +47,17 @@ func (s *Server) clientFromHeaders(xff, fwd string) netip.Addr {
 		}
 	}
 	return netip.Addr{}
+}
+
+// warnUntrustedForwarding logs, once per Server, a forwarding header from a
+// loopback peer that is not a trusted proxy: most likely a proxy on the same
+// host that MOBILE_TRUSTED_PROXIES does not name, so every client behind it
+// looks local (and may deliver).
+func (s *Server) warnUntrustedForwarding(peer netip.Addr) {
+	if s.warnedForwarding.CompareAndSwap(false, true) {
+		s.log.Warn("a forwarding header came from a loopback peer that is not a trusted proxy: every client behind a proxy on this host counts as local and may deliver; name the proxy in MOBILE_TRUSTED_PROXIES",
+			"peer", peer.String())
+	}
 }
 
 // forwardedFor returns the for= values of an RFC 7239 Forwarded header.

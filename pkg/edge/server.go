@@ -147,9 +147,10 @@ type Server struct {
 
 	nConns atomic.Int64
 
-	pagesOnce sync.Once
-	pageSrv   *pageServer // set by pagesOnce
-	start     time.Time   // the monotonic origin of conn.lastSeen
+	pagesOnce        sync.Once
+	pageSrv          *pageServer // set by pagesOnce
+	start            time.Time   // the monotonic origin of conn.lastSeen
+	warnedForwarding atomic.Bool // warnUntrustedForwarding ran
 }
 
 // deviceSlot is a device's subscription on this edge and its current socket.

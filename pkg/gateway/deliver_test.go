@@ -9,13 +9,17 @@ package gateway_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
+	"log/slog"
 	"net/http"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/hermes-mobile/gateway/pkg/agent"
 	"github.com/hermes-mobile/gateway/pkg/client"
 	"github.com/hermes-mobile/gateway/pkg/edge"
 	"github.com/hermes-mobile/gateway/pkg/gateway"
@@ -573,8 +577,93 @@ func TestDeliverAllowedForLoopbackBehindProxy(t *testing.T) {
 	cron := dlvService(t, n, dlvXFF("::1"), testToken, "cron")
 	dlvAllowed(t, cron, dev, "xff ipv6 loopback")
 
-	cronFwd := dlvService(t, n, client.Options{Header: http.Header{"Forwarded": {`for="[::1]:5000";proto=https`}}}, testToken, "cron-fwd")
-	dlvAllowed(t, cronFwd, dev, "forwarded ipv6 loopback")
+	// With MOBILE_FORWARDED_HEADER=forwarded, the same through Forwarded.
+	nf := startNode(t, func(c *gateway.Config) {
+		c.Edge.Auth.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+		c.Edge.Auth.ForwardedHeader = edge.HeaderForwarded
+	})
+	devf, _ := nf.connect(t, "tel-1")
+	cronFwd := dlvService(t, nf, client.Options{Header: http.Header{"Forwarded": {`for="[::1]:5000";proto=https`}}}, testToken, "cron-fwd")
+	dlvAllowed(t, cronFwd, devf, "forwarded ipv6 loopback")
+}
+
+// TestDeliverOnlyTheNamedForwardingHeader: behind a proxy that writes
+// Forwarded (MOBILE_FORWARDED_HEADER=forwarded), an X-Forwarded-For the
+// client set itself is ignored: a client at 203.0.113.5 claiming 127.0.0.2
+// may not deliver. It used to, because X-Forwarded-For was read first. And
+// with the default, X-Forwarded-For, a Forwarded header is ignored.
+func TestDeliverOnlyTheNamedForwardingHeader(t *testing.T) {
+	n := startNode(t, func(c *gateway.Config) {
+		c.Edge.Auth.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
+		c.Edge.Auth.ForwardedHeader = edge.HeaderForwarded
+	})
+	dev, _ := n.connect(t, "tel-1")
+	spoof := dlvService(t, n, client.Options{Header: http.Header{
+		"X-Forwarded-For": {"127.0.0.2"},
+		"Forwarded":       {"for=203.0.113.5"},
+	}}, testToken, "cron")
+	if err := spoof.Deliver("d-spoof", "mobile:tel-1", "refused", nil); err != nil {
+		t.Fatal(err)
+	}
+	dlvError(t, spoof, protocol.CodeForbidden)
+	local := dlvService(t, n, client.Options{Header: http.Header{
+		"X-Forwarded-For": {"203.0.113.5"},
+		"Forwarded":       {"for=127.0.0.2"},
+	}}, testToken, "cron-local")
+	dlvAllowed(t, local, dev, "named header only")
+
+	nx := dlvProxyNode(t) // the default: X-Forwarded-For
+	devx, _ := nx.connect(t, "tel-1")
+	spoofx := dlvService(t, nx, client.Options{Header: http.Header{
+		"X-Forwarded-For": {"203.0.113.5"},
+		"Forwarded":       {"for=\"[::1]\""},
+	}}, testToken, "cron")
+	dlvRefused(t, nx, spoofx, devx)
+}
+
+// TestForwardingHeaderFromUntrustedLoopbackWarnsOnce: with no trusted
+// proxies, forwarding headers from a loopback peer (a proxy on the same
+// host nobody named) log one warning per process, not one per connection;
+// a connection without them logs none.
+func TestForwardingHeaderFromUntrustedLoopbackWarnsOnce(t *testing.T) {
+	var logs lockedBuffer
+	g, err := gateway.Start(context.Background(), gateway.Config{
+		Listen: "127.0.0.1:0", Router: true, Agent: agent.Demo{},
+		Edge: edge.Config{Auth: edge.AuthConfig{Token: testToken}},
+	}, slog.New(slog.NewJSONHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	n := &node{Gateway: g}
+	const warning = "not a trusted proxy"
+	n.connect(t, "tel-plain")
+	if strings.Contains(logs.String(), warning) {
+		t.Fatalf("a connection without forwarding headers was warned about:\n%s", logs.String())
+	}
+	dlvService(t, n, dlvXFF("203.0.113.9"), testToken, "cron-1")
+	dlvService(t, n, client.Options{Header: http.Header{"Forwarded": {"for=203.0.113.9"}}}, testToken, "cron-2")
+	if got := strings.Count(logs.String(), warning); got != 1 {
+		t.Fatalf("%d warnings about forwarding headers from an untrusted loopback peer, want 1:\n%s", got, logs.String())
+	}
+}
+
+// lockedBuffer is a log sink safe for concurrent writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func TestDeliverAllowedForXFFLoopbackThroughProxy(t *testing.T) {

@@ -32,6 +32,7 @@ type flags struct {
 	token, extraTokens, deliverTokens                        config.Secret
 	listen, allowedDevices                                   string
 	homeDevice, avatarURL, trustedProxies, natsURL, redisURL string
+	forwardedHeader                                          string
 	redisPrefix, natsPrefix                                  string
 	router, logLevel, webClient                              string
 	promptTTL                                                time.Duration
@@ -50,7 +51,8 @@ func (f *flags) register(fs *flag.FlagSet) {
 	config.String(fs, &f.homeDevice, "home-device", "MOBILE_HOME_DEVICE", "", "target of a deliver without one")
 	config.Seconds(fs, &f.promptTTL, "prompt-ttl", "MOBILE_PROMPT_TTL", protocol.DefaultPromptTTL, "prompt card lifetime")
 	config.String(fs, &f.avatarURL, "avatar-url", "MOBILE_AVATAR_URL", "", "avatar page URL sent in ready")
-	config.String(fs, &f.trustedProxies, "trusted-proxies", "MOBILE_TRUSTED_PROXIES", "", "reverse proxies (CIDRs) whose X-Forwarded-For/Forwarded name the client")
+	config.String(fs, &f.trustedProxies, "trusted-proxies", "MOBILE_TRUSTED_PROXIES", "", "reverse proxies (CIDRs) whose forwarding header names the client")
+	config.String(fs, &f.forwardedHeader, "forwarded-header", "MOBILE_FORWARDED_HEADER", "x-forwarded-for", "the one header read from trusted proxies: x-forwarded-for or forwarded")
 	config.String(fs, &f.natsURL, "nats-url", "NATS_URL", "", "external NATS; empty embeds one in the process")
 	config.String(fs, &f.natsPrefix, "nats-prefix", "NATS_PREFIX", "", "prefix of every NATS subject, e.g. gw1. (lets several gateways share one NATS)")
 	config.String(fs, &f.redisURL, "redis-url", "REDIS_URL", "", "external Redis; empty keeps state in memory")
@@ -172,7 +174,11 @@ func (f flags) gatewayConfig() (gateway.Config, error) {
 	if err != nil {
 		return cfg, err
 	}
-	auth := edge.AuthConfig{Token: edge.Secret(string(f.token)), ExtraTokens: extra, TrustedProxies: proxies}
+	fwdHeader, err := edge.ParseForwardedHeader(f.forwardedHeader)
+	if err != nil {
+		return cfg, err
+	}
+	auth := edge.AuthConfig{Token: edge.Secret(string(f.token)), ExtraTokens: extra, TrustedProxies: proxies, ForwardedHeader: fwdHeader}
 	if auth.AllowedDevices, err = edge.ParseDevices("MOBILE_ALLOWED_DEVICES", f.allowedDevices); err != nil {
 		return cfg, err
 	}

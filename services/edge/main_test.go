@@ -59,7 +59,8 @@ func TestFlagDefaults(t *testing.T) {
 	clearEnv(t)
 	f := mustParse(t)
 	want := flags{listen: "127.0.0.1:8787", router: "auto", webClient: "auto", logLevel: "info", promptTTL: protocol.DefaultPromptTTL, redisPrefix: "hermes:",
-		adminListen: "127.0.0.1:8789", drainWindow: 10 * time.Second, pingInterval: 30 * time.Second,
+		forwardedHeader: "x-forwarded-for",
+		adminListen:     "127.0.0.1:8789", drainWindow: 10 * time.Second, pingInterval: 30 * time.Second,
 		agent: agent.Choice{Name: "demo", OpenAIBaseURL: "https://api.openai.com/v1", OpenAITimeout: 120 * time.Second}}
 	if f != want {
 		t.Fatalf("defaults = %+v, want %+v", f, want)
@@ -208,6 +209,7 @@ func TestGatewayConfigErrors(t *testing.T) {
 		{"MOBILE_TRUSTED_PROXIES", "not-an-address"},
 		{"MOBILE_TRUSTED_PROXIES", "10.0.0.0/40"},
 		{"MOBILE_ROUTER", "maybe"},
+		{"MOBILE_FORWARDED_HEADER", "x-real-ip"},
 	} {
 		t.Run(tc.env+"="+tc.val, func(t *testing.T) {
 			clearEnv(t)
