@@ -723,7 +723,7 @@ func TestWebClientModes(t *testing.T) {
 		{"on", "", true}, {"on", "nats://x:4222", true}, {"off", "", false}, {"OFF", "nats://x:4222", false},
 		{"auto", "", true}, {"auto", "nats://x:4222", false}, {"", "", true}, {"", "nats://x:4222", false},
 	} {
-		f := flags{webClient: tc.web, natsURL: tc.nats}
+		f := flags{webClient: tc.web, natsURL: tc.nats, token: "x"}
 		cfg, err := f.gatewayConfig()
 		if err != nil {
 			t.Fatalf("web %q: %v", tc.web, err)
