@@ -22,6 +22,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hermes-mobile/gateway/pkg/admin"
 	"github.com/hermes-mobile/gateway/pkg/agent"
@@ -110,6 +111,10 @@ func (f flags) settings() (settings, error) {
 		return s, fmt.Errorf("MOBILE_EVENTS_MAX: %q is not a positive number", f.eventsMax)
 	}
 	s.eventsMax = n
+	if n := utf8.RuneCountInString(f.homeDevice); n > protocol.MaxDeviceFieldChars {
+		// No device can have it: hello cuts device ids there.
+		return s, fmt.Errorf("MOBILE_HOME_DEVICE: a device id has at most %d characters, not %d", protocol.MaxDeviceFieldChars, n)
+	}
 	s.api = router.APIConfig{
 		DeliverTokens: config.List(string(f.deliverTokens)),
 		AgentTokens:   config.List(string(f.agentTokens)),

@@ -140,6 +140,23 @@ func TestSettings(t *testing.T) {
 	}
 }
 
+// TestHomeDeviceBound: a MOBILE_HOME_DEVICE of 120 characters is taken;
+// 121, which no device can have, is refused naming the variable.
+func TestHomeDeviceBound(t *testing.T) {
+	clearEnv(t)
+	t.Setenv("NATS_URL", "nats://n:4222")
+	t.Setenv("REDIS_URL", "redis://r:6379")
+	at := strings.Repeat("é", protocol.MaxDeviceFieldChars)
+	t.Setenv("MOBILE_HOME_DEVICE", at)
+	if s, err := mustParse(t).settings(); err != nil || s.api.HomeDevice != at {
+		t.Fatalf("120 characters: %v", err)
+	}
+	t.Setenv("MOBILE_HOME_DEVICE", at+"x")
+	if _, err := mustParse(t).settings(); err == nil || !strings.Contains(err.Error(), "MOBILE_HOME_DEVICE") {
+		t.Fatalf("121 characters: %v, want an error naming MOBILE_HOME_DEVICE", err)
+	}
+}
+
 func TestRunRejectsBadConfig(t *testing.T) {
 	ok := flags{listen: "127.0.0.1:0", natsURL: "nats://127.0.0.1:1", redisURL: "redis://127.0.0.1:1", agent: agent.Choice{Name: "demo"}, eventsMax: "10", logLevel: "info"}
 	for _, tc := range []struct {
