@@ -159,8 +159,9 @@ func TestDrainFinishesHandoff(t *testing.T) {
 				t.Fatal(err)
 			}
 			// Close came after the hand-over ended, so it cut nothing short:
-			// an accepted event is remembered, a refused one forgotten.
-			first, err := n.Store.Claim(context.Background(), "tel-1:m-1", "probe", protocol.DedupWindow)
+			// an accepted event is remembered, a refused one forgotten. The
+			// dedup key is <len(device)>:<device>:<id>.
+			first, err := n.Store.Claim(context.Background(), "5:tel-1:m-1", "probe", protocol.DedupWindow)
 			if err != nil {
 				t.Fatal(err)
 			}
