@@ -21,6 +21,11 @@ import (
 type output struct {
 	r      *Router
 	device string
+	// hold: an output that can be neither delivered nor kept (the store is
+	// away) is tried again until ctx ends, instead of failing after
+	// RetryFor. The built-in agents' outputs hold: nobody would send them
+	// again. The API's do not: its caller is told 503 and retries.
+	hold bool
 }
 
 var _ agent.Output = (*output)(nil)
@@ -67,9 +72,9 @@ func (o *output) send(ctx context.Context, out wire.Output) error {
 		return nil
 	}
 	// Kept in the outbox. While the store cannot be reached the output can
-	// be neither delivered nor kept: both are tried again, with backoff,
-	// for as long as the agent's call may run, so an outage of the store
-	// does not drop an answer to an event the router already took.
+	// be neither delivered nor kept: with hold, both are tried again, with
+	// backoff, for as long as the agent's call may run, so an outage of the
+	// store does not drop an answer to an event the router already took.
 	offline := out
 	offline.Offline = true
 	data, err := json.Marshal(offline)
@@ -86,7 +91,7 @@ func (o *output) send(ctx context.Context, out wire.Output) error {
 		if err == nil {
 			break
 		}
-		if !errors.Is(err, store.ErrUnavailable) || ctx.Err() != nil {
+		if !o.hold || !errors.Is(err, store.ErrUnavailable) || ctx.Err() != nil {
 			return err
 		}
 		o.r.log.Warn("the output can be neither delivered nor kept; trying both again", "device", o.device, "err", err)

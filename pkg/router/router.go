@@ -325,7 +325,7 @@ func (r *Router) sweep() {
 		r.takeJournals(ctx)
 		for _, rec := range recs {
 			safe := protocol.SafeOption(rec.Kind)
-			out := &output{r: r, device: rec.Device}
+			out := &output{r: r, device: rec.Device, hold: true}
 			done := wire.PromptDone{ID: rec.ID, OptionID: safe, Expired: true}
 			if err := out.send(ctx, wire.Output{Op: wire.OpPromptDone, PromptDone: &done}); err != nil {
 				r.log.Warn("sending expiry failed", "device", rec.Device, "err", err)
