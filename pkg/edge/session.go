@@ -35,9 +35,9 @@ func (c *conn) handle(msg []byte) {
 	c.mu.Unlock()
 	if !helloed {
 		switch {
-		case perr != nil:
+		case perr != nil && protocol.TypeOf(msg) == protocol.TypeHello:
 			c.fatal(perr)
-		case f == nil || f.Type() != protocol.TypeHello:
+		case perr != nil, f == nil || f.Type() != protocol.TypeHello:
 			c.fatal(protocol.NewError(protocol.CodeBadFrame, "the first frame must be hello"))
 		default:
 			c.hello(f.(*protocol.Hello))

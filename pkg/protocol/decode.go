@@ -3,6 +3,7 @@ package protocol
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"mime"
 	"path"
 	"strings"
@@ -77,6 +78,9 @@ func Decode(msg []byte) (ClientFrame, *Error) {
 	case TypeTyping:
 		return &Typing{}, nil
 	case TypePing:
+		if len(w.TS) > MaxPingTSBytes {
+			return nil, NewError(CodeTooBig, fmt.Sprintf("ping ts is longer than %d bytes", MaxPingTSBytes))
+		}
 		return &Ping{TS: bytes.Clone(w.TS)}, nil
 	case TypeAck:
 		return &Ack{ID: Truncate(w.ID, MaxIDChars)}, nil

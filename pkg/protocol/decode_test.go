@@ -675,6 +675,11 @@ func TestDecodePingEchoesRawTS(t *testing.T) {
 		{"null", `null`},
 		{"boolean", `true`},
 	}
+	// The bound on what the pong echoes: exactly MaxPingTSBytes passes, one
+	// byte more is too_big.
+	atLimit := `"` + strings.Repeat("x", protocol.MaxPingTSBytes-2) + `"`
+	tests = append(tests, struct{ name, ts string }{"at the bound", atLimit})
+	decodeErr(t, []byte(`{"t":"ping","ts":"`+strings.Repeat("x", protocol.MaxPingTSBytes-1)+`"}`), protocol.CodeTooBig)
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			msg := `{"t":"ping"}`

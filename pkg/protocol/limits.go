@@ -44,6 +44,10 @@ const (
 	MaxDeviceFieldChars = 120
 	// MaxFilenameChars is where a media filename is truncated.
 	MaxFilenameChars = 200
+	// MaxPingTSBytes bounds a ping's ts, which the pong echoes: larger
+	// gets too_big, so a client cannot make the edge hold and send back
+	// megabytes per ping.
+	MaxPingTSBytes = 1024
 )
 
 // CloseCode is the WebSocket close code sent with every fatal error
