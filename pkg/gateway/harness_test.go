@@ -64,14 +64,36 @@ func startNode(t testing.TB, mutate func(*gateway.Config)) *node {
 }
 
 // testLogger writes the node's logs to t.Log, so a failing test shows them.
+// Lines logged once the test has ended (by goroutines the node leaves
+// behind, such as a closed connection's clean-up) are dropped: t.Log then
+// races with the test's end.
 func testLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	return slog.New(slog.NewTextHandler(newTWriter(t), &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
-type tWriter struct{ t testing.TB }
+// newTWriter is an io.Writer to t.Log until t ends.
+func newTWriter(t testing.TB) *tWriter {
+	w := &tWriter{t: t}
+	t.Cleanup(func() {
+		w.mu.Lock()
+		w.ended = true
+		w.mu.Unlock()
+	})
+	return w
+}
 
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Log(string(p))
+type tWriter struct {
+	t     testing.TB
+	mu    sync.Mutex
+	ended bool
+}
+
+func (w *tWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.ended {
+		w.t.Log(string(p))
+	}
 	return len(p), nil
 }
 

@@ -244,7 +244,7 @@ func TestLogsNeverShowTokens(t *testing.T) {
 		wrongToken   = "wrong-token-5be812"
 	)
 	logs := testsvc.NewBuffer()
-	log := slog.New(slog.NewJSONHandler(io.MultiWriter(logs, tWriter{t}), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	log := slog.New(slog.NewJSONHandler(io.MultiWriter(logs, newTWriter(t)), &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg := gateway.Config{
 		Listen: "127.0.0.1:0", Router: true,
 		Edge: edge.Config{Auth: edge.AuthConfig{
