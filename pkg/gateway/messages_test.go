@@ -529,6 +529,9 @@ func TestDedupKeysDoNotCollide(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.agent.waitFor(t, func(ev wire.Event) bool { return ev.Device == "phone:alice" && ev.ID == "7" })
+	if got := mtCheckStreamed(t, mtReadReply(t, a)); got != "You said: from alice" {
+		t.Fatalf("phone:alice's echo %q", got)
+	}
 	b, _ := n.connect(t, "phone")
 	if err := b.Text("alice:7", "from phone"); err != nil {
 		t.Fatal(err)
@@ -536,6 +539,11 @@ func TestDedupKeysDoNotCollide(t *testing.T) {
 	ev := n.agent.waitFor(t, func(ev wire.Event) bool { return ev.Device == "phone" && ev.ID == "alice:7" })
 	if ev.Text != "from phone" {
 		t.Fatalf("phone's alice:7 arrived as %+v", ev)
+	}
+	// The agent's answer is read before the test ends, so that no agent
+	// call is still delivering to a closing socket when the node closes.
+	if got := mtCheckStreamed(t, mtReadReply(t, b)); got != "You said: from phone" {
+		t.Fatalf("phone's echo %q", got)
 	}
 }
 
