@@ -61,9 +61,9 @@ func (c *conn) awaitAck(out wire.Output, done func(acked bool, err error)) func(
 			return
 		}
 		if !c.acking && !out.WaitAck || c.closed || len(c.unackedIDs) >= maxUnacked && c.unacked[out.ID] == nil {
-			acking := c.acking
+			unacked := c.acking && c.closed // a phone that acks lost the socket first
 			c.mu.Unlock()
-			if acking && !c.isOpen() {
+			if unacked {
 				c.srv.tel.m.DeliveryUnacked()
 				done(false, errNotAcked)
 				return
@@ -82,13 +82,6 @@ func (c *conn) awaitAck(out wire.Output, done func(acked bool, err error)) func(
 		w.timer = time.AfterFunc(c.srv.cfg.AckWait, func() { c.ackExpired(out.ID, w) })
 		c.mu.Unlock()
 	}
-}
-
-// isOpen reports whether the socket is still open.
-func (c *conn) isOpen() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return !c.closed
 }
 
 // onAck: the phone displayed (or played) the message id. Every delivery
