@@ -112,6 +112,13 @@ type conn struct {
 	// since the server started), for the keepalive sweep.
 	lastSeen atomic.Int64
 
+	// stall is where a blocked write last saw the peer acknowledge bytes
+	// (see writeBuffers); only the flushing goroutine uses it.
+	stall struct {
+		acked uint64
+		since time.Time
+	}
+
 	outboxMu   sync.Mutex // one outbox read of this socket at a time
 	outboxSent int64      // under outboxMu: the Seq of the last outbox item queued here
 }
@@ -554,15 +561,37 @@ func (c *conn) flush() {
 	}
 }
 
+// writeSlices is how many times per WriteTimeout a blocked write looks at
+// what the peer has taken.
+const writeSlices = 8
+
 // writeBuffers writes bufs to the socket. WriteTimeout bounds the time
 // without progress, not the whole write: a phone on a slow link may take a
 // minute over an 8 MiB file, but one that reads nothing for WriteTimeout is
-// cut off.
+// cut off. Progress is what the peer's TCP acknowledged, not what this
+// host's kernel took: the send buffer grows by itself and would count
+// megabytes that never left the machine, letting a stalled reader stay for
+// three times WriteTimeout. The check runs only while a write is blocked,
+// every WriteTimeout/writeSlices, so the cut comes between WriteTimeout and
+// 1.25 × WriteTimeout after the peer's last acknowledgement. Only the
+// flushing goroutine touches c.stall.
 func (c *conn) writeBuffers(bufs *net.Buffers) error {
+	timeout := c.srv.cfg.WriteTimeout
 	for {
-		c.nc.SetWriteDeadline(time.Now().Add(c.srv.cfg.WriteTimeout))
+		c.nc.SetWriteDeadline(time.Now().Add(timeout / writeSlices))
 		n, err := bufs.WriteTo(c.nc) // consumes what it wrote
-		if err == nil || n == 0 || len(*bufs) == 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+		if err == nil || len(*bufs) == 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+			return err
+		}
+		now := time.Now()
+		acked, ok := peerAcked(c.nc)
+		if !ok {
+			acked = c.stall.acked + uint64(n) // no TCP_INFO: what the kernel took
+		}
+		if c.stall.since.IsZero() || acked != c.stall.acked {
+			c.stall.acked, c.stall.since = acked, now
+		}
+		if now.Sub(c.stall.since) >= timeout {
 			return err
 		}
 	}

@@ -54,8 +54,10 @@ type Config struct {
 	// ReadTimeout bounds the arrival of one whole message once its first
 	// byte came (60 s): a peer cannot hold a read buffer open forever.
 	ReadTimeout time.Duration
-	// WriteTimeout bounds a write to the socket that makes no progress
-	// (10 s): a peer that stops reading is disconnected, a slow one is not.
+	// WriteTimeout bounds a write to the socket during which the peer
+	// acknowledges nothing (10 s): a peer that stops reading is
+	// disconnected within 1.25 × WriteTimeout of its last acknowledgement,
+	// a slow one is not.
 	WriteTimeout time.Duration
 	// MaxOutboundBytes bounds the frames queued for one connection (32 MiB);
 	// past it the connection is closed as a slow reader.

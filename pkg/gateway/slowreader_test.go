@@ -16,6 +16,7 @@ import (
 
 	"github.com/gobwas/ws"
 	"github.com/gobwas/ws/wsutil"
+	"golang.org/x/sys/unix"
 
 	"github.com/hermes-mobile/gateway/pkg/gateway"
 )
@@ -142,5 +143,61 @@ func TestStalledReaderIsCutOff(t *testing.T) {
 			t.Fatalf("a phone that stopped reading is still connected after 10 s (WriteTimeout %v)", writeTimeout)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestStalledReaderIsCutOnTime: a phone with the kernel's default buffers
+// stops reading. The edge's own send buffer keeps growing and taking bytes
+// for a while, which used to count as progress (the cut came three
+// WriteTimeouts after the last byte reached the phone); progress is what
+// the phone acknowledged, so the cut comes between WriteTimeout and
+// 1.25 × WriteTimeout after the last byte arrived in the phone's receive
+// queue (read without reading, by SIOCINQ).
+func TestStalledReaderIsCutOnTime(t *testing.T) {
+	const writeTimeout = 2 * time.Second
+	n := startNode(t, func(c *gateway.Config) { c.Edge.WriteTimeout = writeTimeout })
+	nc, _, _, err := ws.Dialer{}.Dial(testCtx(t), n.URL())
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	hello, _ := json.Marshal(map[string]any{"t": "hello", "token": testToken,
+		"device": map[string]any{"id": "tel-stall-time", "name": "Stalled", "platform": "android", "app_version": "1.0.0"}})
+	if err := wsutil.WriteClientText(nc, hello); err != nil {
+		t.Fatalf("hello: %v", err)
+	}
+	// The echo of an 8 MiB file is far more than both kernels' buffers.
+	if err := wsutil.WriteClientText(nc, mdRaw(map[string]any{"t": "media", "id": "stall-time-1", "kind": "document",
+		"mime": "application/octet-stream", "filename": "big.bin"}, mdBytes(mdMax, 9))); err != nil {
+		t.Fatalf("upload: %v", err)
+	}
+	raw, err := nc.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued := func() int {
+		var v int
+		raw.Control(func(fd uintptr) { v, err = unix.IoctlGetInt(int(fd), unix.SIOCINQ) })
+		if err != nil {
+			t.Fatalf("SIOCINQ: %v", err)
+		}
+		return v
+	}
+	last, lastAt := -1, time.Now()
+	for n.Edge.Conns() > 0 {
+		if v := queued(); v != last {
+			last, lastAt = v, time.Now()
+		}
+		if time.Since(lastAt) > 10*writeTimeout {
+			t.Fatalf("a phone that stopped reading is still connected %v after its last byte arrived", time.Since(lastAt))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cut := time.Since(lastAt)
+	t.Logf("cut %v after the last byte arrived (%d bytes unread)", cut, last)
+	// The lower bound allows for the poll's own lateness in seeing the last
+	// byte; the upper one for scheduling on a loaded machine.
+	if lo, hi := writeTimeout-100*time.Millisecond, writeTimeout*5/4+750*time.Millisecond; cut < lo || cut > hi {
+		t.Fatalf("cut %v after the last byte arrived; want between %v and %v (WriteTimeout %v)", cut, lo, hi, writeTimeout)
 	}
 }
