@@ -100,3 +100,30 @@ func List(s string) []string {
 	}
 	return out
 }
+
+// MiB registers a size flag given in whole mebibytes (as the env var is);
+// *p is in bytes.
+func MiB(fs *flag.FlagSet, p *int64, name, env string, def int64, usage string) {
+	*p = def
+	parse := func(s string) (int64, error) {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n <= 0 || n > 1<<20 {
+			return 0, fmt.Errorf("%q: want a whole number of MiB between 1 and 1048576", s)
+		}
+		return n << 20, nil
+	}
+	if v, ok := os.LookupEnv(env); ok {
+		if n, err := parse(v); err == nil {
+			*p = n
+		} else {
+			envErrs = append(envErrs, fmt.Errorf("$%s: %w", env, err))
+		}
+	}
+	fs.Func(name, usage+" in MiB ($"+env+", default "+strconv.FormatInt(def>>20, 10)+")", func(s string) error {
+		n, err := parse(s)
+		if err == nil {
+			*p = n
+		}
+		return err
+	})
+}

@@ -112,6 +112,10 @@ type conn struct {
 	// since the server started), for the keepalive sweep.
 	lastSeen atomic.Int64
 
+	// uploads is what each unfinished upload of this connection holds of
+	// the edge's upload budget, by file id.
+	uploads map[string]*upload
+
 	// stall is where a blocked write last saw the peer acknowledge bytes
 	// (see writeBuffers); only the flushing goroutine uses it.
 	stall struct {
@@ -286,6 +290,8 @@ func (c *conn) readMessage(br *bufio.Reader) error {
 	bp := smallBuf.Get().(*[]byte)
 	defer smallBuf.Put(bp)
 	msg := (*bp)[:0]
+	var reserved int64 // taken from the read budget for msg
+	defer func() { c.srv.reading.release(reserved) }()
 	state := ws.StateServerSide
 	for {
 		h, err := ws.ReadHeader(br)
@@ -309,9 +315,18 @@ func (c *conn) readMessage(br *bufio.Reader) error {
 		if !c.isHelloed() {
 			limit, what = MaxPreHelloBytes, "a message before hello is larger than 64 KiB"
 		}
-		if int64(len(msg))+h.Length > limit {
+		want := int64(len(msg)) + h.Length
+		if want > limit {
 			c.fatal(protocol.NewFatal(protocol.CodeTooBig, what))
 			return nil
+		}
+		if want > smallBufSize && want > reserved {
+			if !c.srv.reading.take(want - reserved) {
+				c.log.Warn("refusing a message: the edge's read budget is spent", "bytes", want, "budget", c.srv.cfg.MaxReadBytes)
+				c.fatal(protocol.NewFatal(protocol.CodeInternalError, "the gateway is reading too many large messages; reconnect and send it again"))
+				return nil
+			}
+			reserved = want
 		}
 		if msg, err = readPayload(br, msg, h); err != nil {
 			return err
@@ -499,15 +514,28 @@ func (c *conn) enqueueAlways(frame []byte, done func(error)) {
 
 // pushLocked is called with c.mu held and releases it.
 func (c *conn) pushLocked(frame []byte, done func(error)) {
-	if c.outBytes+len(frame) > c.srv.cfg.MaxOutboundBytes && len(c.out) > 0 {
+	n := len(frame)
+	over := c.outBytes+n > c.srv.cfg.MaxOutboundBytes
+	if !over && !c.srv.queued.take(int64(n)) {
+		// The edge's queues are full: the sockets holding more than the
+		// floor go, the others still get their frames.
+		over = c.outBytes+n > queueFloor
+		if !over {
+			c.srv.queued.force(int64(n))
+		}
+	}
+	if over && len(c.out) > 0 {
 		queued := c.outBytes
 		c.mu.Unlock()
 		if done != nil {
 			done(errSlowReader)
 		}
-		c.log.Warn("closing slow reader", "queued_bytes", queued)
+		c.log.Warn("closing slow reader", "queued_bytes", queued, "edge_queued_bytes", c.srv.queued.inUse())
 		c.teardown(errSlowReader)
 		return
+	}
+	if over { // an empty queue takes any one frame
+		c.srv.queued.force(int64(n))
 	}
 	c.out = append(c.out, outItem{frame, done})
 	c.srv.tel.frameOut(frame)
@@ -531,6 +559,7 @@ func (c *conn) flush() {
 		if len(batch) == 0 || c.closed {
 			c.writing = false
 			c.mu.Unlock()
+			c.srv.queued.release(queuedBytes(batch))
 			for _, it := range batch {
 				if it.done != nil {
 					it.done(net.ErrClosed)
@@ -549,6 +578,7 @@ func (c *conn) flush() {
 		c.mu.Lock()
 		c.outBytes -= size
 		c.mu.Unlock()
+		c.srv.queued.release(int64(size))
 		for _, it := range batch {
 			if it.done != nil {
 				it.done(err)
@@ -559,6 +589,15 @@ func (c *conn) flush() {
 			return
 		}
 	}
+}
+
+// queuedBytes is the size of items, which the queued budget holds.
+func queuedBytes(items []outItem) int64 {
+	var n int64
+	for _, it := range items {
+		n += int64(len(it.frame))
+	}
+	return n
 }
 
 // writeSlices is how many times per WriteTimeout a blocked write looks at
@@ -622,6 +661,8 @@ func (c *conn) teardown(reason error) {
 		c.srv.poller.remove(c.pe)
 	}
 	c.nc.Close()
+	c.srv.queued.release(queuedBytes(pending))
+	c.releaseUploads()
 	for _, it := range pending {
 		if it.done != nil {
 			it.done(net.ErrClosed)

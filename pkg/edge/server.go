@@ -62,6 +62,25 @@ type Config struct {
 	// MaxOutboundBytes bounds the frames queued for one connection (32 MiB);
 	// past it the connection is closed as a slow reader.
 	MaxOutboundBytes int
+	// MaxReadBytes bounds the bytes of messages being read, across the edge
+	// (256 MiB). A message past the 16 KiB each socket reads into reserves
+	// its length from it when its frame header arrives, before any payload
+	// is buffered; one that does not fit is refused on the header alone
+	// with a fatal internal_error (close 1008): the phone reconnects and
+	// sends it again, and sockets reading small frames are not affected.
+	MaxReadBytes int64
+	// MaxQueuedBytes bounds the bytes queued outbound, across the edge
+	// (256 MiB). Past it, a frame for a connection that already has more
+	// than 1 MiB queued closes that connection as a slow reader (its
+	// undelivered output goes to the outbox); a connection with less still
+	// queues, so a phone that reads keeps its traffic whatever others hold.
+	MaxQueuedBytes int64
+	// MaxUploadBytes bounds the bytes of unfinished multi-part uploads the
+	// edge's connections hold in the store (256 MiB), each part counted
+	// until its file completes or its connection closes. A part that does
+	// not fit gets internal_error and is not stored: the phone sends it
+	// again later.
+	MaxUploadBytes int64
 	// PingInterval is the keepalive period (30 s): a socket that sent
 	// nothing for PingInterval gets a WebSocket ping at the next sweep, and
 	// one still silent after PingMisses more intervals is closed. One sweep
@@ -114,6 +133,11 @@ func (c *Config) setDefaults() {
 	if c.MaxOutboundBytes <= 0 {
 		c.MaxOutboundBytes = 32 << 20
 	}
+	for _, b := range []*int64{&c.MaxReadBytes, &c.MaxQueuedBytes, &c.MaxUploadBytes} {
+		if *b <= 0 {
+			*b = DefaultBudgetBytes
+		}
+	}
 	if c.ID == "" {
 		c.ID = "edge-" + randomHex(4)
 	}
@@ -129,6 +153,9 @@ type Server struct {
 	poller *poller // nil: every connection gets a reading goroutine
 	sender *dispatch.Dispatcher
 	tel    edgeTelemetry
+
+	// Byte budgets of the whole edge; see Config.MaxReadBytes and the rest.
+	reading, queued, uploading budget
 
 	ctx     context.Context // cancelled by Close
 	cancel  context.CancelFunc
@@ -168,16 +195,19 @@ func New(cfg Config, st store.Store, b bus.Bus, log *slog.Logger) *Server {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{
-		cfg:     cfg,
-		log:     log.With("edge", cfg.ID),
-		store:   st,
-		bus:     b,
-		auth:    newAuthenticator(cfg.Auth),
-		sender:  &dispatch.Dispatcher{Owners: st, Bus: b},
-		tel:     newEdgeTelemetry(cfg.Telemetry),
-		devices: make(map[string]*deviceSlot),
-		conns:   make(map[*conn]struct{}),
-		start:   time.Now(),
+		reading:   budget{limit: cfg.MaxReadBytes},
+		queued:    budget{limit: cfg.MaxQueuedBytes},
+		uploading: budget{limit: cfg.MaxUploadBytes},
+		cfg:       cfg,
+		log:       log.With("edge", cfg.ID),
+		store:     st,
+		bus:       b,
+		auth:      newAuthenticator(cfg.Auth),
+		sender:    &dispatch.Dispatcher{Owners: st, Bus: b},
+		tel:       newEdgeTelemetry(cfg.Telemetry),
+		devices:   make(map[string]*deviceSlot),
+		conns:     make(map[*conn]struct{}),
+		start:     time.Now(),
 	}
 	if p, err := sharedPoller(); err == nil {
 		s.poller = p

@@ -369,12 +369,29 @@ func (c *conn) onMedia(f *protocol.MediaUp) {
 	} else {
 		part.Meta, _ = json.Marshal(meta)
 	}
+	charged := false
+	if f.Parts > 1 {
+		var ok bool
+		if charged, ok = c.chargeUpload(f.ID, f.Part, f.Parts, int64(len(f.Data))); !ok {
+			cancel()
+			c.log.Warn("refusing an upload part: the edge's upload budget is spent", "budget", c.srv.cfg.MaxUploadBytes)
+			c.sendError(protocol.NewError(protocol.CodeInternalError, "the gateway's upload buffers are full; send this part again later"))
+			return
+		}
+	}
 	up, err := c.srv.store.PutPart(ctx, part, store.UploadLimits{
 		MaxOpen: protocol.MaxOpenUploads, MaxFileBytes: protocol.MaxMediaBytes, MaxBytes: protocol.MaxUploadBufferBytes,
 	})
 	cancel()
-	if err == nil && f.Parts > 1 {
-		c.srv.tel.m.UploadBytes(len(f.Data))
+	if f.Parts > 1 {
+		switch {
+		case err == nil && up == nil:
+			c.srv.tel.m.UploadBytes(len(f.Data))
+		case err == nil, errors.Is(err, store.ErrTooManyUploads), errors.Is(err, store.ErrUploadTooBig), errors.Is(err, store.ErrUploadMismatch):
+			c.releaseUpload(f.ID) // completed, or discarded by the store
+		case charged:
+			c.unchargeUpload(f.ID, f.Part, int64(len(f.Data))) // not stored
+		}
 	}
 	switch {
 	case errors.Is(err, store.ErrTooManyUploads):
@@ -533,4 +550,84 @@ func (c *conn) releaseState() {
 			c.log.Warn("releasing device failed", "err", err)
 		}
 	}
+}
+
+// upload is what an unfinished upload of this connection holds of the
+// edge's upload budget.
+type upload struct {
+	bytes int64
+	count int
+	got   map[int]bool // the parts stored
+}
+
+// chargeUpload takes n bytes of the edge's upload budget for part of the
+// upload id in parts. The part that completes its file takes nothing: it
+// is not buffered. ok is false when the bytes do not fit; charged says
+// whether any were taken.
+func (c *conn) chargeUpload(id string, part, parts int, n int64) (charged, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed { // teardown has released the rest
+		return false, false
+	}
+	u := c.uploads[id]
+	if u != nil && u.count == parts && !u.got[part] && len(u.got) == parts-1 {
+		return false, true
+	}
+	if !c.srv.uploading.take(n) {
+		return false, false
+	}
+	if u == nil || u.count != parts {
+		if u != nil {
+			c.srv.uploading.release(u.bytes) // the store discards it too
+		}
+		u = &upload{count: parts, got: make(map[int]bool)}
+		if c.uploads == nil {
+			c.uploads = make(map[string]*upload)
+		}
+		c.uploads[id] = u
+	}
+	u.bytes += n
+	u.got[part] = true
+	return true, true
+}
+
+// unchargeUpload gives back the n bytes charged for part of upload id,
+// which was not stored.
+func (c *conn) unchargeUpload(id string, part int, n int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	u := c.uploads[id]
+	if u == nil { // teardown released it
+		return
+	}
+	n = min(n, u.bytes)
+	u.bytes -= n
+	delete(u.got, part)
+	if len(u.got) == 0 {
+		delete(c.uploads, id)
+	}
+	c.srv.uploading.release(n)
+}
+
+// releaseUpload gives back everything upload id holds: its file completed
+// or the store discarded it.
+func (c *conn) releaseUpload(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if u := c.uploads[id]; u != nil {
+		delete(c.uploads, id)
+		c.srv.uploading.release(u.bytes)
+	}
+}
+
+// releaseUploads gives back what every upload of the connection holds; the
+// store frees their buffers when the connection is gone.
+func (c *conn) releaseUploads() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, u := range c.uploads {
+		c.srv.uploading.release(u.bytes)
+	}
+	c.uploads = nil
 }

@@ -38,6 +38,9 @@ type Config struct {
 	RedisURL string
 	// RedisPrefix starts every Redis key (REDIS_PREFIX, "hermes:").
 	RedisPrefix string
+	// MaxBlobBytes bounds the media kept for the agent, in the store
+	// (MOBILE_MAX_BLOB_MIB, 1 GiB): past it a new file gets internal_error.
+	MaxBlobBytes int64
 	// Router runs a router with Agent in this process.
 	Router bool
 	Agent  agent.Agent // Demo when nil
@@ -97,13 +100,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err e
 	}()
 	if cfg.RedisURL != "" {
 		redisstore.SetLogger(log)
-		rs, err := redisstore.New(ctx, redisstore.Options{URL: cfg.RedisURL, Prefix: cfg.RedisPrefix, Clock: cfg.Clock})
+		rs, err := redisstore.New(ctx, redisstore.Options{URL: cfg.RedisURL, Prefix: cfg.RedisPrefix, Clock: cfg.Clock, MaxBlobBytes: blobBytes(cfg.MaxBlobBytes)})
 		if err != nil {
 			return nil, fmt.Errorf("REDIS_URL: %w", err)
 		}
 		g.Store = rs
 	} else {
-		g.Store = memstore.New(memstore.Options{Clock: cfg.Clock})
+		g.Store = memstore.New(memstore.Options{Clock: cfg.Clock, MaxBlobBytes: blobBytes(cfg.MaxBlobBytes)})
 	}
 	var nb *natsbus.Bus // kept out of g.Bus until it is not nil
 	if cfg.NATSURL != "" {
@@ -214,4 +217,15 @@ func (g *Gateway) Close() error {
 		errs = append(errs, g.Store.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// DefaultMaxBlobBytes bounds the media kept for the agent when
+// Config.MaxBlobBytes is not set, in Redis as in memory.
+const DefaultMaxBlobBytes = memstore.DefaultMaxBlobBytes
+
+func blobBytes(n int64) int64 {
+	if n <= 0 {
+		return DefaultMaxBlobBytes
+	}
+	return n
 }

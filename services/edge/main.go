@@ -39,6 +39,7 @@ type flags struct {
 	adminListen                                              string
 	drainWindow                                              time.Duration
 	pingInterval                                             time.Duration
+	maxRead, maxQueued, maxUpload, maxBlob                   int64
 	agent                                                    agent.Choice
 }
 
@@ -63,6 +64,10 @@ func (f *flags) register(fs *flag.FlagSet) {
 	config.String(fs, &f.logLevel, "log-level", "MOBILE_LOG_LEVEL", "info", "debug, info, warn or error")
 	config.String(fs, &f.adminListen, "admin-listen", "MOBILE_ADMIN_LISTEN", "127.0.0.1:8789", "admin HTTP address (/healthz, /readyz, /metrics); off disables it")
 	config.Seconds(fs, &f.drainWindow, "drain-window", "MOBILE_DRAIN_WINDOW", 10*time.Second, "on SIGTERM, close the sockets with 1001 spread over this window")
+	config.MiB(fs, &f.maxRead, "max-read", "MOBILE_MAX_READ_MIB", edge.DefaultBudgetBytes, "bytes of large messages being read, across the edge; past it a message gets a fatal internal_error")
+	config.MiB(fs, &f.maxQueued, "max-queued", "MOBILE_MAX_QUEUED_MIB", edge.DefaultBudgetBytes, "bytes queued to phones, across the edge; past it sockets with over 1 MiB queued are closed as slow readers")
+	config.MiB(fs, &f.maxUpload, "max-upload", "MOBILE_MAX_UPLOAD_MIB", edge.DefaultBudgetBytes, "bytes of unfinished uploads, across the edge; past it a part gets internal_error")
+	config.MiB(fs, &f.maxBlob, "max-blob", "MOBILE_MAX_BLOB_MIB", gateway.DefaultMaxBlobBytes, "media kept for the agent in the store; past it a file gets internal_error")
 	config.Seconds(fs, &f.pingInterval, "ping-interval", "MOBILE_PING_INTERVAL", 30*time.Second, "keepalive: ping sockets silent this long; close those silent for 3 intervals")
 }
 
@@ -145,7 +150,8 @@ func drain(g *gateway.Gateway, adm *admin.Server, window time.Duration, log *slo
 }
 
 func (f flags) gatewayConfig() (gateway.Config, error) {
-	cfg := gateway.Config{Listen: f.listen, NATSURL: f.natsURL, RedisURL: f.redisURL, RedisPrefix: f.redisPrefix, NATSPrefix: f.natsPrefix}
+	cfg := gateway.Config{Listen: f.listen, NATSURL: f.natsURL, RedisURL: f.redisURL, RedisPrefix: f.redisPrefix, NATSPrefix: f.natsPrefix,
+		MaxBlobBytes: f.maxBlob}
 	if f.token == "" && (f.natsURL != "" || f.redisURL != "") {
 		// A token made up by one process is not the others' (nor the next
 		// run's): every phone would get auth_failed while each pod looks
@@ -193,6 +199,7 @@ func (f flags) gatewayConfig() (gateway.Config, error) {
 		return cfg, err
 	}
 	cfg.Edge = edge.Config{Auth: auth, HomeDevice: f.homeDevice, AvatarURL: f.avatarURL, PingInterval: f.pingInterval,
+		MaxReadBytes: f.maxRead, MaxQueuedBytes: f.maxQueued, MaxUploadBytes: f.maxUpload,
 		Pages: web.Handler(web.Options{Client: webClient}), AvatarPath: web.AvatarPath}
 	cfg.RouterCfg.PromptTTL = f.promptTTL
 	return cfg, nil

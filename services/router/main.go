@@ -30,6 +30,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/config"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/router"
+	"github.com/hermes-mobile/gateway/pkg/store/memstore"
 	"github.com/hermes-mobile/gateway/pkg/store/redisstore"
 )
 
@@ -44,6 +45,7 @@ type flags struct {
 	homeDevice, eventsMax, logLevel string
 	promptTTL                       time.Duration
 	adminListen                     string
+	maxBlob                         int64
 
 	agent agent.Choice
 }
@@ -60,6 +62,7 @@ func (f *flags) register(fs *flag.FlagSet) {
 	config.Seconds(fs, &f.promptTTL, "prompt-ttl", "MOBILE_PROMPT_TTL", protocol.DefaultPromptTTL, "prompt card lifetime")
 	f.agent.Register(fs, "the agent: demo, openai (an OpenAI-compatible chat API) or link (an outside agent reads GET /v1/events)")
 	config.String(fs, &f.eventsMax, "events-max", "MOBILE_EVENTS_MAX", strconv.Itoa(agent.DefaultLinkMaxLen), "events the log of AGENT=link keeps (about)")
+	config.MiB(fs, &f.maxBlob, "max-blob", "MOBILE_MAX_BLOB_MIB", memstore.DefaultMaxBlobBytes, "media kept in the store for the agent and the phones (POST /v1/blobs); past it a blob is refused")
 	config.String(fs, &f.logLevel, "log-level", "MOBILE_LOG_LEVEL", "info", "debug, info, warn or error")
 	config.String(fs, &f.adminListen, "admin-listen", "MOBILE_ADMIN_LISTEN", "127.0.0.1:8790", "admin HTTP address (/healthz, /readyz, /metrics); off disables it")
 }
@@ -141,7 +144,7 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) (err error) {
 	defer func() { err = errors.Join(err, adm.Close()) }()
 	s.router.Telemetry = adm.Tel
 	redisstore.SetLogger(log)
-	st, err := redisstore.New(ctx, redisstore.Options{URL: f.redisURL, Prefix: f.redisPrefix})
+	st, err := redisstore.New(ctx, redisstore.Options{URL: f.redisURL, Prefix: f.redisPrefix, MaxBlobBytes: f.maxBlob})
 	if err != nil {
 		return fmt.Errorf("REDIS_URL: %w", err)
 	}

@@ -1,0 +1,48 @@
+package edge
+
+import "sync/atomic"
+
+// DefaultBudgetBytes is the default of each of an edge's byte budgets
+// (reads, outbound queues, uploads): three of them stay well inside the
+// chart's 1 GiB memory limit.
+const DefaultBudgetBytes = 256 << 20
+
+// queueFloor is what a connection may always queue, over MaxQueuedBytes or
+// not: a phone that reads is never cut off for what other sockets hold.
+const queueFloor = 1 << 20
+
+// budget is a byte budget shared by every connection of an edge: what one
+// socket takes, no other can, so a few hostile sockets reach the bound
+// long before the process runs out of memory.
+type budget struct {
+	limit int64
+	used  atomic.Int64
+}
+
+// take reserves n bytes if they fit; exactly the limit fits.
+func (b *budget) take(n int64) bool {
+	for {
+		u := b.used.Load()
+		if u+n > b.limit {
+			return false
+		}
+		if b.used.CompareAndSwap(u, u+n) {
+			return true
+		}
+	}
+}
+
+// force reserves n bytes whether or not they fit.
+func (b *budget) force(n int64) { b.used.Add(n) }
+
+// release returns n bytes taken before.
+func (b *budget) release(n int64) { b.used.Add(-n) }
+
+// inUse is what is reserved now.
+func (b *budget) inUse() int64 { return b.used.Load() }
+
+// BudgetsInUse reports what the edge's byte budgets hold now: message
+// bytes being read, frames queued to phones, unfinished uploads.
+func (s *Server) BudgetsInUse() (reading, queued, uploading int64) {
+	return s.reading.inUse(), s.queued.inUse(), s.uploading.inUse()
+}

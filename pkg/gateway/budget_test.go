@@ -1,0 +1,115 @@
+package gateway_test
+
+// The edge's byte budgets are shared by all its sockets: a few hostile ones
+// reach the bound, are refused with the protocol's error, and the others
+// keep working.
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hermes-mobile/gateway/pkg/client"
+	"github.com/hermes-mobile/gateway/pkg/gateway"
+	"github.com/hermes-mobile/gateway/pkg/protocol"
+)
+
+// padPing is a ping frame of exactly size bytes: the padding sits in a
+// member the protocol ignores.
+func padPing(ts string, size int) []byte {
+	head := `{"t":"ping","ts":"` + ts + `","pad":"`
+	return []byte(head + strings.Repeat("p", size-len(head)-2) + `"}`)
+}
+
+// TestReadBudget: with MaxReadBytes 1 MiB, a message of exactly 1 MiB is
+// read and answered; 1 MiB + 1 is refused on its header with a fatal
+// internal_error. While one socket holds 700 KiB of an unfinished message,
+// another's 400 KiB message is refused, a third's small frames go on, and
+// once the first message completes the budget is whole again.
+func TestReadBudget(t *testing.T) {
+	const limit = 1 << 20
+	n := startNode(t, func(c *gateway.Config) { c.Edge.MaxReadBytes = limit })
+
+	c, _ := n.connect(t, "tel-read-exact")
+	mdSendRaw(t, c, padPing("exact", limit))
+	if fs := mtReadUntil(t, c, "pong exact", func(f client.Frame) bool { return f.T() == protocol.TypePong }); fs[len(fs)-1].Str("ts") != "exact" {
+		t.Fatalf("pong for %q", fs[len(fs)-1].Str("ts"))
+	}
+	mdSendRaw(t, c, padPing("over", limit+1))
+	hsExpectFatal(t, c, protocol.CodeInternalError, "a message one byte past the read budget")
+
+	holder, _ := n.connect(t, "tel-read-holder")
+	small, _ := n.connect(t, "tel-read-small")
+	refused, _ := n.connect(t, "tel-read-refused")
+	held := padPing("held", 700<<10)
+	if err := holder.SendHeaderOnly(int64(len(held))); err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.SendPayload(held[:len(held)/2]); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the holder's reservation", func() bool { r, _, _ := n.Edge.BudgetsInUse(); return r == int64(len(held)) })
+	refused.SendRaw(padPing("refused", 400<<10)) // the edge may close before the payload is written
+	hsExpectFatal(t, refused, protocol.CodeInternalError, "a message past what another socket holds")
+	mtAlive(t, small)
+	if err := holder.SendPayload(held[len(held)/2:]); err != nil {
+		t.Fatal(err)
+	}
+	mtReadUntil(t, holder, "pong held", func(f client.Frame) bool { return f.T() == protocol.TypePong && f.Str("ts") == "held" })
+	waitFor(t, "the read budget released", func() bool { r, _, _ := n.Edge.BudgetsInUse(); return r == 0 })
+	again, _ := n.connect(t, "tel-read-again")
+	mdSendRaw(t, again, padPing("again", limit))
+	mtReadUntil(t, again, "pong again", func(f client.Frame) bool { return f.T() == protocol.TypePong && f.Str("ts") == "again" })
+}
+
+// TestUploadBudget: with MaxUploadBytes 2 MiB, one device's open part of
+// exactly 2 MiB is stored; another device's first byte then gets a
+// non-fatal internal_error and is not stored. When the first file
+// completes its bytes are given back and the refused part, sent again, is
+// taken; a connection that closes gives back what its uploads held.
+func TestUploadBudget(t *testing.T) {
+	const limit = 2 * mdMiB
+	n := startNode(t, func(c *gateway.Config) { c.Edge.MaxUploadBytes = limit; mdQuiet(c) })
+	a, _ := n.connect(t, "tel-upb-a")
+	b, _ := n.connect(t, "tel-upb-b")
+	file := mdBytes(limit+5, 81)
+	mdSendPart(t, a, "upb-1", "document", file[:limit], 0, 2)
+	mtAlive(t, a)
+	if got := mdUploadBytes(t, n, "tel-upb-a"); got != limit {
+		t.Fatalf("%d bytes buffered, want exactly %d", got, limit)
+	}
+	mdSendPart(t, b, "upb-2", "document", []byte{1}, 0, 2)
+	mtExpectError(t, b, protocol.CodeInternalError)
+	if got := mdUploadBytes(t, n, "tel-upb-b"); got != 0 {
+		t.Fatalf("the refused part was stored: %d bytes", got)
+	}
+	mdSendPart(t, a, "upb-1", "document", file[limit:], 1, 2)
+	mtAlive(t, a)
+	if _, got := mdAgentFile(t, n, "tel-upb-a", "upb-1"); !bytes.Equal(got, file) {
+		t.Fatalf("the agent got %d other bytes", len(got))
+	}
+	if _, _, u := n.Edge.BudgetsInUse(); u != 0 {
+		t.Fatalf("the completed file still holds %d bytes of the budget", u)
+	}
+	mdSendPart(t, b, "upb-2", "document", []byte{1}, 0, 2)
+	mtAlive(t, b)
+	if _, _, u := n.Edge.BudgetsInUse(); u != 1 {
+		t.Fatalf("budget holds %d bytes, want the 1 of the part sent again", u)
+	}
+	b.CloseNow()
+	waitFor(t, "the closed connection's upload given back", func() bool { _, _, u := n.Edge.BudgetsInUse(); return u == 0 })
+}
+
+// waitFor polls cond until it holds, failing the test after a generous
+// bound.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("still waiting for %s after 20 s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
