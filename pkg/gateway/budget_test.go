@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gobwas/ws/wsutil"
+
 	"github.com/hermes-mobile/gateway/pkg/client"
 	"github.com/hermes-mobile/gateway/pkg/gateway"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
@@ -112,4 +114,23 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// TestQueueBudget: with MaxQueuedBytes 2 MiB and an hour's write timeout,
+// a phone that stops reading while the echo of a 3 MiB file is queued to it
+// is closed as a slow reader once the edge's queues pass the budget (its
+// own bound, 32 MiB, is far away), while a phone that reads, holding less
+// than 1 MiB, keeps its traffic; the budget is whole again afterwards.
+func TestQueueBudget(t *testing.T) {
+	n := startNode(t, func(c *gateway.Config) { c.Edge.MaxQueuedBytes = 2 * mdMiB; c.Edge.WriteTimeout = time.Hour })
+	reader, _ := n.connect(t, "tel-queue-reader")
+	nc, _ := srDial(t, n, "tel-queue-stalled")
+	if err := wsutil.WriteClientText(nc, mdRaw(map[string]any{"t": "media", "id": "queue-1", "kind": "document",
+		"mime": "application/octet-stream", "filename": "big.bin"}, mdBytes(3*mdMiB, 12))); err != nil {
+		t.Fatalf("upload: %v", err)
+	}
+	waitFor(t, "the stalled phone closed as a slow reader", func() bool { return n.Edge.Conns() == 1 })
+	mtAlive(t, reader)
+	mtMarker(t, n, reader, "tel-queue-reader")
+	waitFor(t, "the queue budget released", func() bool { _, q, _ := n.Edge.BudgetsInUse(); return q == 0 })
 }
