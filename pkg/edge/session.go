@@ -280,7 +280,11 @@ func (c *conn) submit(ev wire.Event, blob []byte) {
 		if err != nil {
 			c.release(key, attempt)
 			c.log.Warn("storing media failed", "err", err)
-			c.sendError(protocol.NewError(protocol.CodeInternalError, "gateway storage unavailable; send again"))
+			why := "gateway storage unavailable; send again"
+			if errors.Is(err, store.ErrFull) {
+				why = "the gateway's media store is full; send again later"
+			}
+			c.sendError(protocol.NewError(protocol.CodeInternalError, why))
 			return
 		}
 		ev.Media.Blob = blobKey

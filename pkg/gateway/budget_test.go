@@ -134,3 +134,28 @@ func TestQueueBudget(t *testing.T) {
 	mtMarker(t, n, reader, "tel-queue-reader")
 	waitFor(t, "the queue budget released", func() bool { _, q, _ := n.Edge.BudgetsInUse(); return q == 0 })
 }
+
+// TestBlobCapOnRedis: the media kept for the agent is bounded in Redis as
+// in memory (Config.MaxBlobBytes): with 1 MiB, a file of exactly 1 MiB is
+// kept and handed on; the next byte gets internal_error while it lives.
+func TestBlobCapOnRedis(t *testing.T) {
+	natsURL, redisURL := clusterURLs(t)
+	prefix := randomPrefix()
+	n := startNode(t, func(cfg *gateway.Config) {
+		cfg.NATSURL, cfg.RedisURL, cfg.RedisPrefix = natsURL, redisURL, prefix
+		cfg.NATSPrefix = strings.NewReplacer(":", ".", "-", "_").Replace(prefix)
+		cfg.MaxBlobBytes = mdMiB
+		mdQuiet(cfg)
+	})
+	c, _ := n.connect(t, "tel-blob-cap")
+	data := mdBytes(mdMiB, 91)
+	mdSendRaw(t, c, mdRaw(map[string]any{"t": "media", "id": "cap-1", "kind": "document", "mime": "application/octet-stream", "filename": "a.bin"}, data))
+	mtAlive(t, c)
+	if ev, got := mdAgentFile(t, n, "tel-blob-cap", "cap-1"); ev.Media.Size != mdMiB || !bytes.Equal(got, data) {
+		t.Fatalf("the agent got %d bytes, want the %d sent", ev.Media.Size, mdMiB)
+	}
+	mdSendRaw(t, c, mdRaw(map[string]any{"t": "media", "id": "cap-2", "kind": "document", "mime": "application/octet-stream", "filename": "b.bin"}, []byte{7}))
+	if f := mtExpectError(t, c, protocol.CodeInternalError); !strings.Contains(f.Str("message"), "full") {
+		t.Fatalf("the error does not say the store is full: %s", f)
+	}
+}
