@@ -16,6 +16,7 @@ import (
 	"os"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -61,6 +62,7 @@ func TestFlagDefaults(t *testing.T) {
 	want := flags{listen: "127.0.0.1:8787", router: "auto", webClient: "auto", logLevel: "info", promptTTL: protocol.DefaultPromptTTL, redisPrefix: "hermes:",
 		forwardedHeader: "x-forwarded-for",
 		adminListen:     "127.0.0.1:8789", drainWindow: 10 * time.Second, pingInterval: 30 * time.Second,
+		maxRead: 256 << 20, maxQueued: 256 << 20, maxUpload: 256 << 20, maxBlob: 1 << 30,
 		agent: agent.Choice{Name: "demo", OpenAIBaseURL: "https://api.openai.com/v1", OpenAITimeout: 120 * time.Second}}
 	if f != want {
 		t.Fatalf("defaults = %+v, want %+v", f, want)
@@ -97,6 +99,10 @@ func TestEnvAndFlags(t *testing.T) {
 		{"MOBILE_ADMIN_LISTEN", "admin-listen", "off", "127.0.0.1:9002", func(f flags) string { return f.adminListen }},
 		{"MOBILE_DRAIN_WINDOW", "drain-window", "45", "90", func(f flags) string { return f.drainWindow.String() }},
 		{"MOBILE_PING_INTERVAL", "ping-interval", "45", "90", func(f flags) string { return f.pingInterval.String() }},
+		{"MOBILE_MAX_READ_MIB", "max-read", "45", "90", func(f flags) string { return mib(f.maxRead) }},
+		{"MOBILE_MAX_QUEUED_MIB", "max-queued", "45", "90", func(f flags) string { return mib(f.maxQueued) }},
+		{"MOBILE_MAX_UPLOAD_MIB", "max-upload", "45", "90", func(f flags) string { return mib(f.maxUpload) }},
+		{"MOBILE_MAX_BLOB_MIB", "max-blob", "45", "90", func(f flags) string { return mib(f.maxBlob) }},
 	} {
 		t.Run(tc.env, func(t *testing.T) {
 			clearEnv(t)
@@ -838,5 +844,25 @@ func TestAvatarURLSetAndWebClientOff(t *testing.T) {
 	}
 	if got := ready.Str("avatar_url"); got != "https://agent.example.com/face/" {
 		t.Fatalf("avatar_url = %q, want MOBILE_AVATAR_URL", got)
+	}
+}
+
+// mib prints a byte count in whole MiB, as the size flags take it.
+func mib(n int64) string {
+	if n%(1<<20) != 0 {
+		return fmt.Sprintf("%d bytes", n)
+	}
+	return strconv.FormatInt(n>>20, 10)
+}
+
+func TestSizeValues(t *testing.T) {
+	clearEnv(t)
+	for _, bad := range []string{"0", "-5", "abc", "1.5", "1048577"} {
+		if _, err := parse(t, "-max-read="+bad); err == nil {
+			t.Errorf("-max-read=%q accepted", bad)
+		}
+	}
+	if got := mustParse(t, "-max-read=1048576").maxRead; got != 1<<40 {
+		t.Errorf("-max-read=1048576 → %d bytes, want 1 TiB", got)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -68,7 +69,7 @@ func mustParse(t *testing.T, args ...string) flags {
 func TestFlagDefaults(t *testing.T) {
 	clearEnv(t)
 	want := flags{listen: "127.0.0.1:8788", redisPrefix: "hermes:", agent: agent.Choice{Name: "demo", OpenAIBaseURL: "https://api.openai.com/v1", OpenAITimeout: 120 * time.Second}, eventsMax: "10000",
-		logLevel: "info", promptTTL: protocol.DefaultPromptTTL, adminListen: "127.0.0.1:8790"}
+		logLevel: "info", promptTTL: protocol.DefaultPromptTTL, adminListen: "127.0.0.1:8790", maxBlob: 1 << 30}
 	if f := mustParse(t); f != want {
 		t.Fatalf("defaults = %+v, want %+v", f, want)
 	}
@@ -97,6 +98,7 @@ func TestEnvAndFlags(t *testing.T) {
 		{"OPENAI_API_KEY", "openai-api-key", "sk-env", "sk-flag", func(f flags) string { return string(f.agent.OpenAIKey) }},
 		{"OPENAI_MODEL", "openai-model", "llama3", "gpt-4o-mini", func(f flags) string { return f.agent.OpenAIModel }},
 		{"OPENAI_SYSTEM_PROMPT", "openai-system-prompt", "Be brief.", "Be kind.", func(f flags) string { return f.agent.OpenAIPrompt }},
+		{"MOBILE_MAX_BLOB_MIB", "max-blob", "45", "90", func(f flags) string { return strconv.FormatInt(f.maxBlob>>20, 10) }},
 	} {
 		t.Run(tc.env, func(t *testing.T) {
 			clearEnv(t)
