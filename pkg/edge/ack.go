@@ -60,8 +60,8 @@ func (c *conn) awaitAck(out wire.Output, done func(acked bool, err error)) func(
 			done(true, nil)
 			return
 		}
-		if !c.acking && !out.WaitAck || c.closed || len(c.unackedIDs) >= maxUnacked && c.unacked[out.ID] == nil {
-			unacked := c.acking && c.closed // a phone that acks lost the socket first
+		if !c.flags.is(flagAcking) && !out.WaitAck || c.flags.is(flagClosed) || len(c.unackedIDs) >= maxUnacked && c.unacked[out.ID] == nil {
+			unacked := c.flags.is(flagAcking) && c.flags.is(flagClosed) // a phone that acks lost the socket first
 			c.mu.Unlock()
 			if unacked {
 				c.srv.tel.m.DeliveryUnacked()
@@ -88,7 +88,7 @@ func (c *conn) awaitAck(out wire.Output, done func(acked bool, err error)) func(
 // of id written so far (a message and its edits) is acknowledged.
 func (c *conn) onAck(id string) {
 	c.mu.Lock()
-	c.acking = true
+	c.flags.set(flagAcking)
 	ws := c.takeUnackedLocked(id)
 	if ws == nil {
 		// Early (its delivery is still being checked) or not ours to
@@ -136,7 +136,7 @@ func (c *conn) ackExpired(id string, w *ackWaiter) {
 	} else {
 		c.unacked[id] = ws
 	}
-	acking := c.acking
+	acking := c.flags.is(flagAcking)
 	c.mu.Unlock()
 	c.notAcked(acking, w)
 }
@@ -176,7 +176,7 @@ func (c *conn) failUnacked() {
 	ids := c.unackedIDs
 	unacked := c.unacked
 	c.unackedIDs, c.unacked = nil, nil
-	acking := c.acking
+	acking := c.flags.is(flagAcking)
 	c.mu.Unlock()
 	for _, id := range ids {
 		for _, w := range unacked[id] {

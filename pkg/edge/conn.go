@@ -53,6 +53,25 @@ var (
 	errSlowReader   = errors.New("slow reader: outbound queue full")
 )
 
+// connFlags are a connection's states, one bit each (as nats-server's
+// clientFlag), under conn.mu.
+type connFlags uint8
+
+const (
+	flagHelloed connFlags = 1 << iota // hello accepted
+	flagReady                         // the outbox was flushed: deliveries go straight out
+	flagAcking                        // the phone has sent an ack: deliveries wait for its acks
+	flagWriting                       // a flush goroutine is writing the queue
+	flagClosing                       // a close frame is queued; nothing else is accepted
+	flagClosed                        // torn down
+)
+
+func (f *connFlags) set(b connFlags)   { *f |= b }
+func (f *connFlags) clear(b connFlags) { *f &^= b }
+
+// is reports whether any of the bits b is set.
+func (f connFlags) is(b connFlags) bool { return f&b != 0 }
+
 // outItem is one queued frame; done, when set, runs once the frame (and all
 // before it) is written, or with the error that stopped it.
 type outItem struct {
@@ -85,21 +104,16 @@ type conn struct {
 	devName   string
 
 	mu       sync.Mutex
-	helloed  bool
+	flags    connFlags // the connection's states
 	out      []outItem
 	outBytes int
-	writing  bool
-	closing  bool // a close frame is queued; nothing else is accepted
-	closed   bool
 	avatar   string
 	// avatarURL is ready's avatar_url: Config.AvatarURL, or the edge's own
 	// page at the host the phone connected to.
 	avatarURL string
 	idle      *time.Timer
-	ready     bool              // the outbox was flushed: deliveries go straight out
 	held      []heldItem        // deliveries that came before ready
 	attempts  map[string]string // dedup key → attempt of a claim with unknown outcome
-	acking    bool              // the phone has sent an ack: deliveries wait for its acks
 	// Deliveries written and waiting for the phone's ack (see awaitAck):
 	// by message id, and the ids in the order they were first written.
 	unacked    map[string][]*ackWaiter
@@ -256,7 +270,7 @@ func (c *conn) readAvailable() error {
 		}
 		if br.Buffered() == 0 {
 			c.mu.Lock()
-			if !c.closing {
+			if !c.flags.is(flagClosing) {
 				c.nc.SetReadDeadline(time.Time{})
 			}
 			c.mu.Unlock()
@@ -279,7 +293,7 @@ func (c *conn) discard(br *bufio.Reader) error {
 func (c *conn) isClosing() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.closing
+	return c.flags.is(flagClosing)
 }
 
 // readMessage reads one WebSocket message (answering control frames on the
@@ -353,7 +367,7 @@ func (c *conn) seen() { c.lastSeen.Store(int64(time.Since(c.srv.start))) }
 func (c *conn) isHelloed() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.helloed
+	return c.flags.is(flagHelloed)
 }
 
 // control reads and answers the control frame h (CheckHeader has bounded
@@ -433,13 +447,13 @@ func (c *conn) onPeerClose(p []byte) {
 		}
 	}
 	c.mu.Lock()
-	if c.closing {
+	if c.flags.is(flagClosing) {
 		// The peer answered our close: the handshake is complete.
 		c.mu.Unlock()
 		c.teardown(errClientClosed)
 		return
 	}
-	c.closing = true
+	c.flags.set(flagClosing)
 	c.mu.Unlock()
 	// The socket closes once our answer is written (or, if the writer is
 	// stuck, when the linger time is up).
@@ -459,11 +473,11 @@ func (c *conn) fatal(e *protocol.Error) {
 // socket once the peer answers or lingerTimeout passes.
 func (c *conn) closeWith(code int, reason string, errFrame *protocol.Error) {
 	c.mu.Lock()
-	if c.closing || c.closed {
+	if c.flags.is(flagClosing | flagClosed) {
 		c.mu.Unlock()
 		return
 	}
-	c.closing = true
+	c.flags.set(flagClosing)
 	c.mu.Unlock()
 	if errFrame != nil {
 		c.enqueueAlways(textFrame(protocol.AppendError(newFrame(128), errFrame)), nil)
@@ -489,31 +503,44 @@ func (c *conn) send(payload []byte) { c.enqueue(textFrame(payload), nil) }
 // is written (or, if it is dropped, with the reason).
 func (c *conn) enqueue(frame []byte, done func(error)) {
 	c.mu.Lock()
-	if c.closing || c.closed {
-		c.mu.Unlock()
-		if done != nil {
-			done(net.ErrClosed)
-		}
-		return
+	after := dropped(done)
+	if !c.flags.is(flagClosing | flagClosed) {
+		after = c.queueLocked(frame, done)
 	}
-	c.pushLocked(frame, done)
+	c.mu.Unlock()
+	run(after)
 }
 
 // enqueueAlways queues frame even while closing (the close sequence itself).
 func (c *conn) enqueueAlways(frame []byte, done func(error)) {
 	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		if done != nil {
-			done(net.ErrClosed)
-		}
-		return
+	after := dropped(done)
+	if !c.flags.is(flagClosed) {
+		after = c.queueLocked(frame, done)
 	}
-	c.pushLocked(frame, done)
+	c.mu.Unlock()
+	run(after)
 }
 
-// pushLocked is called with c.mu held and releases it.
-func (c *conn) pushLocked(frame []byte, done func(error)) {
+// dropped is the work after a frame was not queued: done learns why.
+func dropped(done func(error)) func() {
+	if done == nil {
+		return nil
+	}
+	return func() { done(net.ErrClosed) }
+}
+
+// run runs the work a xLocked method left for after the unlock, if any.
+func run(after func()) {
+	if after != nil {
+		after()
+	}
+}
+
+// queueLocked queues frame; c.mu is held before and after. It returns what
+// must run once c.mu is released (nil: nothing): starting the flush, or
+// closing the connection as a slow reader.
+func (c *conn) queueLocked(frame []byte, done func(error)) (after func()) {
 	n := len(frame)
 	over := c.outBytes+n > c.srv.cfg.MaxOutboundBytes
 	if !over && !c.srv.queued.take(int64(n)) {
@@ -526,26 +553,25 @@ func (c *conn) pushLocked(frame []byte, done func(error)) {
 	}
 	if over && len(c.out) > 0 {
 		queued := c.outBytes
-		c.mu.Unlock()
-		if done != nil {
-			done(errSlowReader)
+		return func() {
+			if done != nil {
+				done(errSlowReader)
+			}
+			c.log.Warn("closing slow reader", "queued_bytes", queued, "edge_queued_bytes", c.srv.queued.inUse())
+			c.teardown(errSlowReader)
 		}
-		c.log.Warn("closing slow reader", "queued_bytes", queued, "edge_queued_bytes", c.srv.queued.inUse())
-		c.teardown(errSlowReader)
-		return
 	}
 	if over { // an empty queue takes any one frame
 		c.srv.queued.force(int64(n))
 	}
 	c.out = append(c.out, outItem{frame, done})
 	c.srv.tel.frameOut(frame)
-	c.outBytes += len(frame)
-	start := !c.writing
-	c.writing = true
-	c.mu.Unlock()
-	if start {
-		c.srv.goFunc(c.flush)
+	c.outBytes += n
+	if c.flags.is(flagWriting) {
+		return nil
 	}
+	c.flags.set(flagWriting)
+	return func() { c.srv.goFunc(c.flush) }
 }
 
 // flush writes queued frames until the queue is empty, in one writev per
@@ -556,8 +582,8 @@ func (c *conn) flush() {
 		c.mu.Lock()
 		batch := c.out
 		c.out = nil
-		if len(batch) == 0 || c.closed {
-			c.writing = false
+		if len(batch) == 0 || c.flags.is(flagClosed) {
+			c.flags.clear(flagWriting)
 			c.mu.Unlock()
 			c.srv.queued.release(queuedBytes(batch))
 			for _, it := range batch {
@@ -643,8 +669,8 @@ func (c *conn) teardown(reason error) {
 		return
 	}
 	c.mu.Lock()
-	c.closed = true
-	c.closing = true
+	c.flags.set(flagClosed)
+	c.flags.set(flagClosing)
 	pending := c.out
 	c.out = nil
 	held := c.held
@@ -652,7 +678,7 @@ func (c *conn) teardown(reason error) {
 	if c.idle != nil {
 		c.idle.Stop()
 	}
-	helloed := c.helloed
+	helloed := c.flags.is(flagHelloed)
 	c.mu.Unlock()
 	if c.helloTimer != nil {
 		c.helloTimer.Stop()

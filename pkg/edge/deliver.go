@@ -72,7 +72,7 @@ func (s *Server) onDelivery(m *bus.Msg) {
 	}
 	done = s.tel.traceDelivery(m.Header, out.Op, done)
 	c.mu.Lock()
-	if !c.ready {
+	if !c.flags.is(flagReady) {
 		c.held = append(c.held, heldItem{out, done})
 		c.mu.Unlock()
 		return
@@ -258,7 +258,7 @@ func (c *conn) enqueueBatch(frames [][]byte, state string, done func(error)) {
 // and its frame are queued under one lock, so avatar frames keep their order.
 func (c *conn) setAvatar(state string, done func(error)) {
 	c.mu.Lock()
-	if c.closing || c.closed {
+	if c.flags.is(flagClosing | flagClosed) {
 		c.mu.Unlock()
 		if done != nil {
 			done(errClientClosed)
@@ -271,14 +271,15 @@ func (c *conn) setAvatar(state string, done func(error)) {
 	changed := state != c.avatar
 	c.avatar = state
 	c.armIdleLocked()
+	var after func()
 	switch {
 	case changed:
-		c.pushLocked(textFrame(protocol.AppendAvatar(newFrame(40), state)), done)
+		after = c.queueLocked(textFrame(protocol.AppendAvatar(newFrame(40), state)), done)
 	case done != nil:
-		c.markerLocked(done)
-	default:
-		c.mu.Unlock()
+		after = c.markerLocked(done)
 	}
+	c.mu.Unlock()
+	run(after)
 }
 
 // armIdleLocked (re)starts the timer that returns the avatar to idle.
@@ -304,7 +305,7 @@ func (c *conn) armIdleLocked() {
 
 func (c *conn) idleTimeout() {
 	c.mu.Lock()
-	if c.avatar == protocol.AvatarIdle || c.closing {
+	if c.avatar == protocol.AvatarIdle || c.flags.is(flagClosing) {
 		c.mu.Unlock()
 		return
 	}
@@ -321,13 +322,12 @@ func (c *conn) onUserTyping() {
 	c.mu.Unlock()
 }
 
-// markerLocked runs done after everything queued so far is written. It is
-// called with c.mu held and releases it.
-func (c *conn) markerLocked(done func(error)) {
-	if len(c.out) == 0 && !c.writing {
-		c.mu.Unlock()
-		done(nil)
-		return
+// markerLocked arranges for done to run after everything queued so far is
+// written; c.mu is held before and after. It returns what must run once
+// c.mu is released.
+func (c *conn) markerLocked(done func(error)) (after func()) {
+	if len(c.out) == 0 && !c.flags.is(flagWriting) {
+		return func() { done(nil) }
 	}
-	c.pushLocked(nil, done)
+	return c.queueLocked(nil, done)
 }

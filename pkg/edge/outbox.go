@@ -104,7 +104,9 @@ func (a *outboxAck) queue(seq int64) (func(error), <-chan struct{}) {
 			a.bad = min(a.bad, seq)
 		}
 		close(written)
-		a.settleLocked()
+		after := a.settleLocked()
+		a.mu.Unlock()
+		run(after)
 	}, written
 }
 
@@ -118,28 +120,37 @@ func (a *outboxAck) failed() bool {
 func (a *outboxAck) queued() {
 	a.mu.Lock()
 	a.all = true
-	a.settleLocked()
+	after := a.settleLocked()
+	a.mu.Unlock()
+	run(after)
 }
 
-// settleLocked acknowledges once every item is queued and done. It is
-// called with a.mu held and releases it.
-func (a *outboxAck) settleLocked() {
+// settleLocked returns the acknowledgement to run, once every item is
+// queued and done (nil before); a.mu is held before and after.
+func (a *outboxAck) settleLocked() (after func()) {
 	if !a.all || a.pending > 0 {
-		a.mu.Unlock()
-		return
+		return nil
 	}
 	written := 0
 	for written < len(a.seqs) && a.seqs[written] < a.bad {
 		written++
 	}
 	a.all = false // once
-	a.mu.Unlock()
+	var upTo int64
+	if written > 0 {
+		upTo = a.seqs[written-1]
+	}
+	return func() { a.acknowledge(written, upTo) }
+}
+
+// acknowledge removes the written items of the read, up to the Seq upTo,
+// from the outbox.
+func (a *outboxAck) acknowledge(written int, upTo int64) {
 	c := a.c
 	c.srv.tel.m.OutboxDelivered(written)
 	if written == 0 {
 		return
 	}
-	upTo := a.seqs[written-1]
 	c.srv.goFunc(func() {
 		ctx, cancel := c.compensationContext()
 		defer cancel()
@@ -160,9 +171,9 @@ func (a *outboxAck) settleLocked() {
 func (c *conn) rereadOutbox() {
 	c.mu.Lock()
 	switch {
-	case c.closing || c.closed:
+	case c.flags.is(flagClosing | flagClosed):
 		c.mu.Unlock()
-	case !c.ready:
+	case !c.flags.is(flagReady):
 		c.held = append(c.held, heldItem{wire.Output{Op: wire.OpOutbox}, func(error) {}})
 		c.mu.Unlock()
 	default:

@@ -31,7 +31,7 @@ func (c *conn) handle(msg []byte) {
 	f, perr := protocol.Decode(msg)
 	c.srv.tel.frameIn(f, perr != nil)
 	c.mu.Lock()
-	helloed := c.helloed
+	helloed := c.flags.is(flagHelloed)
 	c.mu.Unlock()
 	if !helloed {
 		switch {
@@ -133,7 +133,7 @@ func (c *conn) keepAttempt(key, attempt string) {
 
 func (c *conn) helloTimeout() {
 	c.mu.Lock()
-	helloed := c.helloed
+	helloed := c.flags.is(flagHelloed)
 	c.mu.Unlock()
 	if !helloed {
 		c.fatal(protocol.NewError(protocol.CodeBadFrame, fmt.Sprintf("no hello within %v", c.srv.cfg.HelloTimeout)))
@@ -177,8 +177,8 @@ func (c *conn) hello(h *protocol.Hello) {
 	c.deliverOK = g.deliver || c.client.IsLoopback()
 	c.log = c.log.With("device", dev.ID)
 	c.mu.Lock()
-	c.helloed = true
-	closing := c.closing
+	c.flags.set(flagHelloed)
+	closing := c.flags.is(flagClosing)
 	c.mu.Unlock()
 	if closing {
 		return
@@ -224,7 +224,7 @@ func (c *conn) flushOutbox() {
 		held := c.held
 		c.held = nil
 		if len(held) == 0 {
-			c.ready = true
+			c.flags.set(flagReady)
 			c.mu.Unlock()
 			return
 		}
@@ -571,7 +571,7 @@ type upload struct {
 func (c *conn) chargeUpload(id string, part, parts int, n int64) (charged, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed { // teardown has released the rest
+	if c.flags.is(flagClosed) { // teardown has released the rest
 		return false, false
 	}
 	u := c.uploads[id]

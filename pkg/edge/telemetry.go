@@ -63,7 +63,7 @@ func (t *edgeTelemetry) frameOut(frame []byte) {
 // handshake, labelled with the code.
 func (t *edgeTelemetry) fatal(c *conn, code protocol.Code) {
 	c.mu.Lock()
-	helloed := c.helloed
+	helloed := c.flags.is(flagHelloed)
 	c.mu.Unlock()
 	if !helloed {
 		t.m.Handshake(string(code))

@@ -38,7 +38,7 @@ func TestReadBudget(t *testing.T) {
 	if fs := mtReadUntil(t, c, "pong exact", func(f client.Frame) bool { return f.T() == protocol.TypePong }); fs[len(fs)-1].Str("ts") != "exact" {
 		t.Fatalf("pong for %q", fs[len(fs)-1].Str("ts"))
 	}
-	mdSendRaw(t, c, padPing("over", limit+1))
+	c.SendRaw(padPing("over", limit+1)) // the edge may close before the payload is written
 	hsExpectFatal(t, c, protocol.CodeInternalError, "a message one byte past the read budget")
 
 	holder, _ := n.connect(t, "tel-read-holder")
