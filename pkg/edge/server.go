@@ -23,6 +23,7 @@ import (
 
 	"github.com/gobwas/ws"
 
+	"github.com/hermes-mobile/gateway/internal/retry"
 	"github.com/hermes-mobile/gateway/pkg/bus"
 	"github.com/hermes-mobile/gateway/pkg/dispatch"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
@@ -266,7 +267,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	s.lns = append(s.lns, ln)
 	s.mu.Unlock()
-	var backoff time.Duration
+	wait := retry.New(5*time.Millisecond, time.Second)
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
@@ -276,14 +277,14 @@ func (s *Server) Serve(ln net.Listener) error {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() || isTemporary(err) {
 				// Out of file descriptors and the like: wait, do not spin.
-				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-				s.log.Warn("accept failed; retrying", "err", err, "backoff", backoff)
-				time.Sleep(backoff)
+				d := wait.Next()
+				s.log.Warn("accept failed; retrying", "err", err, "backoff", d)
+				retry.Sleep(s.ctx, d)
 				continue
 			}
 			return err
 		}
-		backoff = 0
+		wait.Reset()
 		s.goFunc(func() { s.handshake(nc) })
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/hermes-mobile/gateway/internal/retry"
 	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/wire"
 )
@@ -148,19 +149,22 @@ func (r *Router) stopWorker(device string, w *worker, force bool) bool {
 }
 
 // next reads device's next entry after removing done, retrying while the
-// store cannot be reached for up to half the lease.
+// store cannot be reached for up to half the lease, or until the router
+// shuts down.
 func (r *Router) next(device string, done int64) (store.JournalEntry, bool, error) {
 	deadline := time.Now().Add(r.cfg.JournalLease / 2)
-	backoff := 100 * time.Millisecond
+	wait := retry.New(100*time.Millisecond, 2*time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), 5*time.Second)
 		e, ok, err := r.store.NextJournal(ctx, device, r.id, done, r.cfg.JournalLease)
 		cancel()
-		if err == nil || !errors.Is(err, store.ErrUnavailable) || time.Now().Add(backoff).After(deadline) {
+		if err == nil || !errors.Is(err, store.ErrUnavailable) {
 			return e, ok, err
 		}
-		time.Sleep(backoff)
-		backoff = min(2*backoff, 2*time.Second)
+		d := wait.Next()
+		if time.Now().Add(d).After(deadline) || !retry.Sleep(r.ctx, d) {
+			return e, ok, err
+		}
 	}
 }
 

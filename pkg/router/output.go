@@ -8,6 +8,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/hermes-mobile/gateway/internal/retry"
 	"github.com/hermes-mobile/gateway/pkg/agent"
 	"github.com/hermes-mobile/gateway/pkg/bus"
 	"github.com/hermes-mobile/gateway/pkg/dispatch"
@@ -39,7 +40,7 @@ func (o *output) send(ctx context.Context, out wire.Output) error {
 	out.Device = o.device
 	moment := out.Op == wire.OpTyping || out.Op == wire.OpAvatar
 	deadline := time.Now().Add(o.r.cfg.RetryFor)
-	backoff := 100 * time.Millisecond
+	wait := retry.New(100*time.Millisecond, 2*time.Second)
 	for {
 		start := time.Now()
 		sctx, span := o.r.tel.start(ctx, "router.deliver", out.Op)
@@ -62,11 +63,7 @@ func (o *output) send(ctx context.Context, out wire.Output) error {
 			o.r.log.Warn("delivery keeps failing; keeping the output in the outbox", "device", o.device, "err", err)
 			break
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 2*time.Second)
+		wait.Wait(ctx)
 	}
 	if moment {
 		return nil
@@ -95,12 +92,9 @@ func (o *output) send(ctx context.Context, out wire.Output) error {
 			return err
 		}
 		o.r.log.Warn("the output can be neither delivered nor kept; trying both again", "device", o.device, "err", err)
-		select {
-		case <-ctx.Done():
+		if !wait.Wait(ctx) {
 			return err
-		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, 2*time.Second)
 		if o.r.sender.Send(ctx, out) == nil {
 			return nil // delivered after all
 		}
