@@ -7,11 +7,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hermes-mobile/gateway/pkg/secret"
 )
 
 // envErrs are environment values that could not be parsed; see EnvErrors.
@@ -64,23 +65,8 @@ func parseSeconds(s string) (time.Duration, error) {
 	return d, nil
 }
 
-// Secret is a flag value that never prints: not in -help (as a default from
-// the environment), not in logs. Its value is read with string(s).
-type Secret string
-
-// String shows that a value is set, never the value.
-func (s *Secret) String() string {
-	if s == nil || *s == "" {
-		return ""
-	}
-	return "[redacted]"
-}
-
-// Set implements flag.Value.
-func (s *Secret) Set(v string) error { *s = Secret(v); return nil }
-
-// LogValue keeps the value out of logs.
-func (s Secret) LogValue() slog.Value { return slog.StringValue("[redacted]") }
+// Secret is a flag value that never prints (see package secret).
+type Secret = secret.Secret
 
 // SecretVar registers a secret flag whose default comes from env.
 func SecretVar(fs *flag.FlagSet, p *Secret, name, env, usage string) {

@@ -4,28 +4,16 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
-	"log/slog"
 	"net/netip"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/hermes-mobile/gateway/pkg/protocol"
+	"github.com/hermes-mobile/gateway/pkg/secret"
 )
 
-// Secret is a token. It prints redacted, in logs and in %v.
-type Secret string
-
-// LogValue keeps tokens out of logs.
-func (Secret) LogValue() slog.Value { return slog.StringValue("[redacted]") }
-
-// String keeps tokens out of formatted output.
-func (Secret) String() string { return "[redacted]" }
-
-// GoString keeps tokens out of %#v.
-func (Secret) GoString() string { return `"[redacted]"` }
-
-// MarshalText keeps tokens out of JSON and other encodings.
-func (Secret) MarshalText() ([]byte, error) { return []byte("[redacted]"), nil }
+// Secret is a token; it never prints (see package secret).
+type Secret = secret.Secret
 
 // AuthConfig says who may connect.
 type AuthConfig struct {
