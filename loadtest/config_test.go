@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/hermes-mobile/gateway/pkg/config"
+
 	"bytes"
 	"context"
 	"flag"
@@ -16,7 +18,7 @@ func parse(t *testing.T, args ...string) (Config, error) {
 	var f flagSet
 	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
 	f.RegisterFlags(fs)
-	if err := fs.Parse(append([]string{"-token", "t"}, args...)); err != nil {
+	if err := config.Parse(fs, append([]string{"-token", "t"}, args...)); err != nil {
 		t.Fatalf("flags %q: %v", args, err)
 	}
 	return f.Config()

@@ -49,13 +49,10 @@ func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	f.RegisterFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := config.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
-		return exitUsage
-	}
-	if err := config.EnvErrors(); err != nil {
 		fmt.Fprintln(stderr, "loadtest:", err)
 		return exitUsage
 	}

@@ -15,40 +15,77 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/secret"
 )
 
-// envErrs are environment values that could not be parsed; see EnvErrors.
-var envErrs []error
+// envFlag is a flag that falls back to an environment variable; Parse
+// applies the variable.
+type envFlag struct {
+	flag.Value
+	env string
+}
 
-// EnvErrors reports the environment variables whose values were invalid
-// when their flags were registered. A command refuses to start on them, as
-// it does on a bad flag.
-func EnvErrors() error { return errors.Join(envErrs...) }
-
-// String registers a string flag whose default comes from env.
-func String(fs *flag.FlagSet, p *string, name, env, def, usage string) {
-	if v, ok := os.LookupEnv(env); ok {
-		def = v
+// String is safe on the zero envFlag, which flag.PrintDefaults makes.
+func (e *envFlag) String() string {
+	if e == nil || e.Value == nil {
+		return ""
 	}
-	fs.StringVar(p, name, def, usage+" ($"+env+")")
+	return e.Value.String()
+}
+
+func register(fs *flag.FlagSet, v flag.Value, name, env, usage string) {
+	fs.Var(&envFlag{v, env}, name, usage+" ($"+env+")")
+}
+
+// Parse parses args, then gives every flag registered here that is not on
+// the command line the value of its environment variable, when that is
+// set: a flag beats its variable. Every invalid variable is reported, each
+// naming itself, in one error; a command refuses to start on it, as it does
+// on a bad flag.
+func Parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	given := make(map[string]bool)
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		ef, ok := f.Value.(*envFlag)
+		if !ok || given[f.Name] {
+			return
+		}
+		if v, ok := os.LookupEnv(ef.env); ok {
+			if err := ef.Set(v); err != nil {
+				errs = append(errs, fmt.Errorf("$%s: %w", ef.env, err))
+			}
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// funcValue is a flag.Value from a parse function and a printer.
+type funcValue struct {
+	set func(string) error
+	str func() string
+}
+
+func (v funcValue) Set(s string) error { return v.set(s) }
+func (v funcValue) String() string     { return v.str() }
+
+// String registers a string flag that falls back to env.
+func String(fs *flag.FlagSet, p *string, name, env, def, usage string) {
+	*p = def
+	register(fs, funcValue{func(s string) error { *p = s; return nil }, func() string { return *p }}, name, env, usage)
 }
 
 // Seconds registers a duration flag given in whole seconds (as the env var
 // is), or as a Go duration ("90s", "5m").
 func Seconds(fs *flag.FlagSet, p *time.Duration, name, env string, def time.Duration, usage string) {
 	*p = def
-	if v, ok := os.LookupEnv(env); ok {
-		if d, err := parseSeconds(v); err == nil {
-			*p = d
-		} else {
-			envErrs = append(envErrs, fmt.Errorf("$%s: %w", env, err))
-		}
-	}
-	fs.Func(name, usage+" in seconds ($"+env+", default "+strconv.Itoa(int(def/time.Second))+")", func(s string) error {
+	register(fs, funcValue{func(s string) error {
 		d, err := parseSeconds(s)
 		if err == nil {
 			*p = d
 		}
 		return err
-	})
+	}, func() string { return p.String() }}, name, env, usage+", in seconds")
 }
 
 func parseSeconds(s string) (time.Duration, error) {
@@ -68,12 +105,9 @@ func parseSeconds(s string) (time.Duration, error) {
 // Secret is a flag value that never prints (see package secret).
 type Secret = secret.Secret
 
-// SecretVar registers a secret flag whose default comes from env.
+// SecretVar registers a secret flag that falls back to env.
 func SecretVar(fs *flag.FlagSet, p *Secret, name, env, usage string) {
-	if v, ok := os.LookupEnv(env); ok {
-		*p = Secret(v)
-	}
-	fs.Var(p, name, usage+" ($"+env+")")
+	register(fs, p, name, env, usage)
 }
 
 // List splits a comma-separated setting into its non-empty, trimmed items.
@@ -91,25 +125,12 @@ func List(s string) []string {
 // *p is in bytes.
 func MiB(fs *flag.FlagSet, p *int64, name, env string, def int64, usage string) {
 	*p = def
-	parse := func(s string) (int64, error) {
+	register(fs, funcValue{func(s string) error {
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil || n <= 0 || n > 1<<20 {
-			return 0, fmt.Errorf("%q: want a whole number of MiB between 1 and 1048576", s)
+			return fmt.Errorf("%q: want a whole number of MiB between 1 and 1048576", s)
 		}
-		return n << 20, nil
-	}
-	if v, ok := os.LookupEnv(env); ok {
-		if n, err := parse(v); err == nil {
-			*p = n
-		} else {
-			envErrs = append(envErrs, fmt.Errorf("$%s: %w", env, err))
-		}
-	}
-	fs.Func(name, usage+" in MiB ($"+env+", default "+strconv.FormatInt(def>>20, 10)+")", func(s string) error {
-		n, err := parse(s)
-		if err == nil {
-			*p = n
-		}
-		return err
-	})
+		*p = n << 20
+		return nil
+	}, func() string { return strconv.FormatInt(*p>>20, 10) }}, name, env, usage+", in MiB")
 }

@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"github.com/hermes-mobile/gateway/internal/testsvc"
+	"github.com/hermes-mobile/gateway/pkg/config"
 	"io"
 	"net"
 	"net/http"
@@ -43,7 +45,7 @@ func parse(t *testing.T, args ...string) (flags, error) {
 	fs := flag.NewFlagSet("edge", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	f.register(fs)
-	err := fs.Parse(args)
+	err := config.Parse(fs, args)
 	return f, err
 }
 
@@ -469,8 +471,8 @@ func TestRunWithTokenPrintsNothing(t *testing.T) {
 	}
 }
 
-// TestHelpHidesTokens: -help shows flag defaults, and the defaults come from
-// the environment; tokens must not be among them.
+// TestHelpHidesTokens: -help shows the flags' values; once the tokens came
+// from the environment they must not be among them.
 func TestHelpHidesTokens(t *testing.T) {
 	t.Setenv("MOBILE_TOKEN", "app-secret-123")
 	t.Setenv("MOBILE_EXTRA_TOKENS", "tel-1=bound-secret-456")
@@ -481,7 +483,13 @@ func TestHelpHidesTokens(t *testing.T) {
 	var out strings.Builder
 	fs.SetOutput(&out)
 	f.register(fs)
+	if err := config.Parse(fs, nil); err != nil {
+		t.Fatal(err)
+	}
 	fs.PrintDefaults()
+	if err := config.Parse(fs, []string{"-help"}); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("-help: %v", err)
+	}
 	for _, s := range []string{"app-secret-123", "bound-secret-456", "cron-secret-789", "sk-secret-000"} {
 		if strings.Contains(out.String(), s) {
 			t.Errorf("-help shows the token %q:\n%s", s, out.String())

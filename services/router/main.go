@@ -71,8 +71,7 @@ func main() {
 	var f flags
 	fs := flag.NewFlagSet("router", flag.ExitOnError)
 	f.register(fs)
-	fs.Parse(os.Args[1:])
-	if err := config.EnvErrors(); err != nil {
+	if err := config.Parse(fs, os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "router:", err)
 		os.Exit(2)
 	}

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"flag"
 	"github.com/hermes-mobile/gateway/internal/testsvc"
+	"github.com/hermes-mobile/gateway/pkg/config"
 	"io"
 	"net/http"
 	"os"
@@ -53,7 +54,7 @@ func parse(t *testing.T, args ...string) (flags, error) {
 	fs := flag.NewFlagSet("router", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	f.register(fs)
-	err := fs.Parse(args)
+	err := config.Parse(fs, args)
 	return f, err
 }
 
