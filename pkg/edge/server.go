@@ -17,6 +17,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -109,6 +111,45 @@ type Config struct {
 	ClaimTTL time.Duration
 	// Telemetry receives the edge's metrics and spans; nil records nothing.
 	Telemetry *telemetry.Telemetry
+}
+
+// DefaultConfig is the configuration a zero Config stands for (ID aside),
+// so that flags show the real defaults without repeating them.
+func DefaultConfig() Config {
+	var c Config
+	c.setDefaults()
+	c.ID = ""
+	return c
+}
+
+// Validate reports every setting that cannot work, naming it; zero values
+// stand for their defaults and are valid.
+func (c Config) Validate() error {
+	var errs []error
+	for name, d := range map[string]time.Duration{"HelloTimeout": c.HelloTimeout, "TypingIdle": c.TypingIdle,
+		"ThinkingIdle": c.ThinkingIdle, "ReadTimeout": c.ReadTimeout, "WriteTimeout": c.WriteTimeout,
+		"PingInterval": c.PingInterval, "OwnerTTL": c.OwnerTTL, "BlobTTL": c.BlobTTL, "OpTimeout": c.OpTimeout,
+		"AckWait": c.AckWait, "ClaimTTL": c.ClaimTTL} {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("edge: %s is negative (%v)", name, d))
+		}
+	}
+	for name, n := range map[string]int64{"MaxOutboundBytes": int64(c.MaxOutboundBytes), "MaxReadBytes": c.MaxReadBytes,
+		"MaxQueuedBytes": c.MaxQueuedBytes, "MaxUploadBytes": c.MaxUploadBytes, "PingMisses": int64(c.PingMisses)} {
+		if n < 0 {
+			errs = append(errs, fmt.Errorf("edge: %s is negative (%d)", name, n))
+		}
+	}
+	if c.AckWait >= dispatch.DefaultTimeout {
+		// The router stops waiting for the delivery first: every phone
+		// that acks would have its messages counted as not delivered.
+		errs = append(errs, fmt.Errorf("edge: AckWait %v must be shorter than a delivery's %v", c.AckWait, dispatch.DefaultTimeout))
+	}
+	if c.OwnerTTL > 0 && c.OwnerTTL < 3*time.Second {
+		errs = append(errs, fmt.Errorf("edge: OwnerTTL %v is under 3 s: the heartbeat runs every third of it", c.OwnerTTL))
+	}
+	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
+	return errors.Join(errs...)
 }
 
 func (c *Config) setDefaults() {

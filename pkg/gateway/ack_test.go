@@ -8,6 +8,7 @@ import (
 
 	"github.com/hermes-mobile/gateway/pkg/agent"
 	"github.com/hermes-mobile/gateway/pkg/client"
+	"github.com/hermes-mobile/gateway/pkg/dispatch"
 	"github.com/hermes-mobile/gateway/pkg/gateway"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/wire"
@@ -80,7 +81,7 @@ func ackRead(t *testing.T, c *client.Conn, id string) string {
 // answered as before: written is delivered.
 func TestAckUnackedGoesBackToOutbox(t *testing.T) {
 	t.Parallel()
-	n, handled := ackNode(t, func(cfg *gateway.Config) { cfg.Edge.AckWait = time.Minute })
+	n, handled := ackNode(t, func(cfg *gateway.Config) { cfg.Edge.AckWait = dispatch.DefaultTimeout - time.Second }) // as long as it may be
 
 	c, _ := n.connect(t, "tel-acks")
 	if err := c.Text("m1", "first"); err != nil {
@@ -122,7 +123,7 @@ func TestAckUnackedGoesBackToOutbox(t *testing.T) {
 // ack, a reconnect gets nothing from the outbox.
 func TestAckReleasesTheAnswer(t *testing.T) {
 	t.Parallel()
-	n, handled := ackNode(t, func(cfg *gateway.Config) { cfg.Edge.AckWait = time.Minute })
+	n, handled := ackNode(t, func(cfg *gateway.Config) { cfg.Edge.AckWait = dispatch.DefaultTimeout - time.Second }) // as long as it may be
 	c, _ := n.connect(t, "tel-acked")
 	if err := c.Ack("nothing-yet"); err != nil { // says: this phone acks
 		t.Fatal(err)

@@ -86,6 +86,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err e
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if err := errors.Join(cfg.Edge.Validate(), cfg.RouterCfg.Validate()); err != nil {
+		return nil, err
+	}
 	g := &Gateway{served: make(chan error, 1)}
 	if cfg.Edge.Telemetry == nil {
 		cfg.Edge.Telemetry = cfg.Telemetry

@@ -15,7 +15,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -76,6 +79,38 @@ type Config struct {
 	RetryFor time.Duration
 	// Telemetry receives the router's metrics and spans; nil records nothing.
 	Telemetry *telemetry.Telemetry
+}
+
+// DefaultConfig is the configuration a zero Config stands for, so that
+// flags show the real defaults without repeating them.
+func DefaultConfig() Config {
+	var c Config
+	c.setDefaults()
+	c.Clock = nil
+	return c
+}
+
+// Validate reports every setting that cannot work, naming it; zero values
+// stand for their defaults and are valid.
+func (c Config) Validate() error {
+	var errs []error
+	for name, d := range map[string]time.Duration{"PromptTTL": c.PromptTTL, "OutboxTTL": c.OutboxTTL,
+		"JournalLease": c.JournalLease, "JournalTTL": c.JournalTTL, "CloseGrace": c.CloseGrace, "SweepEvery": c.SweepEvery,
+		"HandleTimeout": c.HandleTimeout, "BlobTTL": c.BlobTTL, "RetryFor": c.RetryFor} {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("router: %s is negative (%v)", name, d))
+		}
+	}
+	for name, n := range map[string]int{"OutboxMax": c.OutboxMax, "SessionQueue": c.SessionQueue, "MaxAttempts": c.MaxAttempts} {
+		if n < 0 {
+			errs = append(errs, fmt.Errorf("router: %s is negative (%d)", name, n))
+		}
+	}
+	if c.JournalLease > 0 && c.JournalLease < 3*time.Second {
+		errs = append(errs, fmt.Errorf("router: JournalLease %v is under 3 s: it is renewed every third of it", c.JournalLease))
+	}
+	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
+	return errors.Join(errs...)
 }
 
 func (c *Config) setDefaults() {

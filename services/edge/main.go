@@ -24,6 +24,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/edge"
 	"github.com/hermes-mobile/gateway/pkg/gateway"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
+	"github.com/hermes-mobile/gateway/pkg/router"
 	"github.com/hermes-mobile/gateway/pkg/web"
 )
 
@@ -40,6 +41,9 @@ type flags struct {
 	drainWindow                                              time.Duration
 	pingInterval                                             time.Duration
 	maxRead, maxQueued, maxUpload, maxBlob                   int64
+	maxOutbound                                              int64
+	writeTimeout, readTimeout, ownerTTL, ackWait, blobTTL    time.Duration
+	routerKnobs                                              config.RouterKnobs
 	agent                                                    agent.Choice
 }
 
@@ -68,6 +72,15 @@ func (f *flags) register(fs *flag.FlagSet) {
 	config.MiB(fs, &f.maxQueued, "max-queued", "MOBILE_MAX_QUEUED_MIB", edge.DefaultBudgetBytes, "bytes queued to phones, across the edge; past it sockets with over 1 MiB queued are closed as slow readers")
 	config.MiB(fs, &f.maxUpload, "max-upload", "MOBILE_MAX_UPLOAD_MIB", edge.DefaultBudgetBytes, "bytes of unfinished uploads, across the edge; past it a part gets internal_error")
 	config.MiB(fs, &f.maxBlob, "max-blob", "MOBILE_MAX_BLOB_MIB", gateway.DefaultMaxBlobBytes, "media kept for the agent in the store; past it a file gets internal_error")
+	def := edge.DefaultConfig()
+	config.Seconds(fs, &f.writeTimeout, "write-timeout", "MOBILE_WRITE_TIMEOUT", def.WriteTimeout, "a phone whose TCP acknowledges nothing this long while a write waits is cut off")
+	config.Seconds(fs, &f.readTimeout, "read-timeout", "MOBILE_READ_TIMEOUT", def.ReadTimeout, "bound on the arrival of one whole message once its first byte came")
+	config.MiB(fs, &f.maxOutbound, "max-outbound", "MOBILE_MAX_OUTBOUND_MIB", int64(def.MaxOutboundBytes), "frames queued for one socket; past it the socket is closed as a slow reader")
+	config.Seconds(fs, &f.ownerTTL, "owner-ttl", "MOBILE_OWNER_TTL", def.OwnerTTL, "a device's owner record lives this long without the edge's heartbeat (every third of it)")
+	config.Seconds(fs, &f.ackWait, "ack-wait", "MOBILE_ACK_WAIT", def.AckWait, "how long a delivery to a phone that acks waits for its ack (under the router's 15 s)")
+	config.Seconds(fs, &f.blobTTL, "blob-ttl", "MOBILE_BLOB_TTL", def.BlobTTL, "how long uploaded media stays in the store for the agent")
+	rdef := router.DefaultConfig()
+	f.routerKnobs.Register(fs, config.RouterKnobs{OutboxMax: rdef.OutboxMax, OutboxTTL: rdef.OutboxTTL, SessionQueue: rdef.SessionQueue, JournalLease: rdef.JournalLease})
 	config.Seconds(fs, &f.pingInterval, "ping-interval", "MOBILE_PING_INTERVAL", 30*time.Second, "keepalive: ping sockets silent this long; close those silent for 3 intervals")
 }
 
@@ -199,8 +212,16 @@ func (f flags) gatewayConfig() (gateway.Config, error) {
 	}
 	cfg.Edge = edge.Config{Auth: auth, HomeDevice: f.homeDevice, AvatarURL: f.avatarURL, PingInterval: f.pingInterval,
 		MaxReadBytes: f.maxRead, MaxQueuedBytes: f.maxQueued, MaxUploadBytes: f.maxUpload,
+		WriteTimeout: f.writeTimeout, ReadTimeout: f.readTimeout, MaxOutboundBytes: int(f.maxOutbound),
+		OwnerTTL: f.ownerTTL, AckWait: f.ackWait, BlobTTL: f.blobTTL,
 		Pages: web.Handler(web.Options{Client: webClient}), AvatarPath: web.AvatarPath}
 	cfg.RouterCfg.PromptTTL = f.promptTTL
+	k := f.routerKnobs
+	cfg.RouterCfg.OutboxMax, cfg.RouterCfg.OutboxTTL, cfg.RouterCfg.SessionQueue, cfg.RouterCfg.JournalLease = k.OutboxMax, k.OutboxTTL, k.SessionQueue, k.JournalLease
+	cfg.RouterCfg.BlobTTL = f.blobTTL
+	if err := errors.Join(cfg.Edge.Validate(), cfg.RouterCfg.Validate()); err != nil {
+		return cfg, err
+	}
 	return cfg, nil
 }
 

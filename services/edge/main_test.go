@@ -65,6 +65,9 @@ func TestFlagDefaults(t *testing.T) {
 		forwardedHeader: "x-forwarded-for",
 		adminListen:     "127.0.0.1:8789", drainWindow: 10 * time.Second, pingInterval: 30 * time.Second,
 		maxRead: 256 << 20, maxQueued: 256 << 20, maxUpload: 256 << 20, maxBlob: 1 << 30,
+		maxOutbound: 32 << 20, writeTimeout: 10 * time.Second, readTimeout: time.Minute, ownerTTL: 30 * time.Second,
+		ackWait: 10 * time.Second, blobTTL: 15 * time.Minute,
+		routerKnobs: config.RouterKnobs{OutboxMax: 256, SessionQueue: 1000, OutboxTTL: 10 * time.Minute, JournalLease: 15 * time.Second},
 		agent: agent.Choice{Name: "demo", OpenAIBaseURL: "https://api.openai.com/v1", OpenAITimeout: 120 * time.Second}}
 	if f != want {
 		t.Fatalf("defaults = %+v, want %+v", f, want)
@@ -105,19 +108,29 @@ func TestEnvAndFlags(t *testing.T) {
 		{"MOBILE_MAX_QUEUED_MIB", "max-queued", "45", "90", func(f flags) string { return mib(f.maxQueued) }},
 		{"MOBILE_MAX_UPLOAD_MIB", "max-upload", "45", "90", func(f flags) string { return mib(f.maxUpload) }},
 		{"MOBILE_MAX_BLOB_MIB", "max-blob", "45", "90", func(f flags) string { return mib(f.maxBlob) }},
+		{"MOBILE_MAX_OUTBOUND_MIB", "max-outbound", "45", "90", func(f flags) string { return mib(f.maxOutbound) }},
+		{"MOBILE_WRITE_TIMEOUT", "write-timeout", "45", "90", func(f flags) string { return f.writeTimeout.String() }},
+		{"MOBILE_READ_TIMEOUT", "read-timeout", "45", "90", func(f flags) string { return f.readTimeout.String() }},
+		{"MOBILE_OWNER_TTL", "owner-ttl", "45", "90", func(f flags) string { return f.ownerTTL.String() }},
+		{"MOBILE_ACK_WAIT", "ack-wait", "45", "90", func(f flags) string { return f.ackWait.String() }},
+		{"MOBILE_BLOB_TTL", "blob-ttl", "45", "90", func(f flags) string { return f.blobTTL.String() }},
+		{"MOBILE_OUTBOX_MAX", "outbox-max", "45", "90", func(f flags) string { return strconv.Itoa(f.routerKnobs.OutboxMax) }},
+		{"MOBILE_OUTBOX_TTL", "outbox-ttl", "45", "90", func(f flags) string { return f.routerKnobs.OutboxTTL.String() }},
+		{"MOBILE_SESSION_QUEUE", "session-queue", "45", "90", func(f flags) string { return strconv.Itoa(f.routerKnobs.SessionQueue) }},
+		{"MOBILE_JOURNAL_LEASE", "journal-lease", "45", "90", func(f flags) string { return f.routerKnobs.JournalLease.String() }},
 	} {
 		t.Run(tc.env, func(t *testing.T) {
 			clearEnv(t)
 			t.Setenv(tc.env, tc.envVal)
 			want := tc.envVal
-			if strings.HasSuffix(tc.flag, "-ttl") || strings.HasSuffix(tc.flag, "-window") || strings.HasSuffix(tc.flag, "-interval") {
+			if seconds(tc.flag) {
 				want = "45s" // seconds
 			}
 			if got := tc.field(mustParse(t)); got != want {
 				t.Fatalf("$%s=%q → %q, want %q", tc.env, tc.envVal, got, want)
 			}
 			want = tc.flagVal
-			if strings.HasSuffix(tc.flag, "-ttl") || strings.HasSuffix(tc.flag, "-window") || strings.HasSuffix(tc.flag, "-interval") {
+			if seconds(tc.flag) {
 				want = "1m30s"
 			}
 			if got := tc.field(mustParse(t, "-"+tc.flag+"="+tc.flagVal)); got != want {
@@ -872,5 +885,26 @@ func TestSizeValues(t *testing.T) {
 	}
 	if got := mustParse(t, "-max-read=1048576").maxRead; got != 1<<40 {
 		t.Errorf("-max-read=1048576 → %d bytes, want 1 TiB", got)
+	}
+}
+
+// seconds says whether the flag name is a duration in seconds.
+func seconds(flag string) bool {
+	for _, suffix := range []string{"-ttl", "-window", "-interval", "-timeout", "-wait", "-lease"} {
+		if strings.HasSuffix(flag, suffix) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestSettingsRefuseWhatCannotWork: an ack wait as long as the router's
+// delivery wait would count every acked message as lost; the edge refuses
+// to start, naming it.
+func TestSettingsRefuseWhatCannotWork(t *testing.T) {
+	clearEnv(t)
+	t.Setenv("MOBILE_ACK_WAIT", "15")
+	if _, err := mustParse(t).gatewayConfig(); err == nil || !strings.Contains(err.Error(), "AckWait") {
+		t.Fatalf("a 15 s ack wait: %v", err)
 	}
 }

@@ -46,6 +46,8 @@ type flags struct {
 	promptTTL                       time.Duration
 	adminListen                     string
 	maxBlob                         int64
+	blobTTL                         time.Duration
+	knobs                           config.RouterKnobs
 
 	agent agent.Choice
 }
@@ -62,6 +64,9 @@ func (f *flags) register(fs *flag.FlagSet) {
 	config.Seconds(fs, &f.promptTTL, "prompt-ttl", "MOBILE_PROMPT_TTL", protocol.DefaultPromptTTL, "prompt card lifetime")
 	f.agent.Register(fs, "the agent: demo, openai (an OpenAI-compatible chat API) or link (an outside agent reads GET /v1/events)")
 	config.String(fs, &f.eventsMax, "events-max", "MOBILE_EVENTS_MAX", strconv.Itoa(agent.DefaultLinkMaxLen), "events the log of AGENT=link keeps (about)")
+	def := router.DefaultConfig()
+	f.knobs.Register(fs, config.RouterKnobs{OutboxMax: def.OutboxMax, OutboxTTL: def.OutboxTTL, SessionQueue: def.SessionQueue, JournalLease: def.JournalLease})
+	config.Seconds(fs, &f.blobTTL, "blob-ttl", "MOBILE_BLOB_TTL", def.BlobTTL, "how long media sent by the agent stays in the store for the phones")
 	config.MiB(fs, &f.maxBlob, "max-blob", "MOBILE_MAX_BLOB_MIB", memstore.DefaultMaxBlobBytes, "media kept in the store for the agent and the phones (POST /v1/blobs); past it a blob is refused")
 	config.String(fs, &f.logLevel, "log-level", "MOBILE_LOG_LEVEL", "info", "debug, info, warn or error")
 	config.String(fs, &f.adminListen, "admin-listen", "MOBILE_ADMIN_LISTEN", "127.0.0.1:8790", "admin HTTP address (/healthz, /readyz, /metrics); off disables it")
@@ -122,8 +127,9 @@ func (f flags) settings() (settings, error) {
 		AgentTokens:   config.List(string(f.agentTokens)),
 		HomeDevice:    f.homeDevice,
 	}
-	s.router = router.Config{PromptTTL: f.promptTTL}
-	return s, nil
+	s.router = router.Config{PromptTTL: f.promptTTL, OutboxMax: f.knobs.OutboxMax, OutboxTTL: f.knobs.OutboxTTL,
+		SessionQueue: f.knobs.SessionQueue, JournalLease: f.knobs.JournalLease, BlobTTL: f.blobTTL}
+	return s, s.router.Validate()
 }
 
 // run runs the router until ctx ends, then shuts it down: the HTTP server

@@ -70,7 +70,8 @@ func mustParse(t *testing.T, args ...string) flags {
 func TestFlagDefaults(t *testing.T) {
 	clearEnv(t)
 	want := flags{listen: "127.0.0.1:8788", redisPrefix: "hermes:", agent: agent.Choice{Name: "demo", OpenAIBaseURL: "https://api.openai.com/v1", OpenAITimeout: 120 * time.Second}, eventsMax: "10000",
-		logLevel: "info", promptTTL: protocol.DefaultPromptTTL, adminListen: "127.0.0.1:8790", maxBlob: 1 << 30}
+		logLevel: "info", promptTTL: protocol.DefaultPromptTTL, adminListen: "127.0.0.1:8790", maxBlob: 1 << 30,
+		blobTTL: 15 * time.Minute, knobs: config.RouterKnobs{OutboxMax: 256, SessionQueue: 1000, OutboxTTL: 10 * time.Minute, JournalLease: 15 * time.Second}}
 	if f := mustParse(t); f != want {
 		t.Fatalf("defaults = %+v, want %+v", f, want)
 	}
@@ -127,7 +128,8 @@ func TestSettings(t *testing.T) {
 	for k, v := range map[string]string{
 		"NATS_URL": "nats://n:4222", "REDIS_URL": "redis://r:6379", "MOBILE_DELIVER_TOKENS": " cron-1, cron-2,,",
 		"MOBILE_AGENT_TOKENS": "agent-1", "MOBILE_HOME_DEVICE": "tel-1", "MOBILE_PROMPT_TTL": "45", "AGENT": " Link ",
-		"MOBILE_EVENTS_MAX": "250", "MOBILE_LOG_LEVEL": "debug",
+		"MOBILE_EVENTS_MAX": "250", "MOBILE_LOG_LEVEL": "debug", "MOBILE_OUTBOX_MAX": "64", "MOBILE_OUTBOX_TTL": "120",
+		"MOBILE_SESSION_QUEUE": "50", "MOBILE_JOURNAL_LEASE": "6", "MOBILE_BLOB_TTL": "300",
 	} {
 		t.Setenv(k, v)
 	}
@@ -137,7 +139,8 @@ func TestSettings(t *testing.T) {
 	}
 	want := settings{level: -4, agent: "link", eventsMax: 250,
 		api:    router.APIConfig{DeliverTokens: []string{"cron-1", "cron-2"}, AgentTokens: []string{"agent-1"}, HomeDevice: "tel-1"},
-		router: router.Config{PromptTTL: 45 * time.Second}}
+		router: router.Config{PromptTTL: 45 * time.Second, OutboxMax: 64, OutboxTTL: 2 * time.Minute, SessionQueue: 50,
+			JournalLease: 6 * time.Second, BlobTTL: 5 * time.Minute}}
 	if !reflect.DeepEqual(s, want) {
 		t.Fatalf("settings = %+v, want %+v", s, want)
 	}
@@ -414,5 +417,17 @@ func TestSettingsOpenAI(t *testing.T) {
 	want := agent.OpenAIConfig{BaseURL: "http://127.0.0.1:11434/v1", APIKey: "sk-1", Model: "llama3", SystemPrompt: "Be brief.", Timeout: 30 * time.Second}
 	if s.agent != "openai" || s.openai != want {
 		t.Fatalf("settings agent %q, openai %+v; want openai, %+v", s.agent, s.openai, want)
+	}
+}
+
+// TestSettingsRefuseWhatCannotWork: a journal lease under 3 s cannot be
+// renewed every third of it; the router refuses to start, naming it.
+func TestSettingsRefuseWhatCannotWork(t *testing.T) {
+	clearEnv(t)
+	t.Setenv("MOBILE_JOURNAL_LEASE", "2")
+	t.Setenv("NATS_URL", "nats://n:4222")
+	t.Setenv("REDIS_URL", "redis://r:6379")
+	if _, err := mustParse(t).settings(); err == nil || !strings.Contains(err.Error(), "JournalLease") {
+		t.Fatalf("a 2 s journal lease: %v", err)
 	}
 }
