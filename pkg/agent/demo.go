@@ -2,11 +2,10 @@ package agent
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"strings"
 
+	"github.com/hermes-mobile/gateway/pkg/ids"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/wire"
 )
@@ -57,7 +56,7 @@ func (Demo) Handle(ctx context.Context, ev wire.Event, out Output) error {
 			kind = "voice"
 		}
 		return out.Media(ctx, Media{
-			ID: newID("m"), Kind: kind, Mime: m.Mime, Filename: m.Filename, Caption: m.Caption, Blob: m.Blob, ReplyTo: ev.ID,
+			ID: ids.New("m"), Kind: kind, Mime: m.Mime, Filename: m.Filename, Caption: m.Caption, Blob: m.Blob, ReplyTo: ev.ID,
 		})
 	case wire.EventPrompt:
 		p := ev.Prompt
@@ -80,7 +79,7 @@ func demoEcho(ctx context.Context, text string, out Output) error {
 	if err := out.Typing(ctx, false); err != nil {
 		return err
 	}
-	id := newID("r")
+	id := ids.New("r")
 	const prefix = "You said: "
 	half := protocol.Truncate(text, len([]rune(text))/2)
 	steps := []struct {
@@ -129,11 +128,5 @@ func demoCommand(ctx context.Context, text string, out Output) error {
 
 // say sends one final message.
 func say(ctx context.Context, out Output, text string) error {
-	return out.Message(ctx, newID("r"), text, false, true)
-}
-
-func newID(prefix string) string {
-	b := make([]byte, 8)
-	rand.Read(b)
-	return prefix + "-" + hex.EncodeToString(b)
+	return out.Message(ctx, ids.New("r"), text, false, true)
 }

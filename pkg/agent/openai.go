@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hermes-mobile/gateway/pkg/ids"
 	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/wire"
 )
@@ -165,7 +166,7 @@ func (o *OpenAI) Handle(ctx context.Context, ev wire.Event, out Output) error {
 	if err := out.Typing(ctx, false); err != nil {
 		return err
 	}
-	id := newID("r")
+	id := ids.New("r")
 	user, record, err := o.userMessage(ctx, ev, out)
 	if err != nil {
 		return o.fail(ctx, out, id, answer{}, err)

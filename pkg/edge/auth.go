@@ -1,15 +1,15 @@
 package edge
 
 import (
-	"crypto/sha256"
-	"crypto/subtle"
 	"fmt"
 	"net/netip"
 	"strings"
 	"unicode/utf8"
 
+	"github.com/hermes-mobile/gateway/pkg/config"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/secret"
+	"github.com/hermes-mobile/gateway/pkg/tokens"
 )
 
 // Secret is a token; it never prints (see package secret).
@@ -59,7 +59,7 @@ func ParseForwardedHeader(s string) (string, error) {
 // ParseExtraTokens parses "device_id=token,device_id=token".
 func ParseExtraTokens(s string) (map[string]Secret, error) {
 	m := make(map[string]Secret)
-	for i, item := range splitList(s) {
+	for i, item := range config.List(s) {
 		dev, tok, ok := strings.Cut(item, "=")
 		dev, tok = strings.TrimSpace(dev), strings.TrimSpace(tok)
 		if !ok || dev == "" || tok == "" {
@@ -78,7 +78,7 @@ func ParseExtraTokens(s string) (map[string]Secret, error) {
 // (MOBILE_ALLOWED_DEVICES), refusing ids no device can have.
 func ParseDevices(name, s string) ([]string, error) {
 	var out []string
-	for _, d := range splitList(s) {
+	for _, d := range config.List(s) {
 		if err := checkDeviceID(d); err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
@@ -99,7 +99,7 @@ func checkDeviceID(id string) error {
 // ParsePrefixes parses comma-separated CIDRs or addresses.
 func ParsePrefixes(s string) ([]netip.Prefix, error) {
 	var out []netip.Prefix
-	for _, item := range splitList(s) {
+	for _, item := range config.List(s) {
 		if !strings.Contains(item, "/") {
 			a, err := netip.ParseAddr(item)
 			if err != nil {
@@ -121,17 +121,7 @@ func ParsePrefixes(s string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
-func splitList(s string) []string {
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, f)
-		}
-	}
-	return out
-}
-
-type digest = [sha256.Size]byte
+type digest = tokens.Digest
 
 // authenticator checks tokens in constant time: it compares fixed-length
 // digests and always looks at every configured token.
@@ -146,13 +136,13 @@ type authenticator struct {
 func newAuthenticator(c AuthConfig) *authenticator {
 	a := &authenticator{bound: make(map[string]digest)}
 	if c.Token != "" {
-		a.main, a.hasMain = sha256.Sum256([]byte(c.Token)), true
+		a.main, a.hasMain = tokens.Sum(string(c.Token)), true
 	}
 	for dev, tok := range c.ExtraTokens {
-		a.bound[dev] = sha256.Sum256([]byte(tok))
+		a.bound[dev] = tokens.Sum(string(tok))
 	}
 	for _, tok := range c.DeliverTokens {
-		a.deliver = append(a.deliver, sha256.Sum256([]byte(tok)))
+		a.deliver = append(a.deliver, tokens.Sum(string(tok)))
 	}
 	if len(c.AllowedDevices) > 0 {
 		a.allowed = make(map[string]bool)
@@ -172,10 +162,10 @@ type grant struct {
 	d       digest
 }
 
-func eq(a, b digest) bool { return subtle.ConstantTimeCompare(a[:], b[:]) == 1 }
+func eq(a, b digest) bool { return tokens.Equal(a, b) }
 
 func (a *authenticator) check(token string) grant {
-	g := grant{d: sha256.Sum256([]byte(token))}
+	g := grant{d: tokens.Sum(token)}
 	if token == "" {
 		return g
 	}

@@ -10,8 +10,6 @@ package edge
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -28,6 +26,7 @@ import (
 	"github.com/hermes-mobile/gateway/internal/retry"
 	"github.com/hermes-mobile/gateway/pkg/bus"
 	"github.com/hermes-mobile/gateway/pkg/dispatch"
+	"github.com/hermes-mobile/gateway/pkg/ids"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/telemetry"
@@ -181,7 +180,7 @@ func (c *Config) setDefaults() {
 		}
 	}
 	if c.ID == "" {
-		c.ID = "edge-" + randomHex(4)
+		c.ID = "edge-" + ids.Hex(4)
 	}
 }
 
@@ -560,11 +559,3 @@ func (s *Server) recover(dev string, epoch int64) {
 }
 
 func deviceSubject(device string) string { return bus.DeviceSubject(device) }
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		panic(fmt.Sprintf("crypto/rand: %v", err))
-	}
-	return hex.EncodeToString(b)
-}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/hermes-mobile/gateway/pkg/bus"
 	"github.com/hermes-mobile/gateway/pkg/dispatch"
+	"github.com/hermes-mobile/gateway/pkg/ids"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/telemetry"
@@ -112,7 +113,7 @@ func (c *conn) attemptFor(key string) string {
 		delete(c.attempts, key)
 		return a
 	}
-	return randomHex(8)
+	return ids.Hex(8)
 }
 
 // keepAttempt remembers the attempt of a claim whose outcome is unknown.
@@ -149,7 +150,7 @@ func (c *conn) hello(h *protocol.Hello) {
 	}
 	dev := h.Device
 	if dev.ID == "" {
-		dev.ID = "dev-" + randomHex(6)
+		dev.ID = "dev-" + ids.Hex(6)
 	}
 	if !s.auth.allowedDevice(dev.ID) {
 		c.fatal(protocol.NewError(protocol.CodeAuthFailed, "device is not allowed"))
@@ -506,7 +507,7 @@ func (c *conn) onDeliver(f *protocol.Deliver) {
 	defer cancel()
 	id := f.ID
 	if id == "" {
-		id = "d-" + randomHex(8)
+		id = "d-" + ids.Hex(8)
 	}
 	var outs []wire.Output
 	if f.Text != "" {

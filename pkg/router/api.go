@@ -3,8 +3,6 @@ package router
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,6 +23,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/bus"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/store"
+	"github.com/hermes-mobile/gateway/pkg/tokens"
 )
 
 // APIConfig configures the router's HTTP API. Zero values take the
@@ -108,7 +107,7 @@ type API struct {
 
 	// SHA-256 digests of the tokens: compared in constant time, every one
 	// of them, whatever the token presented.
-	deliverTokens, agentTokens [][sha256.Size]byte
+	deliverTokens, agentTokens tokens.Set
 
 	waiting chan struct{} // a slot per event read waiting in the store
 	readers atomic.Int64  // event reads in progress (long polls, streams)
@@ -127,8 +126,8 @@ func NewAPI(r *Router, cfg APIConfig) *API {
 	a := &API{
 		r: r, cfg: cfg, log: r.log, // the router's: the API is a part of it
 		mux:           http.NewServeMux(),
-		deliverTokens: digests(cfg.DeliverTokens),
-		agentTokens:   digests(cfg.AgentTokens),
+		deliverTokens: tokens.NewSet(cfg.DeliverTokens),
+		agentTokens:   tokens.NewSet(cfg.AgentTokens),
 		waiting:       make(chan struct{}, cfg.MaxWaiting),
 	}
 	a.ctx, a.cancel = context.WithCancel(r.ctx)
@@ -220,8 +219,8 @@ func (a *API) authorize(req *http.Request, acc access) error {
 	if !ok {
 		return apiErr(http.StatusUnauthorized, protocol.CodeAuthFailed, "send Authorization: Bearer <token>")
 	}
-	d := sha256.Sum256([]byte(token))
-	isDeliver, isAgent := matches(d, a.deliverTokens), matches(d, a.agentTokens)
+	d := tokens.Sum(token)
+	isDeliver, isAgent := a.deliverTokens.Has(d), a.agentTokens.Has(d)
 	switch {
 	case acc == deliverOnly && isDeliver, acc == agentOnly && isAgent:
 		return nil
@@ -236,25 +235,6 @@ func bearer(h string) (string, bool) {
 	scheme, token, ok := strings.Cut(strings.TrimSpace(h), " ")
 	token = strings.TrimSpace(token)
 	return token, ok && strings.EqualFold(scheme, "Bearer") && token != ""
-}
-
-func digests(tokens []string) [][sha256.Size]byte {
-	var out [][sha256.Size]byte
-	for _, t := range tokens {
-		if t = strings.TrimSpace(t); t != "" {
-			out = append(out, sha256.Sum256([]byte(t)))
-		}
-	}
-	return out
-}
-
-// matches compares d with every digest of set in constant time.
-func matches(d [sha256.Size]byte, set [][sha256.Size]byte) bool {
-	found := 0
-	for _, t := range set {
-		found |= subtle.ConstantTimeCompare(d[:], t[:])
-	}
-	return found == 1
 }
 
 // Error codes of the API that the protocol has no code for.

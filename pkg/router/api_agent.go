@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hermes-mobile/gateway/pkg/agent"
+	"github.com/hermes-mobile/gateway/pkg/ids"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/store"
 )
@@ -68,7 +69,7 @@ func (a *API) postMessage(w http.ResponseWriter, req *http.Request) error {
 		if body.Edit {
 			return badFrame("an edit needs the id of the message it replaces")
 		}
-		id = newID("r")
+		id = ids.New("r")
 	}
 	final := body.Final == nil || *body.Final
 	if err := a.r.Output(dev).Message(req.Context(), id, body.Text, body.Edit, final); err != nil {
@@ -134,7 +135,7 @@ func (a *API) postMedia(w http.ResponseWriter, req *http.Request) error {
 	}
 	id := protocol.Truncate(body.ID, protocol.MaxIDChars)
 	if id == "" {
-		id = newID("m")
+		id = ids.New("m")
 	}
 	m := agent.Media{
 		ID: id, Kind: kind, Mime: body.Mime, Filename: protocol.Truncate(body.Filename, protocol.MaxFilenameChars),

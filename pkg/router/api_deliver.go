@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/hermes-mobile/gateway/pkg/dispatch"
+	"github.com/hermes-mobile/gateway/pkg/ids"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/wire"
@@ -57,7 +58,7 @@ func (a *API) deliver(w http.ResponseWriter, req *http.Request) error {
 	defer cancel()
 	id := protocol.Truncate(body.ID, protocol.MaxIDChars)
 	if id == "" {
-		id = newID("d")
+		id = ids.New("d")
 	}
 	offline := apiErr(http.StatusNotFound, protocol.CodeDeviceOffline, "device "+target+" is not online")
 	status := http.StatusOK // 202 once something was written but not acknowledged

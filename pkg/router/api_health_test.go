@@ -1,11 +1,12 @@
 package router_test
 
 import (
-	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 
 	"github.com/hermes-mobile/gateway/pkg/agent"
 	"github.com/hermes-mobile/gateway/pkg/bus/natsbus"

@@ -22,7 +22,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"io"
 	"log/slog"
 	"net/http"
@@ -31,6 +30,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 
 	"github.com/redis/go-redis/v9"
 

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/hermes-mobile/gateway/internal/retry"
+	"github.com/hermes-mobile/gateway/pkg/ids"
 	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/wire"
 )
@@ -266,7 +267,7 @@ func (r *Router) drop(ctx context.Context, ev wire.Event) {
 	r.tel.m.JournalDropped()
 	out := &output{r: r, device: ev.Device, hold: true}
 	text := fmt.Sprintf("This message could not be handled (the agent failed on it %d times) and was dropped.", r.cfg.MaxAttempts)
-	if err := out.Message(ctx, newID("m"), text, false, true); err != nil {
+	if err := out.Message(ctx, ids.New("m"), text, false, true); err != nil {
 		r.log.Warn("telling the phone of a dropped event failed", "device", ev.Device, "err", err)
 	}
 	out.Typing(ctx, true)

@@ -2,8 +2,6 @@ package router
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"time"
@@ -12,6 +10,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/agent"
 	"github.com/hermes-mobile/gateway/pkg/bus"
 	"github.com/hermes-mobile/gateway/pkg/dispatch"
+	"github.com/hermes-mobile/gateway/pkg/ids"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/telemetry"
@@ -128,7 +127,7 @@ func (o *output) Media(ctx context.Context, m agent.Media) error {
 	}
 	id := m.ID
 	if id == "" {
-		id = newID("m")
+		id = ids.New("m")
 	}
 	return o.send(ctx, wire.Output{Op: wire.OpMedia, ID: id, Media: &wire.MediaRef{
 		Kind: m.Kind, Mime: protocol.MimeOf(m.Mime, m.Filename), Filename: m.Filename, Caption: m.Caption,
@@ -152,7 +151,7 @@ func (o *output) Prompt(ctx context.Context, p agent.Prompt) (string, error) {
 		}
 	}
 	card := protocol.Prompt{
-		ID: newID("p"), Kind: p.Kind, Text: p.Text, Options: opts,
+		ID: ids.New("p"), Kind: p.Kind, Text: p.Text, Options: opts,
 		Command: p.Command, Description: p.Description, Session: protocol.Session(o.device),
 		TimeoutSeconds: int((ttl + time.Second - 1) / time.Second),
 	}
@@ -194,10 +193,4 @@ func (o *output) Avatar(ctx context.Context, state string) error {
 
 func (o *output) Blob(ctx context.Context, key string) ([]byte, error) {
 	return o.r.store.GetBlob(ctx, key)
-}
-
-func newID(prefix string) string {
-	b := make([]byte, 8)
-	rand.Read(b)
-	return prefix + "-" + hex.EncodeToString(b)
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/bus"
 	"github.com/hermes-mobile/gateway/pkg/clock"
 	"github.com/hermes-mobile/gateway/pkg/dispatch"
+	"github.com/hermes-mobile/gateway/pkg/ids"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/telemetry"
@@ -210,7 +211,7 @@ func New(cfg Config, st store.Store, b bus.Bus, a agent.Agent, log *slog.Logger)
 		cfg: cfg, log: log, store: st, bus: b, agent: a,
 		sender:  &dispatch.Dispatcher{Owners: st, Bus: b},
 		tel:     newRouterTelemetry(cfg.Telemetry),
-		id:      newID("r"),
+		id:      ids.New("r"),
 		working: make(map[string]*worker),
 	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())

@@ -1,8 +1,8 @@
 package telemetry
 
 import (
-	"crypto/rand"
-	"encoding/hex"
+	"github.com/hermes-mobile/gateway/pkg/ids"
+
 	"runtime"
 	"runtime/debug"
 
@@ -39,11 +39,7 @@ func ReadBuild() Build {
 }
 
 // instanceID names this process among the replicas (service.instance.id).
-var instanceID = func() string {
-	var b [8]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}()
+var instanceID = ids.Hex(8)
 
 // buildInfo is hermes_build_info: 1, labelled with the build.
 func buildInfo(service string) prometheus.Collector {

@@ -5,8 +5,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -23,6 +21,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/config"
 	"github.com/hermes-mobile/gateway/pkg/edge"
 	"github.com/hermes-mobile/gateway/pkg/gateway"
+	"github.com/hermes-mobile/gateway/pkg/ids"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/router"
 	"github.com/hermes-mobile/gateway/pkg/web"
@@ -118,7 +117,7 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) (err error) {
 	}
 	generated := cfg.Edge.Auth.Token == ""
 	if generated {
-		cfg.Edge.Auth.Token = edge.Secret(randomToken())
+		cfg.Edge.Auth.Token = edge.Secret(ids.Hex(24))
 	}
 	adm, err := admin.StartOps(ctx, log, f.adminListen, "hermes-edge")
 	if err != nil {
@@ -236,12 +235,6 @@ func onOffAuto(name, v string, def bool) (bool, error) {
 		return def, nil
 	}
 	return false, fmt.Errorf("%s: %q is not on, off or auto", name, v)
-}
-
-func randomToken() string {
-	b := make([]byte, 24)
-	rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // printToken shows a generated token once, with a hello frame to paste.

@@ -68,7 +68,7 @@ func TestFlagDefaults(t *testing.T) {
 		maxOutbound: 32 << 20, writeTimeout: 10 * time.Second, readTimeout: time.Minute, ownerTTL: 30 * time.Second,
 		ackWait: 10 * time.Second, blobTTL: 15 * time.Minute,
 		routerKnobs: config.RouterKnobs{OutboxMax: 256, SessionQueue: 1000, OutboxTTL: 10 * time.Minute, JournalLease: 15 * time.Second},
-		agent: agent.Choice{Name: "demo", OpenAIBaseURL: "https://api.openai.com/v1", OpenAITimeout: 120 * time.Second}}
+		agent:       agent.Choice{Name: "demo", OpenAIBaseURL: "https://api.openai.com/v1", OpenAITimeout: 120 * time.Second}}
 	if f != want {
 		t.Fatalf("defaults = %+v, want %+v", f, want)
 	}

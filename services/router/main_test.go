@@ -138,7 +138,7 @@ func TestSettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := settings{level: -4, agent: "link", eventsMax: 250,
-		api:    router.APIConfig{DeliverTokens: []string{"cron-1", "cron-2"}, AgentTokens: []string{"agent-1"}, HomeDevice: "tel-1"},
+		api: router.APIConfig{DeliverTokens: []string{"cron-1", "cron-2"}, AgentTokens: []string{"agent-1"}, HomeDevice: "tel-1"},
 		router: router.Config{PromptTTL: 45 * time.Second, OutboxMax: 64, OutboxTTL: 2 * time.Minute, SessionQueue: 50,
 			JournalLease: 6 * time.Second, BlobTTL: 5 * time.Minute}}
 	if !reflect.DeepEqual(s, want) {
