@@ -4,10 +4,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/hermes-mobile/gateway/pkg/config"
+	"github.com/hermes-mobile/gateway/pkg/store"
 )
 
 // Choice is the agent a router runs and its settings, as both services take
@@ -50,4 +52,27 @@ func (c Choice) Resolve() (name string, oc OpenAIConfig, err error) {
 		return "", oc, fmt.Errorf("OPENAI_BASE_URL: %w", err)
 	}
 	return name, oc, nil
+}
+
+// Factory makes a router's agent once the node's store is up.
+type Factory func(st store.Store, log *slog.Logger) (Agent, error)
+
+// Named is the factory of the agent name, as Resolve returns it: demo,
+// link (keeping eventsMax events; 0: DefaultLinkMaxLen) or openai with oc
+// (whose Log, when nil, is log's). Both services make their agent here.
+func Named(name string, oc OpenAIConfig, eventsMax int) Factory {
+	return func(st store.Store, log *slog.Logger) (Agent, error) {
+		switch name {
+		case "", "demo":
+			return Demo{}, nil
+		case "link":
+			return NewLink(st, eventsMax), nil
+		case "openai":
+			if oc.Log == nil {
+				oc.Log = log.With("component", "openai")
+			}
+			return NewOpenAI(oc, st)
+		}
+		return nil, fmt.Errorf("AGENT: %q is not demo, openai or link", name)
+	}
 }

@@ -41,16 +41,12 @@ type Config struct {
 	// MaxBlobBytes bounds the media kept for the agent, in the store
 	// (MOBILE_MAX_BLOB_MIB, 1 GiB): past it a new file gets internal_error.
 	MaxBlobBytes int64
-	// Router runs a router with Agent in this process.
-	Router bool
-	Agent  agent.Agent // Demo when nil
-	// Link makes the router's agent the agent link (AGENT=link) on this
-	// node's store, instead of Agent: see agent.Link.
-	Link bool
-	// OpenAI, when set, makes the router's agent the OpenAI-compatible chat
-	// agent (AGENT=openai) with its histories in this node's store, instead
-	// of Agent: see agent.OpenAI.
-	OpenAI *agent.OpenAIConfig
+	// Router runs a router in this process. Its agent is made by NewAgent
+	// on the node's store (agent.Named: demo, link or openai) or, when
+	// NewAgent is nil, is Agent (Demo when nil too).
+	Router   bool
+	NewAgent agent.Factory
+	Agent    agent.Agent
 	// APIListen, when set with Router, serves the router's HTTP API
 	// (docs/api.md) on this address, configured by API.
 	APIListen string
@@ -124,14 +120,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err e
 	if cfg.Router {
 		a := cfg.Agent
 		switch {
-		case cfg.Link:
-			a = agent.NewLink(g.Store, 0)
-		case cfg.OpenAI != nil:
-			oc := *cfg.OpenAI
-			if oc.Log == nil {
-				oc.Log = log.With("component", "openai")
-			}
-			if a, err = agent.NewOpenAI(oc, g.Store); err != nil {
+		case cfg.NewAgent != nil:
+			if a, err = cfg.NewAgent(g.Store, log); err != nil {
 				return nil, err
 			}
 		case a == nil:

@@ -27,11 +27,16 @@ func newChatServer(t *testing.T, reply func(w http.ResponseWriter, r *http.Reque
 	return fakellm.New(t, func(w http.ResponseWriter, r *http.Request, _ int) { reply(w, r) })
 }
 
-// startOpenAINode starts a node whose agent is OpenAI on srv.
-func startOpenAINode(t *testing.T, srv *fakellm.Server, mutate func(*gateway.Config)) *node {
+// startOpenAINode starts a node whose agent is OpenAI on srv, with its
+// configuration changed by tune (when not nil).
+func startOpenAINode(t *testing.T, srv *fakellm.Server, mutate func(*gateway.Config), tune func(*agent.OpenAIConfig)) *node {
+	oc := agent.OpenAIConfig{BaseURL: srv.URL + "/v1", Model: "phone-model", SystemPrompt: "Be brief.",
+		EditEvery: 50 * time.Millisecond, Timeout: 5 * time.Second}
+	if tune != nil {
+		tune(&oc)
+	}
 	return startNode(t, func(cfg *gateway.Config) {
-		cfg.OpenAI = &agent.OpenAIConfig{BaseURL: srv.URL + "/v1", Model: "phone-model", SystemPrompt: "Be brief.",
-			EditEvery: 50 * time.Millisecond, Timeout: 5 * time.Second}
+		cfg.NewAgent = agent.Named("openai", oc, 0)
 		if mutate != nil {
 			mutate(cfg)
 		}
@@ -94,7 +99,7 @@ func TestOpenAIAgentStreams(t *testing.T) {
 	deltas := []string{"The ", "sky ", "is ", "blue ", "because ", "of ", "Rayleigh ", "scattering."}
 	answer := strings.Join(deltas, "")
 	srv := newChatServer(t, func(w http.ResponseWriter, r *http.Request) { fakellm.Stream(w, r, 30*time.Millisecond, deltas...) })
-	n := startOpenAINode(t, srv, nil)
+	n := startOpenAINode(t, srv, nil, nil)
 	c, _ := n.connect(t, "tel-oa")
 
 	msgs := checkAnswer(t, openAITurn(t, c, "oa-1", "why is the sky blue?"), answer)
@@ -132,7 +137,7 @@ func TestOpenAIAgentStreams(t *testing.T) {
 func TestOpenAIAgentMedia(t *testing.T) {
 	t.Parallel()
 	srv := newChatServer(t, func(w http.ResponseWriter, r *http.Request) { fakellm.Stream(w, r, 0, "seen") })
-	n := startOpenAINode(t, srv, nil)
+	n := startOpenAINode(t, srv, nil, nil)
 	c, _ := n.connect(t, "tel-oam")
 	img := append([]byte("\x89PNG\r\n\x1a\n"), make([]byte, 5000)...)
 	if err := c.UploadFile("img-1", "image", "image/png", "cat.png", "what is it?", img, 2048); err != nil {
@@ -192,11 +197,7 @@ func TestOpenAIAgentFailures(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			srv := newChatServer(t, tc.reply)
-			n := startOpenAINode(t, srv, func(cfg *gateway.Config) {
-				if tc.mutate != nil {
-					tc.mutate(cfg.OpenAI)
-				}
-			})
+			n := startOpenAINode(t, srv, nil, tc.mutate)
 			c, _ := n.connect(t, "tel-oaf")
 			fs := openAITurn(t, c, "f-1", "hello?")
 			desc := avDescribe(fs)
@@ -223,8 +224,8 @@ func TestOpenAIAgentAcrossNodes(t *testing.T) {
 	prefix := randomPrefix()
 	srv := newChatServer(t, func(w http.ResponseWriter, r *http.Request) { fakellm.Stream(w, r, 0, "Noted.") })
 	onRedis := func(cfg *gateway.Config) { cfg.RedisURL, cfg.RedisPrefix = redisURL, prefix }
-	a := startOpenAINode(t, srv, onRedis)
-	b := startOpenAINode(t, srv, onRedis)
+	a := startOpenAINode(t, srv, onRedis, nil)
+	b := startOpenAINode(t, srv, onRedis, nil)
 	dev := "tel-" + prefix[13:25]
 
 	c1, _ := a.connect(t, dev)

@@ -101,7 +101,7 @@ func nodeConfig() gateway.Config {
 func startSingle(t *testing.T, cfg router.APIConfig) *env {
 	t.Helper()
 	nc := nodeConfig()
-	nc.Router, nc.Link, nc.APIListen, nc.API = true, true, "127.0.0.1:0", cfg
+	nc.Router, nc.NewAgent, nc.APIListen, nc.API = true, agent.Named("link", agent.OpenAIConfig{}, 0), "127.0.0.1:0", cfg
 	g, err := gateway.Start(t.Context(), nc, testLogger(t, "node"))
 	if err != nil {
 		t.Fatalf("start node: %v", err)

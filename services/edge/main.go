@@ -177,12 +177,7 @@ func (f flags) gatewayConfig() (gateway.Config, error) {
 	if err != nil {
 		return cfg, err
 	}
-	switch name {
-	case "link":
-		cfg.Link = true
-	case "openai":
-		cfg.OpenAI = &oc
-	}
+	cfg.NewAgent = agent.Named(name, oc, 0)
 	extra, err := edge.ParseExtraTokens(string(f.extraTokens))
 	if err != nil {
 		return cfg, err

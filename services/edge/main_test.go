@@ -8,9 +8,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/hermes-mobile/gateway/internal/testsvc"
-	"github.com/hermes-mobile/gateway/pkg/config"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -22,6 +21,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hermes-mobile/gateway/internal/testsvc"
+	"github.com/hermes-mobile/gateway/pkg/config"
+	"github.com/hermes-mobile/gateway/pkg/store/memstore"
 
 	"github.com/hermes-mobile/gateway/pkg/agent"
 	"github.com/hermes-mobile/gateway/pkg/client"
@@ -675,8 +678,15 @@ func TestAgentChoice(t *testing.T) {
 			}
 			continue
 		}
-		if err != nil || cfg.Link != tc.link || (cfg.OpenAI != nil) != tc.oai {
-			t.Errorf("%v: link %v, openai %+v, %v; want link %v, openai %v", tc.env, cfg.Link, cfg.OpenAI, err, tc.link, tc.oai)
+		if err != nil {
+			t.Errorf("%v: %v", tc.env, err)
+			continue
+		}
+		a, err := cfg.NewAgent(memstore.New(memstore.Options{}), slog.New(slog.DiscardHandler))
+		_, link := a.(*agent.Link)
+		_, oai := a.(*agent.OpenAI)
+		if err != nil || link != tc.link || oai != tc.oai {
+			t.Errorf("%v: agent %T, %v; want link %v, openai %v", tc.env, a, err, tc.link, tc.oai)
 		}
 	}
 	clearEnv(t)
@@ -684,13 +694,13 @@ func TestAgentChoice(t *testing.T) {
 		"OPENAI_MODEL": "llama3", "OPENAI_SYSTEM_PROMPT": "Be brief.", "OPENAI_TIMEOUT": "30"} {
 		t.Setenv(k, v)
 	}
-	cfg, err := mustParse(t).gatewayConfig()
+	name, oc, err := mustParse(t).agent.Resolve()
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := agent.OpenAIConfig{BaseURL: "http://127.0.0.1:11434/v1", APIKey: "sk-1", Model: "llama3", SystemPrompt: "Be brief.", Timeout: 30 * time.Second}
-	if cfg.OpenAI == nil || *cfg.OpenAI != want {
-		t.Errorf("OpenAI config %+v, want %+v", cfg.OpenAI, want)
+	if name != "openai" || oc != want {
+		t.Errorf("agent %q with %+v, want openai with %+v", name, oc, want)
 	}
 }
 

@@ -163,16 +163,9 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) (err error) {
 	adm.AddCheck("bus", admin.BusCheck(b))
 	adm.AddLiveCheck("bus", b.Err)
 
-	var a agent.Agent = agent.Demo{}
-	switch s.agent {
-	case "link":
-		a = agent.NewLink(st, s.eventsMax)
-	case "openai":
-		oc := s.openai
-		oc.Log = log.With("component", "openai")
-		if a, err = agent.NewOpenAI(oc, st); err != nil {
-			return err
-		}
+	a, err := agent.Named(s.agent, s.openai, s.eventsMax)(st, log)
+	if err != nil {
+		return err
 	}
 	r := router.New(s.router, st, b, a, log.With("component", "router"))
 	if err := r.Start(); err != nil {
