@@ -29,7 +29,9 @@ func (c *conn) handle(msg []byte) {
 			c.sendError(protocol.NewError(protocol.CodeInternalError, "internal error"))
 		}
 	}()
-	f, perr := protocol.Decode(msg)
+	f, err := protocol.Decode(msg)
+	var perr *protocol.Error
+	errors.As(err, &perr)
 	c.srv.tel.frameIn(f, perr != nil)
 	c.mu.Lock()
 	helloed := c.flags.is(flagHelloed)

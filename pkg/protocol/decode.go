@@ -53,10 +53,18 @@ var decodeOpts = json.JoinOptions(
 // Decode parses and validates one WebSocket message from the app.
 //
 // It returns (nil, nil) for a frame whose type is unknown: the server ignores
-// it. Any other problem is a *Error with the code the specification names;
-// none of them is fatal here (the caller decides, e.g. before hello).
-// The returned frame does not alias msg.
-func Decode(msg []byte) (ClientFrame, *Error) {
+// it. Any other problem is an error that is a *Error (errors.As) with the
+// code the specification names; none of them is fatal here (the caller
+// decides, e.g. before hello). The returned frame does not alias msg.
+func Decode(msg []byte) (ClientFrame, error) {
+	f, e := decode(msg)
+	if e != nil {
+		return nil, e // never a nil *Error in a non-nil error
+	}
+	return f, nil
+}
+
+func decode(msg []byte) (ClientFrame, *Error) {
 	if !utf8.Valid(msg) {
 		return nil, NewError(CodeBadFrame, "frame is not valid UTF-8")
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"reflect"
 	"strings"
 	"sync"
@@ -54,9 +55,10 @@ func decodeOK(t *testing.T, msg []byte) protocol.ClientFrame {
 // decodeErr decodes msg and fails unless it is a non-fatal error with code.
 func decodeErr(t *testing.T, msg []byte, code protocol.Code) {
 	t.Helper()
-	f, e := protocol.Decode(msg)
-	if e == nil {
-		t.Fatalf("Decode(%.200s) = (%#v, nil), want error %s", msg, f, code)
+	f, err := protocol.Decode(msg)
+	var e *protocol.Error
+	if !errors.As(err, &e) {
+		t.Fatalf("Decode(%.200s) = (%#v, %v), want a *protocol.Error %s", msg, f, err, code)
 	}
 	if f != nil {
 		t.Errorf("Decode(%.200s) returned frame %#v together with error %v", msg, f, e)

@@ -3,6 +3,7 @@ package protocol_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -82,11 +83,15 @@ func FuzzDecode(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, msg []byte) {
 		in := bytes.Clone(msg)
-		fr, e := protocol.Decode(msg)
+		fr, err := protocol.Decode(msg)
 		if !bytes.Equal(in, msg) {
 			t.Fatalf("Decode modified its input")
 		}
-		if e != nil {
+		if err != nil {
+			var e *protocol.Error
+			if !errors.As(err, &e) {
+				t.Fatalf("Decode error %v is not a *protocol.Error", err)
+			}
 			if fr != nil {
 				t.Fatalf("Decode returned both %#v and %v", fr, e)
 			}
