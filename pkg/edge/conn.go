@@ -83,11 +83,9 @@ type outItem struct {
 type conn struct {
 	srv    *Server
 	nc     net.Conn
-	log    *slog.Logger
 	client netip.Addr // the client's address, after trusted proxies
 	pe     *pollEntry
 
-	helloTimer *time.Timer
 	// handleMu is held while a message is handled, so that drainClose
 	// can wait for the one in progress.
 	handleMu sync.Mutex
@@ -197,7 +195,6 @@ func (s *Server) handshake(nc net.Conn) {
 	}
 	c := &conn{srv: s, nc: nc, client: client, avatar: protocol.AvatarIdle, dead: make(chan struct{})}
 	c.avatarURL = s.avatarURL(string(host), string(proto), trusted)
-	c.log = s.log.With("client", client.String())
 	c.seen()
 	s.mu.Lock()
 	if s.closed || s.draining {
@@ -206,10 +203,10 @@ func (s *Server) handshake(nc net.Conn) {
 		return
 	}
 	s.conns[c] = struct{}{}
+	s.awaiting[c] = time.Since(s.start) + s.cfg.HelloTimeout
 	s.mu.Unlock()
 	s.nConns.Add(1)
 	s.tel.m.ConnOpened()
-	c.helloTimer = time.AfterFunc(s.cfg.HelloTimeout, c.helloTimeout)
 	if s.poller != nil {
 		onReadable := func() { s.tracked(c.onReadable) }
 		if err := s.poller.add(nc, func(pe *pollEntry) { c.pe = pe }, onReadable); err == nil {
@@ -336,7 +333,7 @@ func (c *conn) readMessage(br *bufio.Reader) error {
 		}
 		if want > smallBufSize && want > reserved {
 			if !c.srv.reading.take(want - reserved) {
-				c.log.Warn("refusing a message: the edge's read budget is spent", "bytes", want, "budget", c.srv.cfg.MaxReadBytes)
+				c.logger().Warn("refusing a message: the edge's read budget is spent", "bytes", want, "budget", c.srv.cfg.MaxReadBytes)
 				c.fatal(protocol.NewFatal(protocol.CodeInternalError, "the gateway is reading too many large messages; reconnect and send it again"))
 				return nil
 			}
@@ -359,6 +356,15 @@ func (c *conn) readMessage(br *bufio.Reader) error {
 		c.handle(msg)
 	}
 	return nil
+}
+
+// logger is the connection's logger, made when it logs: one kept per
+// connection would cost every idle phone its formatted attributes.
+func (c *conn) logger() *slog.Logger {
+	if c.device == "" {
+		return c.srv.log.With("client", c.client.String())
+	}
+	return c.srv.log.With("client", c.client.String(), "device", c.device)
 }
 
 // seen records that the peer sent a frame: it is alive.
@@ -420,7 +426,7 @@ func readPayload(r io.Reader, msg []byte, h ws.Header) ([]byte, error) {
 // before the socket closes. It returns nil, like fatal: readAvailable sees
 // the connection closing and discards what follows.
 func (c *conn) protocolError(why string) error {
-	c.log.Debug("websocket protocol error", "why", why)
+	c.logger().Debug("websocket protocol error", "why", why)
 	c.closeWith(closeProtocolError, why, nil)
 	return nil
 }
@@ -464,7 +470,7 @@ func (c *conn) onPeerClose(p []byte) {
 // fatal sends e and closes the connection with 1008 and the code as reason.
 func (c *conn) fatal(e *protocol.Error) {
 	e.Fatal = true
-	c.log.Info("closing connection", "code", e.Code, "why", e.Message)
+	c.logger().Info("closing connection", "code", e.Code, "why", e.Message)
 	c.srv.tel.fatal(c, e.Code)
 	c.closeWith(protocol.CloseCode, string(e.Code), e)
 }
@@ -557,7 +563,7 @@ func (c *conn) queueLocked(frame []byte, done func(error)) (after func()) {
 			if done != nil {
 				done(errSlowReader)
 			}
-			c.log.Warn("closing slow reader", "queued_bytes", queued, "edge_queued_bytes", c.srv.queued.inUse())
+			c.logger().Warn("closing slow reader", "queued_bytes", queued, "edge_queued_bytes", c.srv.queued.inUse())
 			c.teardown(errSlowReader)
 		}
 	}
@@ -680,9 +686,7 @@ func (c *conn) teardown(reason error) {
 	}
 	helloed := c.flags.is(flagHelloed)
 	c.mu.Unlock()
-	if c.helloTimer != nil {
-		c.helloTimer.Stop()
-	}
+	c.srv.helloDone(c)
 	if c.pe != nil {
 		c.srv.poller.remove(c.pe)
 	}
@@ -702,7 +706,7 @@ func (c *conn) teardown(reason error) {
 	c.srv.nConns.Add(-1)
 	c.srv.tel.m.ConnClosed()
 	if helloed {
-		c.log.Debug("connection closed", "reason", reason)
+		c.logger().Debug("connection closed", "reason", reason)
 		c.srv.releasing.Add(1)
 		c.srv.goFunc(func() {
 			defer c.srv.releasing.Done()

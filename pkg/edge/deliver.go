@@ -171,7 +171,7 @@ func (c *conn) render(ctx context.Context, out wire.Output, done func(error)) {
 	case wire.OpMedia:
 		var err error
 		if frames, err = c.mediaFrames(ctx, out); err != nil {
-			c.log.Warn("media delivery failed", "err", err)
+			c.logger().Warn("media delivery failed", "err", err)
 			if done != nil {
 				done(err)
 			}
@@ -203,7 +203,7 @@ func (c *conn) render(ctx context.Context, out wire.Output, done func(error)) {
 	case wire.OpOutbox:
 		c.writeOutbox() // held until ready: the outbox is read after the flush
 	default:
-		c.log.Debug("ignoring unknown output", "op", out.Op)
+		c.logger().Debug("ignoring unknown output", "op", out.Op)
 	}
 	c.enqueueBatch(frames, avatar, done)
 }

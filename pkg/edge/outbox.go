@@ -27,7 +27,7 @@ func (c *conn) writeOutbox() {
 	items, err := c.srv.store.PeekOutbox(ctx, c.device, c.outboxSent)
 	cancel()
 	if err != nil {
-		c.log.Warn("reading outbox failed", "err", err)
+		c.logger().Warn("reading outbox failed", "err", err)
 		return
 	}
 	if len(items) == 0 {
@@ -43,7 +43,7 @@ func (c *conn) writeOutbox() {
 		var out wire.Output
 		switch err := json.Unmarshal(it.Data, &out); {
 		case err != nil:
-			c.log.Warn("dropping unreadable outbox item", "err", err)
+			c.logger().Warn("dropping unreadable outbox item", "err", err)
 			c.setAvatar("", done) // removed in its turn, after the items before it
 		case out.Op == wire.OpOutbox:
 			c.setAvatar("", done) // a notice, not output: nothing to write
@@ -157,9 +157,9 @@ func (a *outboxAck) acknowledge(written int, upTo int64) {
 		ok, err := c.srv.store.AckOutbox(ctx, c.device, c.epoch.Load(), upTo)
 		switch {
 		case err != nil:
-			c.log.Warn("acknowledging outbox items failed; the device gets them again", "err", err)
+			c.logger().Warn("acknowledging outbox items failed; the device gets them again", "err", err)
 		case !ok:
-			c.log.Debug("outbox items left to the device's newer connection", "up_to", upTo)
+			c.logger().Debug("outbox items left to the device's newer connection", "up_to", upTo)
 		}
 	})
 }

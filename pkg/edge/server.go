@@ -207,8 +207,11 @@ type Server struct {
 	mu      sync.Mutex
 	devices map[string]*deviceSlot // device id → the socket that owns it here
 	conns   map[*conn]struct{}
-	lns     []net.Listener
-	closed  bool
+	// awaiting holds the connections that have not said hello, with the
+	// time (since start) they must have by; helloSweep enforces it.
+	awaiting map[*conn]time.Duration
+	lns      []net.Listener
+	closed   bool
 	// draining (under mu): Drain began; no new connections are taken.
 	draining bool
 	// releasing counts the store clean-ups of closed connections, so
@@ -248,6 +251,7 @@ func New(cfg Config, st store.Store, b bus.Bus, log *slog.Logger) *Server {
 		tel:       newEdgeTelemetry(cfg.Telemetry),
 		devices:   make(map[string]*deviceSlot),
 		conns:     make(map[*conn]struct{}),
+		awaiting:  make(map[*conn]time.Duration),
 		start:     time.Now(),
 	}
 	if p, err := sharedPoller(); err == nil {
@@ -256,6 +260,7 @@ func New(cfg Config, st store.Store, b bus.Bus, log *slog.Logger) *Server {
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.goFunc(s.heartbeat)
 	s.goFunc(s.keepalive)
+	s.goFunc(s.helloSweep)
 	return s
 }
 
@@ -526,7 +531,7 @@ func (s *Server) keepalive() {
 			conns[i] = nil
 			switch idle := now - time.Duration(c.lastSeen.Load()); {
 			case idle >= dead:
-				c.log.Debug("closing silent connection", "idle", idle)
+				c.logger().Debug("closing silent connection", "idle", idle)
 				c.teardown(errPingTimeout)
 			case idle >= s.cfg.PingInterval:
 				c.enqueue(ping, nil)
@@ -534,6 +539,48 @@ func (s *Server) keepalive() {
 		}
 		conns = conns[:0]
 	}
+}
+
+// helloSlices is how many times per HelloTimeout helloSweep looks: a
+// connection without hello is closed between HelloTimeout and
+// HelloTimeout × (1 + 1/helloSlices) after it connected.
+const helloSlices = 16
+
+// helloSweep closes the connections that did not say hello in time. One
+// sweep per edge does it: a timer per connection would cost every phone
+// its memory for as long as it stays.
+func (s *Server) helloSweep() {
+	t := time.NewTicker(s.cfg.HelloTimeout / helloSlices)
+	defer t.Stop()
+	var late []*conn
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Since(s.start)
+		s.mu.Lock()
+		for c, by := range s.awaiting {
+			if now >= by {
+				late = append(late, c)
+				delete(s.awaiting, c)
+			}
+		}
+		s.mu.Unlock()
+		for i, c := range late {
+			late[i] = nil
+			c.helloTimeout()
+		}
+		late = late[:0]
+	}
+}
+
+// helloDone takes c off the connections awaiting hello.
+func (s *Server) helloDone(c *conn) {
+	s.mu.Lock()
+	delete(s.awaiting, c)
+	s.mu.Unlock()
 }
 
 // recover handles a device whose owner record no longer holds our epoch.
@@ -551,7 +598,7 @@ func (s *Server) recover(dev string, epoch int64) {
 	if _, err := s.store.DeviceOwner(ctx, dev); errors.Is(err, store.ErrNotFound) {
 		if e, err := s.store.ClaimDevice(ctx, dev, s.cfg.ID, s.cfg.OwnerTTL); err == nil {
 			c.epoch.CompareAndSwap(epoch, e)
-			c.log.Info("re-claimed a device whose owner record was lost", "epoch", e)
+			c.logger().Info("re-claimed a device whose owner record was lost", "epoch", e)
 			return
 		}
 	}

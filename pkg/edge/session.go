@@ -25,7 +25,7 @@ import (
 func (c *conn) handle(msg []byte) {
 	defer func() {
 		if r := recover(); r != nil {
-			c.log.Error("panic while handling a frame", "device", c.device, "panic", r, "stack", string(debug.Stack()))
+			c.logger().Error("panic while handling a frame", "device", c.device, "panic", r, "stack", string(debug.Stack()))
 			c.sendError(protocol.NewError(protocol.CodeInternalError, "internal error"))
 		}
 	}()
@@ -56,7 +56,7 @@ func (c *conn) handle(msg []byte) {
 	}
 	switch f := f.(type) {
 	case nil:
-		c.log.Debug("ignoring a frame of unknown type")
+		c.logger().Debug("ignoring a frame of unknown type")
 	case *protocol.Hello:
 		c.sendError(protocol.NewError(protocol.CodeBadFrame, "repeated hello"))
 	case *protocol.Text:
@@ -99,7 +99,7 @@ func (c *conn) release(key, attempt string) {
 	defer cancel()
 	if err := c.srv.store.Release(ctx, key, attempt); err != nil {
 		c.keepAttempt(key, attempt)
-		c.log.Warn("releasing a dedup key failed", "err", err)
+		c.logger().Warn("releasing a dedup key failed", "err", err)
 	}
 }
 
@@ -162,12 +162,12 @@ func (c *conn) hello(h *protocol.Hello) {
 		c.fatal(protocol.NewError(protocol.CodeForbidden, "this token and this device id are bound to others"))
 		return
 	}
-	c.helloTimer.Stop()
+	s.helloDone(c)
 	ctx, cancel := c.opContext()
 	defer cancel()
 	epoch, err := s.store.ClaimDevice(ctx, dev.ID, s.cfg.ID, s.cfg.OwnerTTL)
 	if err != nil {
-		c.log.Warn("claiming device failed", "device", dev.ID, "err", err)
+		c.logger().Warn("claiming device failed", "device", dev.ID, "err", err)
 		c.fatal(protocol.NewError(protocol.CodeInternalError, "gateway storage unavailable; reconnect later"))
 		return
 	}
@@ -178,7 +178,6 @@ func (c *conn) hello(h *protocol.Hello) {
 	c.user.id, c.user.name = h.User.ID, h.User.Name
 	c.auth = s.auth.kind(g, dev.ID)
 	c.deliverOK = g.deliver || c.client.IsLoopback()
-	c.log = c.log.With("device", dev.ID)
 	c.mu.Lock()
 	c.flags.set(flagHelloed)
 	closing := c.flags.is(flagClosing)
@@ -188,7 +187,7 @@ func (c *conn) hello(h *protocol.Hello) {
 	}
 	ok, err := s.register(c)
 	if err != nil {
-		c.log.Warn("subscribing device failed", "err", err)
+		c.logger().Warn("subscribing device failed", "err", err)
 		c.fatal(protocol.NewError(protocol.CodeInternalError, "gateway bus unavailable; reconnect later"))
 		return
 	}
@@ -206,13 +205,13 @@ func (c *conn) hello(h *protocol.Hello) {
 	// Tell other edges: an older socket of this device closes.
 	takeover, _ := json.Marshal(wire.Output{Op: wire.OpTakeover, Device: dev.ID, Epoch: epoch})
 	if err := s.bus.Publish(ctx, deviceSubject(dev.ID), takeover, nil); err != nil {
-		c.log.Warn("announcing takeover failed", "err", err)
+		c.logger().Warn("announcing takeover failed", "err", err)
 	}
 	c.send(protocol.AppendReady(newFrame(512), protocol.Ready{
 		Session: c.session, DeviceID: dev.ID, DeviceName: dev.Name, AvatarURL: c.avatarURL,
 	}))
 	c.srv.tel.m.Handshake(telemetry.HandshakeOK)
-	c.log.Debug("session ready", "epoch", epoch)
+	c.logger().Debug("session ready", "epoch", epoch)
 	// A large outbox is written at the pace the phone reads it: meanwhile
 	// the phone's frames are handled, and a drain may close the socket.
 	s.goFunc(c.flushOutbox)
@@ -261,7 +260,7 @@ func (c *conn) submit(ev wire.Event, blob []byte) {
 		// Another connection (a socket the phone gave up on, an edge that
 		// died) claimed this id and has not handed it over yet: its
 		// attempt may still fail, so this one must not be dropped.
-		c.log.Debug("id claimed by another attempt", "id", ev.ID)
+		c.logger().Debug("id claimed by another attempt", "id", ev.ID)
 		c.sendError(protocol.NewError(protocol.CodeInternalError, "this message is still being delivered from another connection; send it again shortly"))
 		return
 	}
@@ -269,20 +268,20 @@ func (c *conn) submit(ev wire.Event, blob []byte) {
 		// The claim may still take effect (a reply lost, a command run
 		// late): keep the attempt, so the phone's resend claims as us.
 		c.keepAttempt(key, attempt)
-		c.log.Warn("dedup failed", "err", err)
+		c.logger().Warn("dedup failed", "err", err)
 		c.sendError(protocol.NewError(protocol.CodeInternalError, "gateway storage unavailable; send again"))
 		return
 	}
 	if !first {
 		c.srv.tel.m.DedupHit()
-		c.log.Debug("dropping duplicate", "id", ev.ID)
+		c.logger().Debug("dropping duplicate", "id", ev.ID)
 		return
 	}
 	if blob != nil {
 		blobKey, err := st.PutBlob(ctx, blob, c.srv.cfg.BlobTTL)
 		if err != nil {
 			c.release(key, attempt)
-			c.log.Warn("storing media failed", "err", err)
+			c.logger().Warn("storing media failed", "err", err)
 			why := "gateway storage unavailable; send again"
 			if errors.Is(err, store.ErrFull) {
 				why = "the gateway's media store is full; send again later"
@@ -296,7 +295,7 @@ func (c *conn) submit(ev wire.Event, blob []byte) {
 	c.setAvatar(protocol.AvatarThinking, nil)
 	if err := c.srv.publishEvent(ctx, c, ev); err != nil {
 		c.release(key, attempt)
-		c.log.Warn("handing event to the agent failed", "err", err)
+		c.logger().Warn("handing event to the agent failed", "err", err)
 		c.sendError(protocol.NewError(protocol.CodeInternalError, "the agent is not reachable; send again"))
 		c.setAvatar(protocol.AvatarIdle, nil)
 		return
@@ -307,7 +306,7 @@ func (c *conn) submit(ev wire.Event, blob []byte) {
 	if err := st.Confirm(cctx, key, attempt, protocol.DedupWindow); err != nil {
 		// The claim lapses by itself; a resend after that is handed over
 		// again (a duplicate, never a loss).
-		c.log.Warn("confirming a dedup key failed", "err", err)
+		c.logger().Warn("confirming a dedup key failed", "err", err)
 	}
 }
 
@@ -381,7 +380,7 @@ func (c *conn) onMedia(f *protocol.MediaUp) {
 		var ok bool
 		if charged, ok = c.chargeUpload(f.ID, f.Part, f.Parts, int64(len(f.Data))); !ok {
 			cancel()
-			c.log.Warn("refusing an upload part: the edge's upload budget is spent", "budget", c.srv.cfg.MaxUploadBytes)
+			c.logger().Warn("refusing an upload part: the edge's upload budget is spent", "budget", c.srv.cfg.MaxUploadBytes)
 			c.sendError(protocol.NewError(protocol.CodeInternalError, "the gateway's upload buffers are full; send this part again later"))
 			return
 		}
@@ -411,7 +410,7 @@ func (c *conn) onMedia(f *protocol.MediaUp) {
 		c.sendError(protocol.NewError(protocol.CodeBadFrame, "parts differs from the earlier chunks of this file"))
 		return
 	case err != nil:
-		c.log.Warn("buffering upload failed", "err", err)
+		c.logger().Warn("buffering upload failed", "err", err)
 		c.sendError(protocol.NewError(protocol.CodeInternalError, "gateway storage unavailable; send the file again"))
 		return
 	case up == nil:
@@ -443,7 +442,7 @@ func (c *conn) onPromptAnswer(f *protocol.PromptAnswer) {
 		c.sendError(protocol.NewError(protocol.CodeForbidden, "this card belongs to another device"))
 		return
 	case err != nil:
-		c.log.Warn("reading prompt failed", "err", err)
+		c.logger().Warn("reading prompt failed", "err", err)
 		c.sendError(protocol.NewError(protocol.CodeInternalError, "gateway storage unavailable; answer again"))
 		return
 	}
@@ -461,12 +460,12 @@ func (c *conn) onPromptAnswer(f *protocol.PromptAnswer) {
 	// The card closes before the agent can act on the answer.
 	c.send(protocol.AppendPromptDone(newFrame(64), protocol.PromptDone{ID: rec.ID, OptionID: applied}))
 	if err := c.srv.publishEvent(ctx, c, ev); err != nil {
-		c.log.Warn("handing answer to the agent failed", "err", err)
+		c.logger().Warn("handing answer to the agent failed", "err", err)
 		c.sendError(protocol.NewError(protocol.CodeInternalError, "the agent is not reachable; answer the card again"))
 		rctx, rcancel := c.compensationContext()
 		defer rcancel()
 		if perr := st.PutPrompt(rctx, rec); perr != nil {
-			c.log.Warn("restoring prompt failed", "err", perr)
+			c.logger().Warn("restoring prompt failed", "err", perr)
 			return
 		}
 		c.reshowCard(rec)
@@ -518,7 +517,7 @@ func (c *conn) onDeliver(f *protocol.Deliver) {
 	if m := f.Media; m != nil {
 		key, err := c.srv.store.PutBlob(ctx, m.Data, c.srv.cfg.BlobTTL)
 		if err != nil {
-			c.log.Warn("storing deliver media failed", "err", err)
+			c.logger().Warn("storing deliver media failed", "err", err)
 			c.sendError(protocol.NewError(protocol.CodeInternalError, "gateway storage unavailable; deliver again"))
 			return
 		}
@@ -536,7 +535,7 @@ func (c *conn) onDeliver(f *protocol.Deliver) {
 			c.sendError(protocol.NewError(protocol.CodeDeviceOffline, "device "+target+" is not online"))
 			return
 		case err != nil:
-			c.log.Warn("deliver failed", "target", target, "err", err)
+			c.logger().Warn("deliver failed", "target", target, "err", err)
 			c.sendError(protocol.NewError(protocol.CodeInternalError, "delivery failed; deliver again"))
 			return
 		}
@@ -550,11 +549,11 @@ func (c *conn) releaseState() {
 	ctx, cancel := c.opContext()
 	defer cancel()
 	if err := c.srv.store.DropUploads(ctx, c.device, c.id); err != nil {
-		c.log.Warn("freeing uploads failed", "err", err)
+		c.logger().Warn("freeing uploads failed", "err", err)
 	}
 	if c.srv.deviceConn(c.device) == nil {
 		if err := c.srv.store.ReleaseDevice(ctx, c.device, c.epoch.Load()); err != nil {
-			c.log.Warn("releasing device failed", "err", err)
+			c.logger().Warn("releasing device failed", "err", err)
 		}
 	}
 }
