@@ -41,6 +41,14 @@ func (s *Server) onDelivery(m *bus.Msg) {
 		}
 		return
 	}
+	if c == nil && out.Epoch != 0 && m.Respond != nil {
+		// No socket here. If the owner record still names this edge at
+		// the output's epoch, nobody else will answer: the socket closed
+		// and its record is being released. Say so rather than let the
+		// sender wait out its timeout; it keeps the output in the outbox.
+		s.goFunc(func() { s.answerIfStillOwner(m, out) })
+		return
+	}
 	if c == nil || out.Epoch != 0 && c.epoch.Load() < out.Epoch {
 		return // not ours (any more): the owner answers
 	}
@@ -88,6 +96,20 @@ func (s *Server) onDelivery(m *bus.Msg) {
 		return
 	}
 	c.render(s.ctx, out, done)
+}
+
+// answerIfStillOwner answers out as not delivered when the device's owner
+// record names this edge at out's epoch although no socket of the device
+// is here; otherwise it stays silent for the owner to answer.
+func (s *Server) answerIfStillOwner(m *bus.Msg, out wire.Output) {
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.OpTimeout)
+	defer cancel()
+	owner, err := s.store.DeviceOwner(ctx, out.Device)
+	if err != nil || owner.Edge != s.cfg.ID || owner.Epoch != out.Epoch || s.deviceConn(out.Device) != nil {
+		return
+	}
+	data, _ := json.Marshal(wire.Reply{Error: "device not connected"})
+	m.Respond(data)
 }
 
 // errMoved: the device has a newer owner than the connection a delivery
