@@ -37,6 +37,7 @@ type flags struct {
 	router, logLevel, webClient                              string
 	promptTTL                                                time.Duration
 	adminListen                                              string
+	pprof                                                    string
 	drainWindow                                              time.Duration
 	pingInterval                                             time.Duration
 	agent                                                    agent.Choice
@@ -62,6 +63,7 @@ func (f *flags) register(fs *flag.FlagSet) {
 	f.agent.Register(fs, "the router's agent: demo, openai (an OpenAI-compatible chat API) or link (an outside agent over the router API)")
 	config.String(fs, &f.logLevel, "log-level", "MOBILE_LOG_LEVEL", "info", "debug, info, warn or error")
 	config.String(fs, &f.adminListen, "admin-listen", "MOBILE_ADMIN_LISTEN", "127.0.0.1:8789", "admin HTTP address (/healthz, /readyz, /metrics); off disables it")
+	config.String(fs, &f.pprof, "pprof", "MOBILE_PPROF", "off", "on: serve the Go profiles (net/http/pprof) at /debug/pprof/ on the admin port")
 	config.Seconds(fs, &f.drainWindow, "drain-window", "MOBILE_DRAIN_WINDOW", 10*time.Second, "on SIGTERM, close the sockets with 1001 spread over this window")
 	config.Seconds(fs, &f.pingInterval, "ping-interval", "MOBILE_PING_INTERVAL", 30*time.Second, "keepalive: ping sockets silent this long; close those silent for 3 intervals")
 }
@@ -103,11 +105,18 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) (err error) {
 	if generated {
 		cfg.Edge.Auth.Token = edge.Secret(randomToken())
 	}
+	pprofOn, err := admin.PprofSetting(f.pprof)
+	if err != nil {
+		return err
+	}
 	adm, err := admin.StartOps(ctx, log, f.adminListen, "hermes-edge")
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, adm.Close()) }()
+	if pprofOn {
+		adm.HandlePprof()
+	}
 	cfg.Telemetry = adm.Tel
 	g, err := gateway.Start(ctx, cfg, log)
 	if err != nil {

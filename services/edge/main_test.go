@@ -60,7 +60,7 @@ func TestFlagDefaults(t *testing.T) {
 	f := mustParse(t)
 	want := flags{listen: "127.0.0.1:8787", router: "auto", webClient: "auto", logLevel: "info", promptTTL: protocol.DefaultPromptTTL, redisPrefix: "hermes:",
 		forwardedHeader: "x-forwarded-for",
-		adminListen:     "127.0.0.1:8789", drainWindow: 10 * time.Second, pingInterval: 30 * time.Second,
+		adminListen:     "127.0.0.1:8789", pprof: "off", drainWindow: 10 * time.Second, pingInterval: 30 * time.Second,
 		agent: agent.Choice{Name: "demo", OpenAIBaseURL: "https://api.openai.com/v1", OpenAITimeout: 120 * time.Second}}
 	if f != want {
 		t.Fatalf("defaults = %+v, want %+v", f, want)
@@ -95,6 +95,7 @@ func TestEnvAndFlags(t *testing.T) {
 		{"OPENAI_SYSTEM_PROMPT", "openai-system-prompt", "Be brief.", "Be kind.", func(f flags) string { return f.agent.OpenAIPrompt }},
 		{"MOBILE_PROMPT_TTL", "prompt-ttl", "45", "90", func(f flags) string { return f.promptTTL.String() }},
 		{"MOBILE_ADMIN_LISTEN", "admin-listen", "off", "127.0.0.1:9002", func(f flags) string { return f.adminListen }},
+		{"MOBILE_PPROF", "pprof", "on", "off", func(f flags) string { return f.pprof }},
 		{"MOBILE_DRAIN_WINDOW", "drain-window", "45", "90", func(f flags) string { return f.drainWindow.String() }},
 		{"MOBILE_PING_INTERVAL", "ping-interval", "45", "90", func(f flags) string { return f.pingInterval.String() }},
 	} {
@@ -838,5 +839,40 @@ func TestAvatarURLSetAndWebClientOff(t *testing.T) {
 	}
 	if got := ready.Str("avatar_url"); got != "https://agent.example.com/face/" {
 		t.Fatalf("avatar_url = %q, want MOBILE_AVATAR_URL", got)
+	}
+}
+
+// TestPprof: MOBILE_PPROF=on serves the Go profiles on the admin port, the
+// default does not, and a value other than on or off refuses to start.
+func TestPprof(t *testing.T) {
+	clearEnv(t)
+	for _, on := range []bool{false, true} {
+		args := []string{"-listen=127.0.0.1:0", "-admin-listen=127.0.0.1:0", "-token=tok"}
+		if on {
+			args = append(args, "-pprof=on")
+		}
+		f := mustParse(t, args...)
+		_, _, stderr, stop := testsvc.Run(t, "gateway listening", func(ctx context.Context, stdout, stderr io.Writer) error {
+			return run(ctx, f, stdout, stderr)
+		})
+		admin := testsvc.ListeningURL(t, stderr.String(), "admin listening")
+		resp, err := http.Get(admin + "/debug/pprof/goroutine?debug=1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		served := resp.StatusCode == http.StatusOK && strings.Contains(string(body), "goroutine profile:")
+		if served != on {
+			t.Fatalf("MOBILE_PPROF on=%v: /debug/pprof/goroutine answered %d %.100q", on, resp.StatusCode, body)
+		}
+		if err := stop(); err != nil {
+			t.Fatalf("stop: %v", err)
+		}
+	}
+	var out bytes.Buffer
+	err := run(testCtx(t), mustParse(t, "-listen=127.0.0.1:0", "-admin-listen=off", "-token=tok", "-pprof=yes"), &out, &out)
+	if err == nil || !strings.Contains(err.Error(), "MOBILE_PPROF") {
+		t.Fatalf("run with -pprof=yes = %v, want an error naming MOBILE_PPROF", err)
 	}
 }
