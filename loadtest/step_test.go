@@ -229,7 +229,7 @@ func TestStepConfigValidation(t *testing.T) {
 		{"unknown scenario", func(c *stepConfig) { c.Scenarios = []string{"storm"} }, `"storm" is not one of`},
 		{"deliver without the API", func(c *stepConfig) { c.Scenarios = []string{"deliver"} }, "needs -deliver"},
 		{"rates not increasing", func(c *stepConfig) { c.Rates = []float64{200, 100} }, "must increase"},
-		{"rate over the cap", func(c *stepConfig) { c.Rates = []float64{MaxRate + 1} }, "is not in"},
+		{"rate over the cap", func(c *stepConfig) { c.Rates = []float64{MaxStepRate + 1} }, "is not in"},
 		{"floor not on loopback", func(c *stepConfig) { c.Floor = "ws://10.0.0.1:1/ws" }, "-floor"},
 		{"edge not on loopback", func(c *stepConfig) { c.URLs = []string{"ws://example.com/ws"} }, "loopback"},
 		{"p99 bound over the miss time", func(c *stepConfig) { c.Rule.P99Max = 2 * time.Second }, "-p99-max"},

@@ -22,10 +22,13 @@ import (
 const (
 	// MaxStep bounds the time of one step.
 	MaxStep = 10 * time.Minute
+	// MaxStepRate bounds a rate offered in step mode: above the message
+	// phase's MaxRate, so that the floor can be driven to its saturation.
+	MaxStepRate = 100000
 	// MaxInFlight bounds the HTTP requests or handshakes in flight at once.
 	MaxInFlight = 5000
 	// defaultRates are the steps offered unless -rates says otherwise.
-	defaultRates = "100,200,500,1000,2000,5000,10000,20000"
+	defaultRates = "100,200,500,1000,2000,5000,10000,20000,50000"
 )
 
 // stepConfig is one run of step mode.
@@ -90,8 +93,8 @@ func (c stepConfig) validate() error {
 		bad("-rates: at least one rate")
 	}
 	for i, r := range c.Rates {
-		if !(r > 0 && r <= MaxRate) {
-			bad("-rates: %g is not in (0, %d]", r, MaxRate)
+		if !(r > 0 && r <= MaxStepRate) {
+			bad("-rates: %g is not in (0, %d]", r, MaxStepRate)
 		}
 		if i > 0 && r <= c.Rates[i-1] {
 			bad("-rates: %g after %g: the rates must increase", r, c.Rates[i-1])
