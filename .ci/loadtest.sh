@@ -6,7 +6,8 @@
 # demo agent) and router deliveries for 30 s, then drops a quarter of the
 # connections at once and waits for them to come back. It fails on any lost
 # message or delivery, error frame, unexpected close or failed connection,
-# and when a server process died. Then it checks the k6 scripts' syntax.
+# and when a server process died. Then it runs a short smoke of step mode
+# (LOADTEST_STEP=0 skips it) and checks the k6 scripts' syntax.
 #
 # LOADTEST_CONNS, LOADTEST_SOAK, LOADTEST_DURATION, LOADTEST_RATE,
 # LOADTEST_DELIVER_RATE and LOADTEST_STORM change the run; LOADTEST_JSON
@@ -116,6 +117,18 @@ if [ "$status" -ne 0 ]; then
   exit "$status"
 fi
 echo "load test passed"
+
+# Step mode's smoke: every scenario at two low rates on the in-process floor
+# and on the cluster. It fails only when a sweep cannot run or answers
+# nothing; saturation is a result, not a failure.
+if [ "${LOADTEST_STEP:-1}" != 0 ]; then
+  echo "== step mode: every scenario at 50 and 100/s, 1 s a step, on the floor and the gateway"
+  if ! "$WORK/loadtest" step -scenario all -url "$EDGE1,$EDGE2" -token "$TOKEN" \
+    -deliver "$ROUTER" -deliver-token "$DELIVER_TOKEN" -phones 50 -rates 50,100 -step 1s; then
+    echo "step mode FAILED" >&2
+    exit 1
+  fi
+fi
 
 echo "== k6 scripts: syntax check with node"
 if ! command -v node >/dev/null; then

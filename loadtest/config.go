@@ -195,7 +195,12 @@ func checkLoopback(raw, scheme string) error {
 
 // sourceAddr is the source address of connection i to target, or nil when
 // the target is not an IPv4 address (the system then chooses).
-func (c Config) sourceAddr(i int, target string) net.Addr {
+func (c Config) sourceAddr(i int, target string) net.Addr { return sourceFor(i, c.Sources, target) }
+
+// sourceFor is the source address of connection i to target when they are
+// spread over sources addresses from 127.0.0.2 on, or nil when the target is
+// not an IPv4 address (the system then chooses).
+func sourceFor(i, sources int, target string) net.Addr {
 	u, err := url.Parse(target)
 	if err != nil {
 		return nil
@@ -204,7 +209,7 @@ func (c Config) sourceAddr(i int, target string) net.Addr {
 	if err != nil || !ip.Is4() {
 		return nil
 	}
-	return &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(sourceFirst+i%c.Sources))}
+	return &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(sourceFirst+i%sources))}
 }
 
 func splitList(s string) []string {

@@ -92,8 +92,24 @@ func (h *Histogram) Percentile(q float64) time.Duration {
 	if q >= 1 {
 		return h.max
 	}
-	rank := uint64(math.Ceil(q * float64(h.n)))
-	rank = max(rank, 1)
+	return h.rankLocked(max(uint64(math.Ceil(q*float64(h.n))), 1))
+}
+
+// Rank returns the k-th smallest sample (k from 1), within 0.5%; the
+// largest when k is beyond the count, 0 for an empty histogram.
+func (h *Histogram) Rank(k uint64) time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n == 0 {
+		return 0
+	}
+	if k >= h.n {
+		return h.max
+	}
+	return h.rankLocked(max(k, 1))
+}
+
+func (h *Histogram) rankLocked(rank uint64) time.Duration {
 	keys := make([]int, 0, len(h.buckets))
 	for k := range h.buckets {
 		keys = append(keys, k)

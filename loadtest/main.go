@@ -9,6 +9,14 @@
 //
 //	go run ./loadtest -url ws://127.0.0.1:8787/ws -token "$MOBILE_TOKEN" -conns 2000 -duration 30s
 //	go run ./loadtest merge a.json b.json    # several processes' reports as one
+//	go run ./loadtest step -scenario roundtrip -url ws://127.0.0.1:8787/ws -token "$MOBILE_TOKEN"
+//	go run ./loadtest floor -token "$MOBILE_TOKEN"  # the bare reference server
+//
+// Step mode offers increasing rates of one kind of operation (round trips
+// through the agent, router deliveries, deliver frames from one
+// connection, handshakes) until the gateway saturates, and does the same
+// against the floor, a bare gobwas hello/ping server, so that every rate is
+// also a ratio to what the machine and the client can do at all.
 //
 // See loadtest/README.md.
 package main
@@ -42,8 +50,15 @@ func main() {
 
 // realMain runs the command with args and returns its exit status.
 func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 && args[0] == "merge" {
-		return mergeMain(args[1:], stdout, stderr)
+	if len(args) > 0 {
+		switch args[0] {
+		case "merge":
+			return mergeMain(args[1:], stdout, stderr)
+		case "step":
+			return stepMain(ctx, args[1:], stdout, stderr)
+		case "floor":
+			return floorMain(ctx, args[1:], stderr)
+		}
 	}
 	var f flagSet
 	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)

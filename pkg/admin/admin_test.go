@@ -225,3 +225,57 @@ func TestHealthzFailsWhenTheBusIsClosedForGood(t *testing.T) {
 		t.Fatalf("/healthz while draining: %d, want 200", code)
 	}
 }
+
+func TestPprofOnlyWhenMounted(t *testing.T) {
+	s := start(t)
+	resp, err := http.Get(s.URL() + "/debug/pprof/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("GET /debug/pprof/ without HandlePprof: %d, want 404", resp.StatusCode)
+	}
+
+	s.HandlePprof()
+	resp, err = http.Get(s.URL() + "/debug/pprof/goroutine?debug=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "goroutine profile:") {
+		t.Fatalf("GET /debug/pprof/goroutine?debug=1: %d %.200q", resp.StatusCode, body)
+	}
+	// A CPU profile is a gzipped protobuf.
+	resp, err = http.Get(s.URL() + "/debug/pprof/profile?seconds=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || len(body) < 2 || body[0] != 0x1f || body[1] != 0x8b {
+		t.Fatalf("GET /debug/pprof/profile?seconds=1: %d, %d bytes, want a gzipped profile", resp.StatusCode, len(body))
+	}
+	// The command line may hold a secret given as a flag.
+	resp, err = http.Get(s.URL() + "/debug/pprof/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if strings.Contains(string(body), "admin.test") {
+		t.Fatalf("GET /debug/pprof/cmdline serves the command line: %d %.200q", resp.StatusCode, body)
+	}
+}
+
+func TestPprofSetting(t *testing.T) {
+	for v, want := range map[string]bool{"on": true, " ON ": true, "off": false, "": false, "Off": false} {
+		if got, err := admin.PprofSetting(v); err != nil || got != want {
+			t.Errorf("PprofSetting(%q) = %v, %v; want %v", v, got, err, want)
+		}
+	}
+	if _, err := admin.PprofSetting("yes"); err == nil || !strings.Contains(err.Error(), "MOBILE_PPROF") {
+		t.Errorf("PprofSetting(yes) = %v, want an error naming MOBILE_PPROF", err)
+	}
+}

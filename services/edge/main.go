@@ -37,6 +37,7 @@ type flags struct {
 	router, logLevel, webClient                              string
 	promptTTL                                                time.Duration
 	adminListen                                              string
+	pprof                                                    string
 	drainWindow                                              time.Duration
 	pingInterval                                             time.Duration
 	maxRead, maxQueued, maxUpload, maxBlob                   int64
@@ -66,6 +67,7 @@ func (f *flags) register(fs *flag.FlagSet) {
 	f.agent.Register(fs, "the router's agent: demo, openai (an OpenAI-compatible chat API) or link (an outside agent over the router API)")
 	config.String(fs, &f.logLevel, "log-level", "MOBILE_LOG_LEVEL", "info", "debug, info, warn or error")
 	config.String(fs, &f.adminListen, "admin-listen", "MOBILE_ADMIN_LISTEN", "127.0.0.1:8789", "admin HTTP address (/healthz, /readyz, /metrics); off disables it")
+	config.String(fs, &f.pprof, "pprof", "MOBILE_PPROF", "off", "on: serve the Go profiles (net/http/pprof) at /debug/pprof/ on the admin port")
 	config.Seconds(fs, &f.drainWindow, "drain-window", "MOBILE_DRAIN_WINDOW", 10*time.Second, "on SIGTERM, close the sockets with 1001 spread over this window")
 	config.MiB(fs, &f.maxRead, "max-read", "MOBILE_MAX_READ_MIB", edge.DefaultBudgetBytes, "bytes of large messages being read, across the edge; past it a message gets a fatal internal_error")
 	config.MiB(fs, &f.maxQueued, "max-queued", "MOBILE_MAX_QUEUED_MIB", edge.DefaultBudgetBytes, "bytes queued to phones, across the edge; past it sockets with over 1 MiB queued are closed as slow readers")
@@ -119,11 +121,18 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) (err error) {
 	if generated {
 		cfg.Edge.Auth.Token = edge.Secret(ids.Hex(24))
 	}
+	pprofOn, err := admin.PprofSetting(f.pprof)
+	if err != nil {
+		return err
+	}
 	adm, err := admin.StartOps(ctx, log, f.adminListen, "hermes-edge")
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, adm.Close()) }()
+	if pprofOn {
+		adm.HandlePprof()
+	}
 	cfg.Telemetry = adm.Tel
 	g, err := gateway.Start(ctx, cfg, log)
 	if err != nil {

@@ -66,7 +66,7 @@ func TestFlagDefaults(t *testing.T) {
 	f := mustParse(t)
 	want := flags{listen: "127.0.0.1:8787", router: "auto", webClient: "auto", logLevel: "info", promptTTL: protocol.DefaultPromptTTL, redisPrefix: "hermes:",
 		forwardedHeader: "x-forwarded-for",
-		adminListen:     "127.0.0.1:8789", drainWindow: 10 * time.Second, pingInterval: 30 * time.Second,
+		adminListen:     "127.0.0.1:8789", pprof: "off", drainWindow: 10 * time.Second, pingInterval: 30 * time.Second,
 		maxRead: 256 << 20, maxQueued: 256 << 20, maxUpload: 256 << 20, maxBlob: 1 << 30,
 		maxOutbound: 32 << 20, writeTimeout: 10 * time.Second, readTimeout: time.Minute, ownerTTL: 30 * time.Second,
 		ackWait: 10 * time.Second, blobTTL: 15 * time.Minute,
@@ -105,6 +105,7 @@ func TestEnvAndFlags(t *testing.T) {
 		{"OPENAI_SYSTEM_PROMPT", "openai-system-prompt", "Be brief.", "Be kind.", func(f flags) string { return f.agent.OpenAIPrompt }},
 		{"MOBILE_PROMPT_TTL", "prompt-ttl", "45", "90", func(f flags) string { return f.promptTTL.String() }},
 		{"MOBILE_ADMIN_LISTEN", "admin-listen", "off", "127.0.0.1:9002", func(f flags) string { return f.adminListen }},
+		{"MOBILE_PPROF", "pprof", "on", "off", func(f flags) string { return f.pprof }},
 		{"MOBILE_DRAIN_WINDOW", "drain-window", "45", "90", func(f flags) string { return f.drainWindow.String() }},
 		{"MOBILE_PING_INTERVAL", "ping-interval", "45", "90", func(f flags) string { return f.pingInterval.String() }},
 		{"MOBILE_MAX_READ_MIB", "max-read", "45", "90", func(f flags) string { return mib(f.maxRead) }},
@@ -916,5 +917,40 @@ func TestSettingsRefuseWhatCannotWork(t *testing.T) {
 	t.Setenv("MOBILE_ACK_WAIT", "15")
 	if _, err := mustParse(t).gatewayConfig(); err == nil || !strings.Contains(err.Error(), "AckWait") {
 		t.Fatalf("a 15 s ack wait: %v", err)
+	}
+}
+
+// TestPprof: MOBILE_PPROF=on serves the Go profiles on the admin port, the
+// default does not, and a value other than on or off refuses to start.
+func TestPprof(t *testing.T) {
+	clearEnv(t)
+	for _, on := range []bool{false, true} {
+		args := []string{"-listen=127.0.0.1:0", "-admin-listen=127.0.0.1:0", "-token=tok"}
+		if on {
+			args = append(args, "-pprof=on")
+		}
+		f := mustParse(t, args...)
+		_, _, stderr, stop := testsvc.Run(t, "gateway listening", func(ctx context.Context, stdout, stderr io.Writer) error {
+			return run(ctx, f, stdout, stderr)
+		})
+		admin := testsvc.ListeningURL(t, stderr.String(), "admin listening")
+		resp, err := http.Get(admin + "/debug/pprof/goroutine?debug=1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		served := resp.StatusCode == http.StatusOK && strings.Contains(string(body), "goroutine profile:")
+		if served != on {
+			t.Fatalf("MOBILE_PPROF on=%v: /debug/pprof/goroutine answered %d %.100q", on, resp.StatusCode, body)
+		}
+		if err := stop(); err != nil {
+			t.Fatalf("stop: %v", err)
+		}
+	}
+	var out bytes.Buffer
+	err := run(testCtx(t), mustParse(t, "-listen=127.0.0.1:0", "-admin-listen=off", "-token=tok", "-pprof=yes"), &out, &out)
+	if err == nil || !strings.Contains(err.Error(), "MOBILE_PPROF") {
+		t.Fatalf("run with -pprof=yes = %v, want an error naming MOBILE_PPROF", err)
 	}
 }

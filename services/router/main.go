@@ -44,7 +44,7 @@ type flags struct {
 	deliverTokens, agentTokens      config.Secret
 	homeDevice, eventsMax, logLevel string
 	promptTTL                       time.Duration
-	adminListen                     string
+	adminListen, pprof              string
 	maxBlob                         int64
 	blobTTL                         time.Duration
 	knobs                           config.RouterKnobs
@@ -70,6 +70,7 @@ func (f *flags) register(fs *flag.FlagSet) {
 	config.MiB(fs, &f.maxBlob, "max-blob", "MOBILE_MAX_BLOB_MIB", memstore.DefaultMaxBlobBytes, "media kept in the store for the agent and the phones (POST /v1/blobs); past it a blob is refused")
 	config.String(fs, &f.logLevel, "log-level", "MOBILE_LOG_LEVEL", "info", "debug, info, warn or error")
 	config.String(fs, &f.adminListen, "admin-listen", "MOBILE_ADMIN_LISTEN", "127.0.0.1:8790", "admin HTTP address (/healthz, /readyz, /metrics); off disables it")
+	config.String(fs, &f.pprof, "pprof", "MOBILE_PPROF", "off", "on: serve the Go profiles (net/http/pprof) at /debug/pprof/ on the admin port")
 }
 
 func main() {
@@ -142,11 +143,18 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) (err error) {
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: s.level}))
 
+	pprofOn, err := admin.PprofSetting(f.pprof)
+	if err != nil {
+		return err
+	}
 	adm, err := admin.StartOps(ctx, log, f.adminListen, "hermes-router")
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, adm.Close()) }()
+	if pprofOn {
+		adm.HandlePprof()
+	}
 	s.router.Telemetry = adm.Tel
 	redisstore.SetLogger(log)
 	st, err := redisstore.New(ctx, redisstore.Options{URL: f.redisURL, Prefix: f.redisPrefix, MaxBlobBytes: f.maxBlob})

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Step mode against a cluster on this machine: builds the edge, the router
+# and the load generator (no -race), starts the floor (`loadtest floor`) as
+# a process of its own, two edges (MOBILE_ROUTER=off) and one router
+# (AGENT=demo) on the local Redis (127.0.0.1:6379) and NATS (127.0.0.1:4222)
+# with key and subject prefixes of their own and MOBILE_PPROF=on, then runs
+#
+#   loadtest step -url <edge1>,<edge2> -token … -deliver <router> -deliver-token … -floor <floor> "$@"
+#
+# so any flag of `loadtest step` may follow (a later flag wins).
+#
+# STEP_EDGES=1 puts the phones on the first edge only.
+# PROFILE_AT=<s> PROFILE_SECONDS=<s> PROFILE_DIR=<dir>: PROFILE_AT seconds
+# after the load generator starts, take CPU profiles of the router and of
+# the first edge for PROFILE_SECONDS (default 20) into PROFILE_DIR
+# (router.pprof, edge1.pprof); read them with `go tool pprof -top FILE`.
+# STEP_LOGS=<dir> keeps the services' logs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="/usr/local/go/bin:$PATH:/usr/sbin"
+
+WORK="$(mktemp -d)"
+PIDS=()
+cleanup() {
+  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  if [ -n "${STEP_LOGS:-}" ]; then mkdir -p "$STEP_LOGS" && cp "$WORK"/*.log "$STEP_LOGS"/ 2>/dev/null || true; fi
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+echo "== building" >&2
+go build -o "$WORK/edge" ./services/edge
+go build -o "$WORK/router" ./services/router
+go build -o "$WORK/loadtest" ./loadtest
+
+random() { od -An -N16 -tx1 /dev/urandom | tr -d ' \n'; }
+ID="st$(random | cut -c1-10)"
+TOKEN="$(random)"
+DELIVER_TOKEN="$(random)"
+export NATS_URL=nats://127.0.0.1:4222 REDIS_URL=redis://127.0.0.1:6379
+export REDIS_PREFIX="$ID:" NATS_PREFIX="$ID."
+export MOBILE_ADMIN_LISTEN=127.0.0.1:0 MOBILE_DRAIN_WINDOW=2 MOBILE_PPROF=on
+
+start() {
+  local name="$1"; shift
+  env "$@" >"$WORK/$name.log" 2>&1 &
+  PIDS+=("$!")
+  eval "PID_$name=$!"
+}
+
+# url_of NAME MSG: the url of NAME's JSON log line whose msg is MSG.
+url_of() {
+  local name="$1" msg="$2" pid line
+  pid="$(eval echo "\$PID_$name")"
+  for _ in $(seq 1 150); do
+    line="$(grep -m1 "\"msg\":\"$msg\"" "$WORK/$name.log" || true)"
+    if [ -n "$line" ]; then
+      sed -E 's/.*"url":"([^"]*)".*/\1/' <<<"$line"
+      return 0
+    fi
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "$name: no \"$msg\" log line; its log:" >&2
+  cat "$WORK/$name.log" >&2
+  return 1
+}
+
+start floor MOBILE_TOKEN="$TOKEN" "$WORK/loadtest" floor
+start edge1 MOBILE_TOKEN="$TOKEN" MOBILE_ROUTER=off MOBILE_LISTEN=127.0.0.1:0 "$WORK/edge"
+start edge2 MOBILE_TOKEN="$TOKEN" MOBILE_ROUTER=off MOBILE_LISTEN=127.0.0.1:0 "$WORK/edge"
+start router MOBILE_ROUTER_LISTEN=127.0.0.1:0 MOBILE_DELIVER_TOKENS="$DELIVER_TOKEN" AGENT=demo "$WORK/router"
+FLOOR="$(url_of floor "floor listening")"
+EDGE1="$(url_of edge1 "gateway listening")"
+EDGE2="$(url_of edge2 "gateway listening")"
+ROUTER="$(url_of router "router listening")"
+ADMIN_EDGE1="$(url_of edge1 "admin listening")"
+ADMIN_ROUTER="$(url_of router "admin listening")"
+EDGES="$EDGE1,$EDGE2"
+if [ "${STEP_EDGES:-2}" = 1 ]; then EDGES="$EDGE1"; fi
+echo "floor $FLOOR, edges $EDGES, router $ROUTER (REDIS_PREFIX=$REDIS_PREFIX NATS_PREFIX=$NATS_PREFIX)" >&2
+
+if [ -n "${PROFILE_AT:-}" ]; then
+  secs="${PROFILE_SECONDS:-20}"
+  dir="${PROFILE_DIR:?PROFILE_DIR is needed with PROFILE_AT}"
+  mkdir -p "$dir"
+  (
+    sleep "$PROFILE_AT"
+    echo "$(date +%T) profiling the router and edge 1 for ${secs}s" >&2
+    curl -fsS -o "$dir/router.pprof" "$ADMIN_ROUTER/debug/pprof/profile?seconds=$secs" &
+    curl -fsS -o "$dir/edge1.pprof" "$ADMIN_EDGE1/debug/pprof/profile?seconds=$secs" &
+    wait
+  ) &
+  PROFILER=$!
+fi
+
+status=0
+LOADTEST_DELIVER_TOKEN="$DELIVER_TOKEN" "$WORK/loadtest" step -url "$EDGES" -token "$TOKEN" \
+  -deliver "$ROUTER" -floor "$FLOOR" "$@" || status=$?
+if [ -n "${PROFILER:-}" ]; then wait "$PROFILER" || true; fi
+for name in floor edge1 edge2 router; do
+  if ! kill -0 "$(eval echo "\$PID_$name")" 2>/dev/null; then
+    echo "$name died during the run; its log:" >&2
+    tail -n 40 "$WORK/$name.log" >&2
+    status=1
+  fi
+done
+exit "$status"
