@@ -7,6 +7,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/semconv/v1.43.0/httpconv"
 
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 )
@@ -30,6 +31,9 @@ type Metrics struct {
 	dropped     metric.Int64Counter
 	moved       metric.Int64Counter
 	unacked     metric.Int64Counter
+
+	httpRequests metric.Int64Counter
+	httpDuration httpconv.ServerRequestDuration
 
 	byType   labelSet // frame type → {type=…}
 	byCode   labelSet // error code → {code=…}
@@ -142,6 +146,11 @@ func newMetrics(m metric.Meter) (*Metrics, error) {
 	check(e)
 	x.unacked, e = m.Int64Counter("hermes_deliveries_unacked",
 		metric.WithDescription("Deliveries to a phone that acks which it did not ack in time or before its socket closed: kept for the outbox."))
+	check(e)
+	x.httpRequests, e = m.Int64Counter("hermes_http_requests",
+		metric.WithDescription("Requests the router's HTTP API answered, by route, method and status class."))
+	check(e)
+	x.httpDuration, e = httpconv.NewServerRequestDuration(m)
 	check(e)
 	if err != nil {
 		return nil, err
