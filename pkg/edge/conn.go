@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -19,6 +20,7 @@ import (
 	"github.com/gobwas/ws/wsutil"
 
 	"github.com/hermes-mobile/gateway/pkg/protocol"
+	"github.com/hermes-mobile/gateway/pkg/telemetry"
 )
 
 // WebSocket close codes the edge sends.
@@ -51,6 +53,16 @@ var (
 	errClientClosed = errors.New("client closed the connection")
 	errProtocol     = errors.New("websocket protocol error")
 	errSlowReader   = errors.New("slow reader: outbound queue full")
+	// errWriteStalled wraps the deadline error of a write that made no
+	// progress for WriteTimeout.
+	errWriteStalled = errors.New("slow reader: no write progress")
+)
+
+// Close codes of the metrics for a connection that ended without a close
+// frame (RFC 6455 7.1.5: 1006) and for a close frame without a code (1005).
+const (
+	closeAbnormal = 1006
+	closeNoStatus = 1005
 )
 
 // outItem is one queued frame; done, when set, runs once the frame (and all
@@ -91,7 +103,12 @@ type conn struct {
 	writing  bool
 	closing  bool // a close frame is queued; nothing else is accepted
 	closed   bool
-	avatar   string
+	// closeCode is the code of the close frame that began the closing
+	// handshake (0 while none did; -1 for a close frame no code can be
+	// read from), closeByPeer whether the peer sent it: the metrics'.
+	closeCode   int
+	closeByPeer bool
+	avatar      string
 	// avatarURL is ready's avatar_url: Config.AvatarURL, or the edge's own
 	// page at the host the phone connected to.
 	avatarURL string
@@ -105,6 +122,7 @@ type conn struct {
 	unacked    map[string][]*ackWaiter
 	unackedIDs []string
 	recentAcks []string      // acks that came before anybody waited for them
+	opened     time.Time     // the upgrade completed
 	torn       atomic.Bool   // teardown ran (or is running)
 	dead       chan struct{} // closed when teardown has finished
 
@@ -165,8 +183,14 @@ func (s *Server) handshake(nc net.Conn) {
 			return nil
 		},
 	}
-	if _, err := u.Upgrade(rc); err != nil {
+	cr := &countingReader{r: rc}
+	if _, err := u.Upgrade(cr); err != nil {
 		s.log.Debug("upgrade failed", "peer", peer, "err", err)
+		if cr.n > 0 {
+			// A connection that sent nothing at all is a TCP health
+			// check, not a failure.
+			s.tel.m.AcceptFailed(telemetry.AcceptStageUpgrade)
+		}
 		nc.Close()
 		return
 	}
@@ -190,6 +214,7 @@ func (s *Server) handshake(nc net.Conn) {
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()
 	s.nConns.Add(1)
+	c.opened = time.Now()
 	s.tel.m.ConnOpened()
 	c.helloTimer = time.AfterFunc(s.cfg.HelloTimeout, c.helloTimeout)
 	if s.poller != nil {
@@ -211,6 +236,20 @@ func (s *Server) handshake(nc net.Conn) {
 		}
 	})
 }
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.ReadWriter
+	n int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += n
+	return n, err
+}
+
+func (c *countingReader) Write(p []byte) (int, error) { return c.r.Write(p) }
 
 func appendList(dst, v []byte) []byte {
 	if len(dst) > 0 {
@@ -402,6 +441,13 @@ func (c *conn) protocolError(why string) error {
 // reason that is not UTF-8 with 1007. 1005, 1006 and 1015 are never sent.
 func (c *conn) onPeerClose(p []byte) {
 	answer := closeFrame(-1, "")
+	peerCode := closeNoStatus // for the metrics: an empty close frame
+	switch {
+	case len(p) == 1:
+		peerCode = -1 // no code can be read
+	case len(p) > 1:
+		peerCode = int(binary.BigEndian.Uint16(p))
+	}
 	if len(p) > 0 {
 		code, reason := ws.ParseCloseFrameData(p)
 		switch err := ws.CheckCloseFrameData(code, reason); {
@@ -425,6 +471,7 @@ func (c *conn) onPeerClose(p []byte) {
 		return
 	}
 	c.closing = true
+	c.closeCode, c.closeByPeer = peerCode, true
 	c.mu.Unlock()
 	// The socket closes once our answer is written (or, if the writer is
 	// stuck, when the linger time is up).
@@ -449,6 +496,7 @@ func (c *conn) closeWith(code int, reason string, errFrame *protocol.Error) {
 		return
 	}
 	c.closing = true
+	c.closeCode = code
 	c.mu.Unlock()
 	if errFrame != nil {
 		c.enqueueAlways(textFrame(protocol.AppendError(newFrame(128), errFrame)), nil)
@@ -592,7 +640,7 @@ func (c *conn) writeBuffers(bufs *net.Buffers) error {
 			c.stall.acked, c.stall.since = acked, now
 		}
 		if now.Sub(c.stall.since) >= timeout {
-			return err
+			return fmt.Errorf("%w: %w", errWriteStalled, err)
 		}
 	}
 }
@@ -614,7 +662,12 @@ func (c *conn) teardown(reason error) {
 		c.idle.Stop()
 	}
 	helloed := c.helloed
+	code, byPeer := c.closeCode, c.closeByPeer
 	c.mu.Unlock()
+	if code == 0 {
+		// No close frame began it: the socket just ended.
+		code, byPeer = closeAbnormal, !edgeCut(reason)
+	}
 	if c.helloTimer != nil {
 		c.helloTimer.Stop()
 	}
@@ -633,7 +686,13 @@ func (c *conn) teardown(reason error) {
 	c.failUnacked()
 	c.srv.unregister(c)
 	c.srv.nConns.Add(-1)
-	c.srv.tel.m.ConnClosed()
+	c.srv.tel.m.ConnClosed(code, byPeer, time.Since(c.opened))
+	switch {
+	case errors.Is(reason, errSlowReader):
+		c.srv.tel.m.SlowReaderClosed(telemetry.SlowReaderQueueFull)
+	case errors.Is(reason, errWriteStalled):
+		c.srv.tel.m.SlowReaderClosed(telemetry.SlowReaderStalled)
+	}
 	if helloed {
 		c.log.Debug("connection closed", "reason", reason)
 		c.srv.releasing.Add(1)
@@ -643,6 +702,14 @@ func (c *conn) teardown(reason error) {
 		})
 	}
 	close(c.dead)
+}
+
+// edgeCut reports whether the edge dropped a connection for reason (a slow
+// or silent peer, a read or write deadline, shutdown) rather than the peer
+// going away (EOF, reset).
+func edgeCut(reason error) bool {
+	return errors.Is(reason, errSlowReader) || errors.Is(reason, errPingTimeout) ||
+		errors.Is(reason, errServerClosed) || errors.Is(reason, os.ErrDeadlineExceeded)
 }
 
 // frame building. A frame buffer starts with room for the largest server
