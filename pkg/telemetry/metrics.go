@@ -39,6 +39,9 @@ type Metrics struct {
 	slowReaders  metric.Int64Counter
 	acceptFails  metric.Int64Counter
 
+	natsDisconnects metric.Int64Counter
+	natsReconnects  metric.Int64Counter
+
 	httpRequests metric.Int64Counter
 	httpDuration httpconv.ServerRequestDuration
 
@@ -174,6 +177,12 @@ func newMetrics(m metric.Meter) (*Metrics, error) {
 	check(e)
 	x.acceptFails, e = m.Int64Counter("hermes_accept_failures",
 		metric.WithDescription("Connections the edge could not take: the listener's accept failed, or the WebSocket upgrade did."))
+	check(e)
+	x.natsDisconnects, e = m.Int64Counter("hermes_nats_disconnects",
+		metric.WithDescription("Times this process's NATS connection was lost (not counting its own close)."))
+	check(e)
+	x.natsReconnects, e = m.Int64Counter("hermes_nats_reconnects",
+		metric.WithDescription("Times this process's NATS connection was re-established after a loss."))
 	check(e)
 	x.httpRequests, e = m.Int64Counter("hermes_http_requests",
 		metric.WithDescription("Requests the router's HTTP API answered, by route, method and status class."))
@@ -409,5 +418,28 @@ func (m *Metrics) DeliveryUnacked() {
 func (m *Metrics) JournalDropped() {
 	if m != nil {
 		m.dropped.Add(bg, 1)
+	}
+}
+
+// NATSConnected makes the NATS series exist, at 0, for a process that has
+// a NATS connection.
+func (m *Metrics) NATSConnected() {
+	if m != nil {
+		m.natsDisconnects.Add(bg, 0)
+		m.natsReconnects.Add(bg, 0)
+	}
+}
+
+// NATSDisconnected counts a lost NATS connection.
+func (m *Metrics) NATSDisconnected() {
+	if m != nil {
+		m.natsDisconnects.Add(bg, 1)
+	}
+}
+
+// NATSReconnected counts a NATS connection re-established.
+func (m *Metrics) NATSReconnected() {
+	if m != nil {
+		m.natsReconnects.Add(bg, 1)
 	}
 }
