@@ -97,7 +97,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err e
 	}()
 	if cfg.RedisURL != "" {
 		redisstore.SetLogger(log)
-		rs, err := redisstore.New(ctx, redisstore.Options{URL: cfg.RedisURL, Prefix: cfg.RedisPrefix, Clock: cfg.Clock})
+		rs, err := redisstore.New(ctx, redisstore.Options{URL: cfg.RedisURL, Prefix: cfg.RedisPrefix, Clock: cfg.Clock, Telemetry: cfg.Telemetry})
 		if err != nil {
 			return nil, fmt.Errorf("REDIS_URL: %w", err)
 		}

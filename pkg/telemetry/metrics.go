@@ -39,6 +39,13 @@ type Metrics struct {
 	slowReaders  metric.Int64Counter
 	acceptFails  metric.Int64Counter
 
+	meter           metric.Meter
+	redisErrors     metric.Int64Counter
+	redisHits       metric.Int64ObservableCounter
+	redisMisses     metric.Int64ObservableCounter
+	redisTimeouts   metric.Int64ObservableCounter
+	redisConns      metric.Int64ObservableGauge
+	redisIdle       metric.Int64ObservableGauge
 	natsDisconnects metric.Int64Counter
 	natsReconnects  metric.Int64Counter
 
@@ -50,6 +57,7 @@ type Metrics struct {
 	byResult labelSet // "ok" or an error code → {result=…}
 	byReason labelSet // SlowReaderQueueFull, SlowReaderStalled → {reason=…}
 	byStage  labelSet // AcceptStageAccept, AcceptStageUpgrade → {stage=…}
+	byKind   labelSet // RedisUnavailable, RedisFull, RedisReply → {kind=…}
 	// closeOpts[i][by] are the options of closeCodes[i] (the last one
 	// "other") closed by the edge (by 0) or the peer (by 1).
 	closeOpts [][2][]metric.AddOption
@@ -119,7 +127,7 @@ const HandshakeOK = "ok"
 var latencyBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 15}
 
 func newMetrics(m metric.Meter) (*Metrics, error) {
-	var x Metrics
+	x := Metrics{meter: m}
 	var err, e error
 	check := func(e error) { err = errors.Join(err, e) }
 	x.conns, e = m.Int64UpDownCounter("hermes_connections",
@@ -178,6 +186,24 @@ func newMetrics(m metric.Meter) (*Metrics, error) {
 	x.acceptFails, e = m.Int64Counter("hermes_accept_failures",
 		metric.WithDescription("Connections the edge could not take: the listener's accept failed, or the WebSocket upgrade did."))
 	check(e)
+	x.redisErrors, e = m.Int64Counter("hermes_redis_errors",
+		metric.WithDescription("Store operations Redis failed, by kind: unavailable (network, timeout, a server loading or failing over), full (OOM), reply (any other error reply)."))
+	check(e)
+	x.redisHits, e = m.Int64ObservableCounter("hermes_redis_pool_hits",
+		metric.WithDescription("Redis commands that found an idle connection in the pool."))
+	check(e)
+	x.redisMisses, e = m.Int64ObservableCounter("hermes_redis_pool_misses",
+		metric.WithDescription("Redis commands that found no idle connection in the pool and took a new one or waited."))
+	check(e)
+	x.redisTimeouts, e = m.Int64ObservableCounter("hermes_redis_pool_timeouts",
+		metric.WithDescription("Redis commands that gave up waiting for a pool connection (PoolTimeout)."))
+	check(e)
+	x.redisConns, e = m.Int64ObservableGauge("hermes_redis_pool_connections",
+		metric.WithDescription("Connections in the Redis pool, idle or in use."))
+	check(e)
+	x.redisIdle, e = m.Int64ObservableGauge("hermes_redis_pool_idle_connections",
+		metric.WithDescription("Idle connections in the Redis pool."))
+	check(e)
 	x.natsDisconnects, e = m.Int64Counter("hermes_nats_disconnects",
 		metric.WithDescription("Times this process's NATS connection was lost (not counting its own close)."))
 	check(e)
@@ -197,6 +223,7 @@ func newMetrics(m metric.Meter) (*Metrics, error) {
 	x.byResult = newLabelSet("result", append([]string{HandshakeOK}, errorCodes...)...)
 	x.byReason = newLabelSet("reason", SlowReaderQueueFull, SlowReaderStalled)
 	x.byStage = newLabelSet("stage", AcceptStageAccept, AcceptStageUpgrade)
+	x.byKind = newLabelSet("kind", RedisUnavailable, RedisFull, RedisReply)
 	x.closeOpts = make([][2][]metric.AddOption, len(closeCodes)+1)
 	for i := range x.closeOpts {
 		code := "other"
@@ -441,5 +468,50 @@ func (m *Metrics) NATSDisconnected() {
 func (m *Metrics) NATSReconnected() {
 	if m != nil {
 		m.natsReconnects.Add(bg, 1)
+	}
+}
+
+// PoolStats is what a Redis connection pool reports (go-redis PoolStats).
+type PoolStats struct {
+	Hits, Misses, Timeouts uint64 // since the pool was made
+	Conns, Idle            int64  // now
+}
+
+// Kinds of Redis errors (the kind label).
+const (
+	RedisUnavailable = "unavailable" // network, timeout, closed client, LOADING, READONLY, …: a retry may succeed
+	RedisFull        = "full"        // OOM: maxmemory reached
+	RedisReply       = "reply"       // any other error reply: configuration or a bug
+)
+
+// ObserveRedis reports pool's stats, read at each collection, as the
+// hermes_redis_pool_* series, and makes hermes_redis_errors_total exist at
+// 0, for a process that uses Redis. The returned stop ends the reporting.
+func (m *Metrics) ObserveRedis(pool func() PoolStats) (stop func() error) {
+	if m == nil {
+		return func() error { return nil }
+	}
+	for _, opts := range m.byKind.add {
+		m.redisErrors.Add(bg, 0, opts...)
+	}
+	reg, err := m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		st := pool()
+		o.ObserveInt64(m.redisHits, int64(st.Hits))
+		o.ObserveInt64(m.redisMisses, int64(st.Misses))
+		o.ObserveInt64(m.redisTimeouts, int64(st.Timeouts))
+		o.ObserveInt64(m.redisConns, st.Conns)
+		o.ObserveInt64(m.redisIdle, st.Idle)
+		return nil
+	}, m.redisHits, m.redisMisses, m.redisTimeouts, m.redisConns, m.redisIdle)
+	if err != nil {
+		return func() error { return nil } // the instruments are this meter's: it cannot fail
+	}
+	return reg.Unregister
+}
+
+// RedisError counts a store operation Redis failed, by kind.
+func (m *Metrics) RedisError(kind string) {
+	if m != nil {
+		m.redisErrors.Add(bg, 1, m.byKind.of(kind)...)
 	}
 }

@@ -141,7 +141,7 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) (err error) {
 	defer func() { err = errors.Join(err, adm.Close()) }()
 	s.router.Telemetry = adm.Tel
 	redisstore.SetLogger(log)
-	st, err := redisstore.New(ctx, redisstore.Options{URL: f.redisURL, Prefix: f.redisPrefix})
+	st, err := redisstore.New(ctx, redisstore.Options{URL: f.redisURL, Prefix: f.redisPrefix, Telemetry: adm.Tel})
 	if err != nil {
 		return fmt.Errorf("REDIS_URL: %w", err)
 	}
