@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"regexp"
 	"strings"
@@ -290,9 +291,10 @@ func TestUpgradeFailures(t *testing.T) {
 
 // TestAcceptFailure: when the process is out of file descriptors the
 // listener's Accept fails; the edge counts it, waits and takes the
-// connection once descriptors are free again. The limit is the whole test
-// binary's, so this test does not run in parallel with others, and
-// /metrics is read only once the limit is back.
+// connection once descriptors are free again. The phone's socket is made
+// before every descriptor is taken, and connects after. The limit is the
+// whole test binary's, so this test does not run in parallel with others,
+// and /metrics is read only once the limit is back.
 func TestAcceptFailure(t *testing.T) {
 	logs := newSignalWriter("accept failed")
 	tel := newTelemetry(t, telemetry.Config{ServiceName: "hermes-edge"})
@@ -302,6 +304,12 @@ func TestAcceptFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { g.Close() })
+	sock, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := os.NewFile(uintptr(sock), "phone")
+	defer f.Close()
 
 	var old unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
@@ -330,8 +338,7 @@ func TestAcceptFailure(t *testing.T) {
 		}
 	}
 	// No descriptor above the highest in use, and the free ones below it
-	// taken, but one: the phone's socket gets that one, the edge's Accept
-	// none.
+	// taken.
 	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: uint64(highest + 1), Max: old.Max}); err != nil {
 		t.Fatal(err)
 	}
@@ -346,22 +353,13 @@ func TestAcceptFailure(t *testing.T) {
 		}
 		fillers = append(fillers, f)
 	}
-	if len(fillers) == 0 {
+	addr := g.Addr().(*net.TCPAddr)
+	sa := &unix.SockaddrInet4{Port: addr.Port}
+	copy(sa.Addr[:], addr.IP.To4())
+	if err := unix.Connect(sock, sa); err != nil { // the kernel's backlog takes it
 		restore()
-		t.Fatal("no descriptor left to give the phone")
+		t.Fatalf("connect: %v", err)
 	}
-	fillers[len(fillers)-1].Close()
-	fillers = fillers[:len(fillers)-1]
-
-	type dialed struct {
-		nc  net.Conn
-		err error
-	}
-	phone := make(chan dialed, 1)
-	go func() {
-		nc, _, _, err := ws.Dialer{}.Dial(testCtx(t), "ws://"+g.Addr().String()+"/ws")
-		phone <- dialed{nc, err}
-	}()
 	select {
 	case <-logs.seen:
 	case <-time.After(10 * time.Second):
@@ -369,11 +367,16 @@ func TestAcceptFailure(t *testing.T) {
 		t.Fatal("the edge's Accept did not fail with the descriptors used up")
 	}
 	restore()
-	d := <-phone
-	if d.err != nil {
-		t.Fatalf("the phone's connection was not taken once descriptors were free: %v", d.err)
+
+	nc, err := net.FileConn(f)
+	if err != nil {
+		t.Fatal(err)
 	}
-	defer d.nc.Close()
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, _, err := (ws.Dialer{}).Upgrade(nc, &url.URL{Scheme: "ws", Host: addr.String(), Path: "/ws"}); err != nil {
+		t.Fatalf("the connection was not taken once descriptors were free: %v", err)
+	}
 
 	rec := httptest.NewRecorder()
 	tel.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
