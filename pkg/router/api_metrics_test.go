@@ -67,7 +67,7 @@ func TestHTTPMetrics(t *testing.T) {
 	}
 	t.Cleanup(func() { tel.Shutdown(context.Background()) })
 	nc := nodeConfig()
-	nc.Router, nc.Link, nc.APIListen, nc.API, nc.Telemetry = true, true, "127.0.0.1:0", apiConfig(nil), tel
+	nc.Router, nc.APIListen, nc.API, nc.Telemetry = true, "127.0.0.1:0", apiConfig(nil), tel
 	g, err := gateway.Start(t.Context(), nc, testLogger(t, "node"))
 	if err != nil {
 		t.Fatalf("start node: %v", err)
