@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -19,6 +20,7 @@ import (
 	"github.com/gobwas/ws/wsutil"
 
 	"github.com/hermes-mobile/gateway/pkg/protocol"
+	"github.com/hermes-mobile/gateway/pkg/telemetry"
 )
 
 // WebSocket close codes the edge sends.
@@ -51,6 +53,16 @@ var (
 	errClientClosed = errors.New("client closed the connection")
 	errProtocol     = errors.New("websocket protocol error")
 	errSlowReader   = errors.New("slow reader: outbound queue full")
+	// errWriteStalled wraps the deadline error of a write that made no
+	// progress for WriteTimeout.
+	errWriteStalled = errors.New("slow reader: no write progress")
+)
+
+// Close codes of the metrics for a connection that ended without a close
+// frame (RFC 6455 7.1.5: 1006) and for a close frame without a code (1005).
+const (
+	closeAbnormal = 1006
+	closeNoStatus = 1005
 )
 
 // connFlags are a connection's states, one bit each (as nats-server's
@@ -105,7 +117,12 @@ type conn struct {
 	flags    connFlags // the connection's states
 	out      []outItem
 	outBytes int
-	avatar   string
+	// closeCode is the code of the close frame that began the closing
+	// handshake (0 while none did; -1 for a close frame no code can be
+	// read from), closeByPeer whether the peer sent it: the metrics'.
+	closeCode   int
+	closeByPeer bool
+	avatar      string
 	// avatarURL is ready's avatar_url: Config.AvatarURL, or the edge's own
 	// page at the host the phone connected to.
 	avatarURL string
@@ -117,6 +134,7 @@ type conn struct {
 	unacked    map[string][]*ackWaiter
 	unackedIDs []string
 	recentAcks []string      // acks that came before anybody waited for them
+	opened     time.Time     // the upgrade completed
 	torn       atomic.Bool   // teardown ran (or is running)
 	dead       chan struct{} // closed when teardown has finished
 
@@ -181,8 +199,14 @@ func (s *Server) handshake(nc net.Conn) {
 			return nil
 		},
 	}
-	if _, err := u.Upgrade(rc); err != nil {
+	cr := &countingReader{r: rc}
+	if _, err := u.Upgrade(cr); err != nil {
 		s.log.Debug("upgrade failed", "peer", peer, "err", err)
+		if cr.n > 0 {
+			// A connection that sent nothing at all is a TCP health
+			// check, not a failure.
+			s.tel.m.AcceptFailed(telemetry.AcceptStageUpgrade)
+		}
 		nc.Close()
 		return
 	}
@@ -206,6 +230,7 @@ func (s *Server) handshake(nc net.Conn) {
 	s.awaiting[c] = time.Since(s.start) + s.cfg.HelloTimeout
 	s.mu.Unlock()
 	s.nConns.Add(1)
+	c.opened = time.Now()
 	s.tel.m.ConnOpened()
 	if s.poller != nil {
 		onReadable := func() { s.tracked(c.onReadable) }
@@ -226,6 +251,20 @@ func (s *Server) handshake(nc net.Conn) {
 		}
 	})
 }
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.ReadWriter
+	n int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += n
+	return n, err
+}
+
+func (c *countingReader) Write(p []byte) (int, error) { return c.r.Write(p) }
 
 func appendList(dst, v []byte) []byte {
 	if len(dst) > 0 {
@@ -437,6 +476,13 @@ func (c *conn) protocolError(why string) error {
 // reason that is not UTF-8 with 1007. 1005, 1006 and 1015 are never sent.
 func (c *conn) onPeerClose(p []byte) {
 	answer := closeFrame(-1, "")
+	peerCode := closeNoStatus // for the metrics: an empty close frame
+	switch {
+	case len(p) == 1:
+		peerCode = -1 // no code can be read
+	case len(p) > 1:
+		peerCode = int(binary.BigEndian.Uint16(p))
+	}
 	if len(p) > 0 {
 		code, reason := ws.ParseCloseFrameData(p)
 		switch err := ws.CheckCloseFrameData(code, reason); {
@@ -460,6 +506,7 @@ func (c *conn) onPeerClose(p []byte) {
 		return
 	}
 	c.flags.set(flagClosing)
+	c.closeCode, c.closeByPeer = peerCode, true
 	c.mu.Unlock()
 	// The socket closes once our answer is written (or, if the writer is
 	// stuck, when the linger time is up).
@@ -484,6 +531,7 @@ func (c *conn) closeWith(code int, reason string, errFrame *protocol.Error) {
 		return
 	}
 	c.flags.set(flagClosing)
+	c.closeCode = code
 	c.mu.Unlock()
 	if errFrame != nil {
 		c.enqueueAlways(textFrame(protocol.AppendError(newFrame(128), errFrame)), nil)
@@ -663,7 +711,7 @@ func (c *conn) writeBuffers(bufs *net.Buffers) error {
 			c.stall.acked, c.stall.since = acked, now
 		}
 		if now.Sub(c.stall.since) >= timeout {
-			return err
+			return fmt.Errorf("%w: %w", errWriteStalled, err)
 		}
 	}
 }
@@ -685,7 +733,12 @@ func (c *conn) teardown(reason error) {
 		c.idle.Stop()
 	}
 	helloed := c.flags.is(flagHelloed)
+	code, byPeer := c.closeCode, c.closeByPeer
 	c.mu.Unlock()
+	if code == 0 {
+		// No close frame began it: the socket just ended.
+		code, byPeer = closeAbnormal, !edgeCut(reason)
+	}
 	c.srv.helloDone(c)
 	if c.pe != nil {
 		c.srv.poller.remove(c.pe)
@@ -704,7 +757,13 @@ func (c *conn) teardown(reason error) {
 	c.failUnacked()
 	c.srv.unregister(c)
 	c.srv.nConns.Add(-1)
-	c.srv.tel.m.ConnClosed()
+	c.srv.tel.m.ConnClosed(code, byPeer, time.Since(c.opened))
+	switch {
+	case errors.Is(reason, errSlowReader):
+		c.srv.tel.m.SlowReaderClosed(telemetry.SlowReaderQueueFull)
+	case errors.Is(reason, errWriteStalled):
+		c.srv.tel.m.SlowReaderClosed(telemetry.SlowReaderStalled)
+	}
 	if helloed {
 		c.logger().Debug("connection closed", "reason", reason)
 		c.srv.releasing.Add(1)
@@ -714,6 +773,14 @@ func (c *conn) teardown(reason error) {
 		})
 	}
 	close(c.dead)
+}
+
+// edgeCut reports whether the edge dropped a connection for reason (a slow
+// or silent peer, a read or write deadline, shutdown) rather than the peer
+// going away (EOF, reset).
+func edgeCut(reason error) bool {
+	return errors.Is(reason, errSlowReader) || errors.Is(reason, errPingTimeout) ||
+		errors.Is(reason, errServerClosed) || errors.Is(reason, os.ErrDeadlineExceeded)
 }
 
 // frame building. A frame buffer starts with room for the largest server

@@ -319,6 +319,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			if s.ctx.Err() != nil || s.isDraining() {
 				return nil
 			}
+			s.tel.m.AcceptFailed(telemetry.AcceptStageAccept)
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() || isTemporary(err) {
 				// Out of file descriptors and the like: wait, do not spin.
@@ -367,6 +368,12 @@ func (s *Server) Close() error {
 	conns, ok := s.stopAccepting(&s.closed)
 	if !ok {
 		return nil
+	}
+	s.mu.Lock()
+	drained := s.draining
+	s.mu.Unlock()
+	if drained {
+		s.tel.m.Draining(-1) // closed: no longer draining
 	}
 	s.closePages()
 	for _, c := range conns {

@@ -99,7 +99,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err e
 	}()
 	if cfg.RedisURL != "" {
 		redisstore.SetLogger(log)
-		rs, err := redisstore.New(ctx, redisstore.Options{URL: cfg.RedisURL, Prefix: cfg.RedisPrefix, Clock: cfg.Clock, MaxBlobBytes: blobBytes(cfg.MaxBlobBytes)})
+		rs, err := redisstore.New(ctx, redisstore.Options{URL: cfg.RedisURL, Prefix: cfg.RedisPrefix, Clock: cfg.Clock, MaxBlobBytes: blobBytes(cfg.MaxBlobBytes), Telemetry: cfg.Telemetry})
 		if err != nil {
 			return nil, fmt.Errorf("REDIS_URL: %w", err)
 		}
@@ -109,9 +109,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err e
 	}
 	var nb *natsbus.Bus // kept out of g.Bus until it is not nil
 	if cfg.NATSURL != "" {
-		nb, err = natsbus.Connect(cfg.NATSURL, natsbus.Options{Logger: log, SubjectPrefix: cfg.NATSPrefix})
+		nb, err = natsbus.Connect(cfg.NATSURL, natsbus.Options{Logger: log, SubjectPrefix: cfg.NATSPrefix, Telemetry: cfg.Telemetry})
 	} else {
-		nb, err = natsbus.Embedded(natsbus.Options{Logger: log})
+		nb, err = natsbus.Embedded(natsbus.Options{Logger: log, Telemetry: cfg.Telemetry})
 	}
 	if err != nil {
 		return nil, fmt.Errorf("NATS_URL: %w", err)

@@ -23,6 +23,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/bus"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/store"
+	"github.com/hermes-mobile/gateway/pkg/telemetry"
 	"github.com/hermes-mobile/gateway/pkg/tokens"
 )
 
@@ -109,6 +110,11 @@ type API struct {
 	// of them, whatever the token presented.
 	deliverTokens, agentTokens tokens.Set
 
+	// endpoints are the routes and their methods, as handle registers
+	// them; httpm counts their requests.
+	endpoints map[string][]string
+	httpm     *telemetry.HTTPServer
+
 	waiting chan struct{} // a slot per event read waiting in the store
 	readers atomic.Int64  // event reads in progress (long polls, streams)
 
@@ -129,9 +135,11 @@ func NewAPI(r *Router, cfg APIConfig) *API {
 		deliverTokens: tokens.NewSet(cfg.DeliverTokens),
 		agentTokens:   tokens.NewSet(cfg.AgentTokens),
 		waiting:       make(chan struct{}, cfg.MaxWaiting),
+		endpoints:     make(map[string][]string),
 	}
 	a.ctx, a.cancel = context.WithCancel(r.ctx)
 	a.routes()
+	a.httpm = r.tel.m.HTTPServer(a.endpoints)
 	return a
 }
 
@@ -179,6 +187,10 @@ type handlerFunc func(w http.ResponseWriter, req *http.Request) error
 // the access check. Paths are registered without a method so that a wrong
 // method gets a JSON 405 rather than the mux's text one.
 func (a *API) handle(method, path string, acc access, h handlerFunc) {
+	a.endpoints[path] = []string{method}
+	if method == "GET" {
+		a.endpoints[path] = append(a.endpoints[path], "HEAD")
+	}
 	a.mux.HandleFunc(path, func(w http.ResponseWriter, req *http.Request) {
 		if req.Method != method && !(method == "GET" && req.Method == "HEAD") {
 			w.Header().Set("Allow", method)
@@ -206,8 +218,12 @@ func (a *API) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	sw := &statusWriter{ResponseWriter: w}
 	a.mux.ServeHTTP(sw, req)
+	took := time.Since(start)
+	// The mux set req.Pattern to the route it chose: the catch-all "/" of
+	// unknown paths is none of the endpoints, so it counts as other.
+	a.httpm.Request(req.Pattern, req.Method, sw.status, took)
 	// Never the headers or the query: the token is in one, cursors in the other.
-	a.log.Debug("request", "method", req.Method, "path", req.URL.Path, "status", sw.status, "took", time.Since(start))
+	a.log.Debug("request", "method", req.Method, "path", req.URL.Path, "status", sw.status, "took", took)
 }
 
 // authorize checks the bearer token for acc.

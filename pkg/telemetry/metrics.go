@@ -3,10 +3,12 @@ package telemetry
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/semconv/v1.43.0/httpconv"
 
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 )
@@ -31,9 +33,34 @@ type Metrics struct {
 	moved       metric.Int64Counter
 	unacked     metric.Int64Counter
 
+	closes       metric.Int64Counter
+	connDuration metric.Float64Histogram
+	draining     metric.Int64UpDownCounter
+	slowReaders  metric.Int64Counter
+	acceptFails  metric.Int64Counter
+
+	meter           metric.Meter
+	redisErrors     metric.Int64Counter
+	redisHits       metric.Int64ObservableCounter
+	redisMisses     metric.Int64ObservableCounter
+	redisTimeouts   metric.Int64ObservableCounter
+	redisConns      metric.Int64ObservableGauge
+	redisIdle       metric.Int64ObservableGauge
+	natsDisconnects metric.Int64Counter
+	natsReconnects  metric.Int64Counter
+
+	httpRequests metric.Int64Counter
+	httpDuration httpconv.ServerRequestDuration
+
 	byType   labelSet // frame type → {type=…}
 	byCode   labelSet // error code → {code=…}
 	byResult labelSet // "ok" or an error code → {result=…}
+	byReason labelSet // SlowReaderQueueFull, SlowReaderStalled → {reason=…}
+	byStage  labelSet // AcceptStageAccept, AcceptStageUpgrade → {stage=…}
+	byKind   labelSet // RedisUnavailable, RedisFull, RedisReply → {kind=…}
+	// closeOpts[i][by] are the options of closeCodes[i] (the last one
+	// "other") closed by the edge (by 0) or the peer (by 1).
+	closeOpts [][2][]metric.AddOption
 }
 
 // labelSet holds the precomputed options of one attribute's values.
@@ -100,7 +127,7 @@ const HandshakeOK = "ok"
 var latencyBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 15}
 
 func newMetrics(m metric.Meter) (*Metrics, error) {
-	var x Metrics
+	x := Metrics{meter: m}
 	var err, e error
 	check := func(e error) { err = errors.Join(err, e) }
 	x.conns, e = m.Int64UpDownCounter("hermes_connections",
@@ -143,12 +170,71 @@ func newMetrics(m metric.Meter) (*Metrics, error) {
 	x.unacked, e = m.Int64Counter("hermes_deliveries_unacked",
 		metric.WithDescription("Deliveries to a phone that acks which it did not ack in time or before its socket closed: kept for the outbox."))
 	check(e)
+	x.closes, e = m.Int64Counter("hermes_closes",
+		metric.WithDescription("WebSocket connections closed, by the close code that ended them and by whom the close began."))
+	check(e)
+	x.connDuration, e = m.Float64Histogram("hermes_connection_duration", metric.WithUnit("s"),
+		metric.WithDescription("How long WebSocket connections stayed open, from the upgrade to the socket closing."),
+		metric.WithExplicitBucketBoundaries(connDurationBuckets...))
+	check(e)
+	x.draining, e = m.Int64UpDownCounter("hermes_draining",
+		metric.WithDescription("1 while this edge drains: it accepts no connections and closes its own one by one."))
+	check(e)
+	x.slowReaders, e = m.Int64Counter("hermes_slow_reader_closes",
+		metric.WithDescription("Connections cut because the app did not read: its outbound queue was full, or a write made no progress for WriteTimeout."))
+	check(e)
+	x.acceptFails, e = m.Int64Counter("hermes_accept_failures",
+		metric.WithDescription("Connections the edge could not take: the listener's accept failed, or the WebSocket upgrade did."))
+	check(e)
+	x.redisErrors, e = m.Int64Counter("hermes_redis_errors",
+		metric.WithDescription("Store operations Redis failed, by kind: unavailable (network, timeout, a server loading or failing over), full (OOM), reply (any other error reply)."))
+	check(e)
+	x.redisHits, e = m.Int64ObservableCounter("hermes_redis_pool_hits",
+		metric.WithDescription("Redis commands that found an idle connection in the pool."))
+	check(e)
+	x.redisMisses, e = m.Int64ObservableCounter("hermes_redis_pool_misses",
+		metric.WithDescription("Redis commands that found no idle connection in the pool and took a new one or waited."))
+	check(e)
+	x.redisTimeouts, e = m.Int64ObservableCounter("hermes_redis_pool_timeouts",
+		metric.WithDescription("Redis commands that gave up waiting for a pool connection (PoolTimeout)."))
+	check(e)
+	x.redisConns, e = m.Int64ObservableGauge("hermes_redis_pool_connections",
+		metric.WithDescription("Connections in the Redis pool, idle or in use."))
+	check(e)
+	x.redisIdle, e = m.Int64ObservableGauge("hermes_redis_pool_idle_connections",
+		metric.WithDescription("Idle connections in the Redis pool."))
+	check(e)
+	x.natsDisconnects, e = m.Int64Counter("hermes_nats_disconnects",
+		metric.WithDescription("Times this process's NATS connection was lost (not counting its own close)."))
+	check(e)
+	x.natsReconnects, e = m.Int64Counter("hermes_nats_reconnects",
+		metric.WithDescription("Times this process's NATS connection was re-established after a loss."))
+	check(e)
+	x.httpRequests, e = m.Int64Counter("hermes_http_requests",
+		metric.WithDescription("Requests the router's HTTP API answered, by route, method and status class."))
+	check(e)
+	x.httpDuration, e = httpconv.NewServerRequestDuration(m)
+	check(e)
 	if err != nil {
 		return nil, err
 	}
 	x.byType = newLabelSet("type", frameTypes...)
 	x.byCode = newLabelSet("code", errorCodes...)
 	x.byResult = newLabelSet("result", append([]string{HandshakeOK}, errorCodes...)...)
+	x.byReason = newLabelSet("reason", SlowReaderQueueFull, SlowReaderStalled)
+	x.byStage = newLabelSet("stage", AcceptStageAccept, AcceptStageUpgrade)
+	x.byKind = newLabelSet("kind", RedisUnavailable, RedisFull, RedisReply)
+	x.closeOpts = make([][2][]metric.AddOption, len(closeCodes)+1)
+	for i := range x.closeOpts {
+		code := "other"
+		if i < len(closeCodes) {
+			code = strconv.Itoa(closeCodes[i])
+		}
+		for by, who := range []string{"edge", "peer"} {
+			x.closeOpts[i][by] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(
+				attribute.String("code", code), attribute.String("by", who)))}
+		}
+	}
 	x.zero()
 	return &x, nil
 }
@@ -158,6 +244,18 @@ func newMetrics(m metric.Meter) (*Metrics, error) {
 // its first delivery.)
 func (m *Metrics) zero() {
 	m.conns.Add(bg, 0)
+	m.draining.Add(bg, 0)
+	for _, byWho := range m.closeOpts {
+		for _, opts := range byWho {
+			m.closes.Add(bg, 0, opts...)
+		}
+	}
+	for _, opts := range m.byReason.add {
+		m.slowReaders.Add(bg, 0, opts...)
+	}
+	for _, opts := range m.byStage.add {
+		m.acceptFails.Add(bg, 0, opts...)
+	}
 	for _, c := range []metric.Int64Counter{m.dedupHits, m.uploadBytes, m.outboxIn, m.outboxOut, m.dropped, m.moved, m.unacked} {
 		c.Add(bg, 0)
 	}
@@ -182,10 +280,72 @@ func (m *Metrics) ConnOpened() {
 	}
 }
 
-// ConnClosed counts a connection that ConnOpened counted going away.
-func (m *Metrics) ConnClosed() {
+// ConnClosed counts a connection that ConnOpened counted going away after
+// it was open for d: code is the close code that ended it (the one of the
+// close frame that began the closing handshake, 1005 for a close frame
+// without a code, 1006 when the socket ended without any), byPeer whether
+// the app began it (by its close frame, or by dropping the connection)
+// rather than the edge.
+func (m *Metrics) ConnClosed(code int, byPeer bool, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.conns.Add(bg, -1)
+	i := len(closeCodes) // other
+	for j, c := range closeCodes {
+		if c == code {
+			i = j
+			break
+		}
+	}
+	by := 0
+	if byPeer {
+		by = 1
+	}
+	m.closes.Add(bg, 1, m.closeOpts[i][by]...)
+	m.connDuration.Record(bg, d.Seconds())
+}
+
+// closeCodes are the code label values (RFC 6455 7.4.1): the codes the
+// edge sends (1000, 1001, 1002, 1007, 1008), those apps commonly send,
+// 1005 (a close frame without a code) and 1006 (no close frame). Any other
+// code counts as "other".
+var closeCodes = []int{1000, 1001, 1002, 1003, 1005, 1006, 1007, 1008, 1009, 1011}
+
+// connDurationBuckets (seconds) run from a refused hello to a phone that
+// stays a day.
+var connDurationBuckets = []float64{1, 10, 60, 300, 900, 1800, 3600, 7200, 14400, 28800, 86400}
+
+// Draining counts an edge beginning (+1) or ending (-1) its drain.
+func (m *Metrics) Draining(delta int) {
 	if m != nil {
-		m.conns.Add(bg, -1)
+		m.draining.Add(bg, int64(delta))
+	}
+}
+
+// Reasons a slow reader is cut (the reason label).
+const (
+	SlowReaderQueueFull = "queue_full"    // MaxOutboundBytes queued unwritten, or the edge-wide MaxQueuedBytes passed
+	SlowReaderStalled   = "write_stalled" // no write progress for WriteTimeout
+)
+
+// SlowReaderClosed counts a connection cut for not reading.
+func (m *Metrics) SlowReaderClosed(reason string) {
+	if m != nil {
+		m.slowReaders.Add(bg, 1, m.byReason.of(reason)...)
+	}
+}
+
+// Stages a connection can fail at before it is open (the stage label).
+const (
+	AcceptStageAccept  = "accept"  // the listener's Accept failed (out of files, …)
+	AcceptStageUpgrade = "upgrade" // the HTTP request was no valid WebSocket upgrade of /ws, or did not complete in time
+)
+
+// AcceptFailed counts a connection lost at stage.
+func (m *Metrics) AcceptFailed(stage string) {
+	if m != nil {
+		m.acceptFails.Add(bg, 1, m.byStage.of(stage)...)
 	}
 }
 
@@ -285,5 +445,73 @@ func (m *Metrics) DeliveryUnacked() {
 func (m *Metrics) JournalDropped() {
 	if m != nil {
 		m.dropped.Add(bg, 1)
+	}
+}
+
+// NATSConnected makes the NATS series exist, at 0, for a process that has
+// a NATS connection.
+func (m *Metrics) NATSConnected() {
+	if m != nil {
+		m.natsDisconnects.Add(bg, 0)
+		m.natsReconnects.Add(bg, 0)
+	}
+}
+
+// NATSDisconnected counts a lost NATS connection.
+func (m *Metrics) NATSDisconnected() {
+	if m != nil {
+		m.natsDisconnects.Add(bg, 1)
+	}
+}
+
+// NATSReconnected counts a NATS connection re-established.
+func (m *Metrics) NATSReconnected() {
+	if m != nil {
+		m.natsReconnects.Add(bg, 1)
+	}
+}
+
+// PoolStats is what a Redis connection pool reports (go-redis PoolStats).
+type PoolStats struct {
+	Hits, Misses, Timeouts uint64 // since the pool was made
+	Conns, Idle            int64  // now
+}
+
+// Kinds of Redis errors (the kind label).
+const (
+	RedisUnavailable = "unavailable" // network, timeout, closed client, LOADING, READONLY, …: a retry may succeed
+	RedisFull        = "full"        // OOM: maxmemory reached
+	RedisReply       = "reply"       // any other error reply: configuration or a bug
+)
+
+// ObserveRedis reports pool's stats, read at each collection, as the
+// hermes_redis_pool_* series, and makes hermes_redis_errors_total exist at
+// 0, for a process that uses Redis. The returned stop ends the reporting.
+func (m *Metrics) ObserveRedis(pool func() PoolStats) (stop func() error) {
+	if m == nil {
+		return func() error { return nil }
+	}
+	for _, opts := range m.byKind.add {
+		m.redisErrors.Add(bg, 0, opts...)
+	}
+	reg, err := m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		st := pool()
+		o.ObserveInt64(m.redisHits, int64(st.Hits))
+		o.ObserveInt64(m.redisMisses, int64(st.Misses))
+		o.ObserveInt64(m.redisTimeouts, int64(st.Timeouts))
+		o.ObserveInt64(m.redisConns, st.Conns)
+		o.ObserveInt64(m.redisIdle, st.Idle)
+		return nil
+	}, m.redisHits, m.redisMisses, m.redisTimeouts, m.redisConns, m.redisIdle)
+	if err != nil {
+		return func() error { return nil } // the instruments are this meter's: it cannot fail
+	}
+	return reg.Unregister
+}
+
+// RedisError counts a store operation Redis failed, by kind.
+func (m *Metrics) RedisError(kind string) {
+	if m != nil {
+		m.redisErrors.Add(bg, 1, m.byKind.of(kind)...)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -131,44 +132,80 @@ func TestRunServesMetricsAndExportsOTLP(t *testing.T) {
 	}
 }
 
-// TestFreshEdgeServesEveryDocumentedSeries: a single node that has served
-// nothing yet already serves every counter and gauge docs/metrics.md lists,
-// at 0 (the histogram appears with its first delivery).
+// TestFreshEdgeServesEveryDocumentedSeries: an edge that has served
+// nothing yet already serves every counter and gauge docs/metrics.md lists
+// for it (a histogram appears with its first observation): a single node,
+// every series but those of the router's HTTP API and of Redis, which it
+// does not use; an edge of a cluster (Redis, NATS, no router), those of
+// Redis too.
 func TestFreshEdgeServesEveryDocumentedSeries(t *testing.T) {
-	clearEnv(t)
 	doc, err := os.ReadFile("../../docs/metrics.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	row := regexp.MustCompile("(?m)^\\| `(hermes_[a-z_]+)` \\| (counter|gauge|histogram) \\|")
-	rows := row.FindAllStringSubmatch(string(doc), -1)
+	rows := documentedSeries.FindAllStringSubmatch(string(doc), -1)
 	if len(rows) < 10 {
-		t.Fatalf("docs/metrics.md lists %d hermes_ metrics; the table was not found", len(rows))
+		t.Fatalf("docs/metrics.md lists %d metrics; the table was not found", len(rows))
 	}
+	for _, tc := range []struct {
+		name  string
+		args  func(t *testing.T) []string
+		sides map[string]bool
+	}{
+		{"single", func(*testing.T) []string { return nil }, map[string]bool{"edge": true, "router": true, "both": true}},
+		{"cluster", func(t *testing.T) []string {
+			suffix := strconv.FormatInt(time.Now().UnixNano(), 36)
+			return []string{"-nats-url=" + testsvc.NATSURL(t), "-nats-prefix=fresh" + suffix + ".",
+				"-redis-url=" + testsvc.RedisURL(t), "-redis-prefix=hermes-fresh:" + suffix + ":", "-router=off"}
+		}, map[string]bool{"edge": true, "router": true, "both": true, "Redis": true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clearEnv(t)
+			args := append([]string{"-listen=127.0.0.1:0", "-admin-listen=127.0.0.1:0", "-drain-window=200ms", "-token=tok"}, tc.args(t)...)
+			f := mustParse(t, args...)
+			_, _, stderr, _ := testsvc.Run(t, "gateway listening", func(ctx context.Context, stdout, stderr io.Writer) error {
+				return run(ctx, f, stdout, stderr)
+			})
+			admin := testsvc.ListeningURL(t, stderr.String(), "admin listening")
+			resp, err := http.Get(admin + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			checked := 0
+			for _, r := range rows {
+				name, kind, side := r[1], r[2], r[3]
+				if kind == "histogram" || !tc.sides[side] {
+					continue
+				}
+				checked++
+				if series := freshValue(name); !series.Match(body) {
+					t.Errorf("%s (%s, %s) is documented but a fresh edge does not serve it at %s", name, kind, side, series)
+				}
+			}
+			if checked < 10 {
+				t.Errorf("only %d documented series checked", checked)
+			}
+		})
+	}
+}
 
-	f := mustParse(t, "-listen=127.0.0.1:0", "-admin-listen=127.0.0.1:0", "-drain-window=200ms", "-token=tok")
-	_, _, stderr, _ := testsvc.Run(t, "gateway listening", func(ctx context.Context, stdout, stderr io.Writer) error {
-		return run(ctx, f, stdout, stderr)
-	})
-	admin := testsvc.ListeningURL(t, stderr.String(), "admin listening")
-	resp, err := http.Get(admin + "/metrics")
-	if err != nil {
-		t.Fatal(err)
+// documentedSeries matches a row of docs/metrics.md's tables: name, type
+// and side.
+var documentedSeries = regexp.MustCompile("(?m)^\\| `([a-z_]+)` \\| (counter|gauge|histogram) \\|[^|]*\\| ([a-zA-Z ]+) \\|")
+
+// freshValue matches a series of name at the value a fresh process has:
+// 1 for hermes_build_info, any count for the Redis pool's gauges and for
+// its hits and misses (the connection's first PING is one), 0 for the rest.
+func freshValue(name string) *regexp.Regexp {
+	value := "0"
+	switch name {
+	case "hermes_build_info":
+		value = "1"
+	case "hermes_redis_pool_connections", "hermes_redis_pool_idle_connections",
+		"hermes_redis_pool_hits_total", "hermes_redis_pool_misses_total":
+		value = "[0-9]+"
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	for _, r := range rows {
-		name, kind := r[1], r[2]
-		if kind == "histogram" {
-			continue
-		}
-		value := "0" // counters and hermes_connections
-		if name == "hermes_build_info" {
-			value = "1"
-		}
-		series := regexp.MustCompile("(?m)^" + regexp.QuoteMeta(name) + "(\\{[^}]*\\})? " + value + "$")
-		if !series.Match(body) {
-			t.Errorf("%s (%s) is documented but a fresh edge does not serve it at %s", name, kind, value)
-		}
-	}
+	return regexp.MustCompile("(?m)^" + regexp.QuoteMeta(name) + "(\\{[^}]*\\})? " + value + "$")
 }

@@ -157,12 +157,12 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) (err error) {
 	}
 	s.router.Telemetry = adm.Tel
 	redisstore.SetLogger(log)
-	st, err := redisstore.New(ctx, redisstore.Options{URL: f.redisURL, Prefix: f.redisPrefix, MaxBlobBytes: f.maxBlob})
+	st, err := redisstore.New(ctx, redisstore.Options{URL: f.redisURL, Prefix: f.redisPrefix, MaxBlobBytes: f.maxBlob, Telemetry: adm.Tel})
 	if err != nil {
 		return fmt.Errorf("REDIS_URL: %w", err)
 	}
 	defer func() { err = errors.Join(err, st.Close()) }()
-	b, err := natsbus.Connect(f.natsURL, natsbus.Options{Name: "hermes-router", Logger: log, SubjectPrefix: f.natsPrefix})
+	b, err := natsbus.Connect(f.natsURL, natsbus.Options{Name: "hermes-router", Logger: log, SubjectPrefix: f.natsPrefix, Telemetry: adm.Tel})
 	if err != nil {
 		return fmt.Errorf("NATS_URL: %w", err)
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -85,4 +87,78 @@ func TestRunServesMetrics(t *testing.T) {
 	if strings.Contains(body, "hermes_delivery_latency_seconds_count 0") {
 		t.Error("the router delivered an answer but counted no delivery")
 	}
+}
+
+// TestFreshRouterServesEveryDocumentedSeries mirrors the edge's
+// TestFreshEdgeServesEveryDocumentedSeries: a running router that has
+// served nothing yet already serves every counter and gauge docs/metrics.md
+// lists for the router, both sides, the router's HTTP API and Redis (a
+// histogram appears with its first observation).
+func TestFreshRouterServesEveryDocumentedSeries(t *testing.T) {
+	clearEnv(t)
+	doc, err := os.ReadFile("../../docs/metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := documentedSeries.FindAllStringSubmatch(string(doc), -1)
+	if len(rows) < 10 {
+		t.Fatalf("docs/metrics.md lists %d metrics; the table was not found", len(rows))
+	}
+	rurl := testsvc.RedisURL(t)
+	prefix := uniquePrefix(t, rurl)
+	subjects := "fr" + strings.Trim(strings.TrimPrefix(prefix, "hermes-routermain"), ":") + "."
+	f := mustParse(t, "-listen=127.0.0.1:0", "-nats-url="+testsvc.NATSURL(t), "-nats-prefix="+subjects, "-redis-url="+rurl,
+		"-redis-prefix="+prefix, "-admin-listen=127.0.0.1:0")
+	_, logs, _ := runRouter(t, f)
+	admin := testsvc.ListeningURL(t, logs.String(), "admin listening")
+	resp, err := http.Get(admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	sides := map[string]bool{"router": true, "both": true, "router API": true, "Redis": true}
+	checked := 0
+	for _, r := range rows {
+		name, kind, side := r[1], r[2], r[3]
+		if kind == "histogram" || !sides[side] {
+			continue
+		}
+		checked++
+		if series := freshValue(name); !series.Match(body) {
+			t.Errorf("%s (%s, %s) is documented but a fresh router does not serve it at %s", name, kind, side, series)
+		}
+	}
+	if checked < 10 {
+		t.Errorf("only %d documented series checked", checked)
+	}
+	// Each endpoint of the API, with the classes an alert divides by.
+	for _, want := range []string{
+		`hermes_http_requests_total{method="POST",route="/v1/deliver",status_class="5xx"} 0`,
+		`hermes_http_requests_total{method="GET",route="/v1/events",status_class="2xx"} 0`,
+		`hermes_http_requests_total{method="GET",route="/readyz",status_class="5xx"} 0`,
+	} {
+		if !strings.Contains(string(body), want+"\n") {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}
+
+// documentedSeries matches a row of docs/metrics.md's tables: name, type
+// and side.
+var documentedSeries = regexp.MustCompile("(?m)^\\| `([a-z_]+)` \\| (counter|gauge|histogram) \\|[^|]*\\| ([a-zA-Z ]+) \\|")
+
+// freshValue matches a series of name at the value a fresh process has:
+// 1 for hermes_build_info, any count for the Redis pool's gauges and for
+// its hits and misses (the connection's first PING is one), 0 for the rest.
+func freshValue(name string) *regexp.Regexp {
+	value := "0"
+	switch name {
+	case "hermes_build_info":
+		value = "1"
+	case "hermes_redis_pool_connections", "hermes_redis_pool_idle_connections",
+		"hermes_redis_pool_hits_total", "hermes_redis_pool_misses_total":
+		value = "[0-9]+"
+	}
+	return regexp.MustCompile("(?m)^" + regexp.QuoteMeta(name) + "(\\{[^}]*\\})? " + value + "$")
 }

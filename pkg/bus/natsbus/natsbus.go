@@ -60,6 +60,7 @@ import (
 	"net"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -107,6 +108,10 @@ type Options struct {
 	// before it drops them as a slow consumer, split evenly among the
 	// dispatchers (at least 1024 each); 0 means DefaultPending.
 	Pending int
+	// Telemetry counts the connection's losses and reconnects
+	// (hermes_nats_disconnects_total, hermes_nats_reconnects_total); nil
+	// counts nothing.
+	Telemetry *telemetry.Telemetry
 }
 
 // Bus is a bus.Bus on one NATS connection. Its methods are safe for
@@ -124,6 +129,8 @@ type Bus struct {
 	closed chan struct{}  // closed by nats.go's ClosedHandler
 
 	closeOnce sync.Once
+	closing   atomic.Bool // Close began: the disconnect that follows is ours
+	metrics   *telemetry.Metrics
 
 	// Requests in flight, failed at once when the connection drops: their
 	// replies can no longer arrive.
@@ -177,11 +184,12 @@ func dial(url string, inproc *server.Server, opts Options) (*Bus, error) {
 		name = DefaultName
 	}
 	b := &Bus{
-		prefix: opts.SubjectPrefix,
-		log:    log.With("component", "natsbus", "conn", name),
-		inproc: inproc,
-		quit:   make(chan struct{}),
-		closed: make(chan struct{}),
+		prefix:  opts.SubjectPrefix,
+		log:     log.With("component", "natsbus", "conn", name),
+		inproc:  inproc,
+		quit:    make(chan struct{}),
+		closed:  make(chan struct{}),
+		metrics: opts.Telemetry.Metrics(),
 	}
 	b.shards = newShards(opts.Dispatchers, opts.Pending)
 
@@ -209,6 +217,7 @@ func dial(url string, inproc *server.Server, opts Options) (*Bus, error) {
 		return nil, fmt.Errorf("natsbus: connect %s: %w", url, err)
 	}
 	b.nc = nc
+	b.metrics.NATSConnected()
 	b.log.Info("nats connected", "url", nc.ConnectedUrlRedacted(), "server", nc.ConnectedServerName())
 	b.start()
 	return b, nil
@@ -310,6 +319,7 @@ func (b *Bus) QueueSubscribe(subject, queue string, h bus.Handler) (bus.Subscrip
 // Embedded. Messages not yet handled are dropped. Close is idempotent.
 func (b *Bus) Close() error {
 	b.closeOnce.Do(func() {
+		b.closing.Store(true)
 		b.nc.Close()
 		select {
 		case <-b.closed:
@@ -352,6 +362,9 @@ func (b *Bus) onDisconnect(_ *nats.Conn, err error) {
 		cancel(errDisconnected)
 	}
 	b.reqMu.Unlock()
+	if !b.closing.Load() {
+		b.metrics.NATSDisconnected()
+	}
 	if err != nil {
 		b.log.Warn("nats disconnected", "err", err)
 	} else {
@@ -360,6 +373,7 @@ func (b *Bus) onDisconnect(_ *nats.Conn, err error) {
 }
 
 func (b *Bus) onReconnect(nc *nats.Conn) {
+	b.metrics.NATSReconnected()
 	b.log.Info("nats reconnected", "url", nc.ConnectedUrlRedacted())
 }
 

@@ -7,6 +7,7 @@ import (
 	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"log/slog"
 	"net"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"strconv"
@@ -22,6 +23,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/bus"
 	"github.com/hermes-mobile/gateway/pkg/bus/bustest"
 	"github.com/hermes-mobile/gateway/pkg/bus/natsbus"
+	"github.com/hermes-mobile/gateway/pkg/telemetry"
 )
 
 // TestEmbedded runs the suite on an embedded server per test; the second and
@@ -60,13 +62,20 @@ func TestExternal(t *testing.T) {
 // TestServerRestart stops and restarts a private nats-server under a
 // connected Bus: while it is down calls fail fast with ErrUnavailable, and
 // afterwards subscriptions made before (and during) the outage deliver again.
+// The Bus counts the loss and the reconnect, and not its own close.
 func TestServerRestart(t *testing.T) {
 	bin := natsServerBin(t)
 	port := freePort(t)
 	srv := startNATS(t, bin, port)
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
 	log := testLogger(t)
-	sub := connect(t, url, natsbus.Options{Logger: log, Name: "sub"})
+	tel, err := telemetry.New(context.Background(), telemetry.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tel.Shutdown(context.Background())
+	sub := connect(t, url, natsbus.Options{Logger: log, Name: "sub", Telemetry: tel})
+	wantCounts(t, tel, 0, 0)
 	pub := connect(t, url, natsbus.Options{Logger: log, Name: "pub"})
 
 	var before, during, silent atomic.Int32
@@ -106,7 +115,7 @@ func TestServerRestart(t *testing.T) {
 	})
 	// Even a Request without a deadline returns at once.
 	start := time.Now()
-	_, err := pub.Request(t.Context(), "restart.before", nil, nil)
+	_, err = pub.Request(t.Context(), "restart.before", nil, nil)
 	if !errors.Is(err, bus.ErrUnavailable) && !errors.Is(err, bus.ErrNoResponders) {
 		t.Errorf("Request while down: %v, want ErrUnavailable", err)
 	}
@@ -126,6 +135,23 @@ func TestServerRestart(t *testing.T) {
 	resp, err := pub.Request(ctxFor(t, 5*time.Second), "restart.before", nil, nil)
 	if err != nil || string(resp) != "pong" {
 		t.Errorf("Request after the restart = %q, %v; want pong", resp, err)
+	}
+	wantCounts(t, tel, 1, 1)
+	sub.Close()
+	wantCounts(t, tel, 1, 1)
+}
+
+// wantCounts checks hermes_nats_disconnects_total and
+// hermes_nats_reconnects_total.
+func wantCounts(t *testing.T, tel *telemetry.Telemetry, disconnects, reconnects int) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	tel.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body := rec.Body.String()
+	for name, want := range map[string]int{"hermes_nats_disconnects_total": disconnects, "hermes_nats_reconnects_total": reconnects} {
+		if line := name + " " + strconv.Itoa(want); !strings.Contains(body, line+"\n") {
+			t.Errorf("/metrics lacks %q", line)
+		}
 	}
 }
 

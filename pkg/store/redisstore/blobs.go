@@ -76,7 +76,7 @@ func (s *Store) PutBlob(ctx context.Context, data []byte, ttl time.Duration) (st
 		r, err := reserveBlobScript.Run(ctx, s.rdb, []string{s.blobDueKey(), s.blobBytesKey()},
 			member, len(data), ms(ttl), s.maxBlobBytes).Slice()
 		if err != nil {
-			return "", redisErr(ctx, "PutBlob", err)
+			return "", s.redisErr(ctx, "PutBlob", err)
 		}
 		ok, err1 := replyInt(r, 0)
 		total, err2 := replyInt(r, 1)
@@ -102,7 +102,7 @@ func (s *Store) PutBlob(ctx context.Context, data []byte, ttl time.Duration) (st
 		if errors.Is(err, redis.Nil) {
 			return "", opErr("PutBlob", errors.New("random blob key already in use"))
 		}
-		return "", redisErr(ctx, "PutBlob", err)
+		return "", s.redisErr(ctx, "PutBlob", err)
 	}
 	return key, nil
 }
@@ -124,7 +124,7 @@ func (s *Store) GetBlob(ctx context.Context, key string) ([]byte, error) {
 		return nil, store.ErrNotFound
 	}
 	if err != nil {
-		return nil, redisErr(ctx, "GetBlob", err)
+		return nil, s.redisErr(ctx, "GetBlob", err)
 	}
 	return b, nil
 }

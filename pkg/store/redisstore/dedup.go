@@ -64,7 +64,7 @@ func (s *Store) Claim(ctx context.Context, key, attempt string, ttl time.Duratio
 	n, err := claimScript.Run(ctx, s.rdb, []string{s.dedupKey(key)}, attempt, ms(ttl)).Int64()
 	switch {
 	case err != nil:
-		return false, redisErr(ctx, "Claim", err)
+		return false, s.redisErr(ctx, "Claim", err)
 	case n == 2:
 		return false, store.ErrPending
 	}
@@ -80,7 +80,7 @@ func (s *Store) Confirm(ctx context.Context, key, attempt string, ttl time.Durat
 		return errBadTTL
 	}
 	if err := confirmScript.Run(ctx, s.rdb, []string{s.dedupKey(key)}, attempt, ms(ttl)).Err(); err != nil && !errors.Is(err, redis.Nil) {
-		return redisErr(ctx, "Confirm", err)
+		return s.redisErr(ctx, "Confirm", err)
 	}
 	return nil
 }
@@ -91,7 +91,7 @@ func (s *Store) Release(ctx context.Context, key, attempt string) error {
 		return opErr("Release", err)
 	}
 	if err := releaseScript.Run(ctx, s.rdb, []string{s.dedupKey(key)}, attempt).Err(); err != nil {
-		return redisErr(ctx, "Release", err)
+		return s.redisErr(ctx, "Release", err)
 	}
 	return nil
 }
@@ -106,7 +106,7 @@ func (s *Store) Seen(ctx context.Context, key string) (bool, error) {
 	case errors.Is(err, redis.Nil):
 		return false, nil
 	case err != nil:
-		return false, redisErr(ctx, "Seen", err)
+		return false, s.redisErr(ctx, "Seen", err)
 	}
 	return strings.HasPrefix(v, "!"), nil
 }

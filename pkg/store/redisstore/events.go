@@ -51,7 +51,7 @@ func (s *Store) AppendEvent(ctx context.Context, data []byte, maxLen int) (strin
 	}
 	id, err := appendEventScript.Run(ctx, s.rdb, []string{s.eventsKey()}, data, maxLen, ms(EventTTL)).Text()
 	if err != nil {
-		return "", redisErr(ctx, "AppendEvent", err)
+		return "", s.redisErr(ctx, "AppendEvent", err)
 	}
 	return id, nil
 }
@@ -103,7 +103,7 @@ func (s *Store) ReadEvents(ctx context.Context, after string, max int, wait time
 			// Redis failing: the context's error alone, as memstore gives.
 			return nil, fmt.Errorf("redisstore: ReadEvents: %w (%v)", cerr, err)
 		}
-		return nil, redisErr(ctx, "ReadEvents", err)
+		return nil, s.redisErr(ctx, "ReadEvents", err)
 	}
 	var out []store.EventEntry
 	for _, st := range res {

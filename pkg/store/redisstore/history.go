@@ -60,7 +60,7 @@ func (s *Store) AppendHistory(ctx context.Context, session string, items [][]byt
 		args = append(args, it)
 	}
 	if err := appendHistoryScript.Run(ctx, s.rdb, []string{s.historyKey(session)}, args...).Err(); err != nil {
-		return redisErr(ctx, "AppendHistory", err)
+		return s.redisErr(ctx, "AppendHistory", err)
 	}
 	return nil
 }
@@ -72,7 +72,7 @@ func (s *Store) History(ctx context.Context, session string) ([][]byte, error) {
 	}
 	r, err := s.rdb.LRange(ctx, s.historyKey(session), 0, -1).Result()
 	if err != nil {
-		return nil, redisErr(ctx, "History", err)
+		return nil, s.redisErr(ctx, "History", err)
 	}
 	out := make([][]byte, len(r))
 	for i, it := range r {

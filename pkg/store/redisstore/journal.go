@@ -181,7 +181,7 @@ func (s *Store) AppendJournal(ctx context.Context, device, owner string, data []
 	r, err := appendJournalScript.Run(ctx, s.rdb, s.journalKeys(device),
 		data, lim.MaxLen, owner, ms(lim.Lease), ms(lim.TTL), device).Slice()
 	if err != nil {
-		return false, redisErr(ctx, "AppendJournal", err)
+		return false, s.redisErr(ctx, "AppendJournal", err)
 	}
 	appended, err := replyInt(r, 0)
 	if err != nil {
@@ -208,7 +208,7 @@ func (s *Store) NextJournal(ctx context.Context, device, owner string, done int6
 	r, err := nextJournalScript.Run(ctx, s.rdb, s.journalKeys(device),
 		owner, strconv.FormatInt(done, 10), ms(lease), device).Slice()
 	if err != nil {
-		return store.JournalEntry{}, false, redisErr(ctx, "NextJournal", err)
+		return store.JournalEntry{}, false, s.redisErr(ctx, "NextJournal", err)
 	}
 	code, err := replyInt(r, 0)
 	if err != nil {
@@ -245,7 +245,7 @@ func (s *Store) RenewJournal(ctx context.Context, device, owner string, lease ti
 	}
 	n, err := renewJournalScript.Run(ctx, s.rdb, s.journalKeys(device), owner, ms(lease), device).Int()
 	if err != nil {
-		return redisErr(ctx, "RenewJournal", err)
+		return s.redisErr(ctx, "RenewJournal", err)
 	}
 	if n == 0 {
 		return store.ErrLeaseLost
@@ -259,7 +259,7 @@ func (s *Store) ReleaseJournal(ctx context.Context, device, owner string) error 
 		return opErr("ReleaseJournal", err)
 	}
 	if err := releaseJournalScript.Run(ctx, s.rdb, s.journalKeys(device), owner, device).Err(); err != nil {
-		return redisErr(ctx, "ReleaseJournal", err)
+		return s.redisErr(ctx, "ReleaseJournal", err)
 	}
 	return nil
 }
@@ -278,7 +278,7 @@ func (s *Store) TakeJournals(ctx context.Context, owner string, lease time.Durat
 	r, err := takeJournalsScript.Run(ctx, s.rdb, []string{s.journalDueKey()},
 		owner, ms(lease), max, s.journalLogPrefix(), s.journalMetaPrefix()).StringSlice()
 	if err != nil {
-		return nil, redisErr(ctx, "TakeJournals", err)
+		return nil, s.redisErr(ctx, "TakeJournals", err)
 	}
 	return r, nil
 }

@@ -128,7 +128,7 @@ func (s *Store) PushOutbox(ctx context.Context, device string, item []byte, max 
 	}
 	keys := []string{s.outboxKey(device), s.outboxSeqKey(device)}
 	if err := pushOutboxScript.Run(ctx, s.rdb, keys, item, max, ms(ttl)).Err(); err != nil {
-		return redisErr(ctx, "PushOutbox", err)
+		return s.redisErr(ctx, "PushOutbox", err)
 	}
 	return nil
 }
@@ -141,7 +141,7 @@ func (s *Store) PeekOutbox(ctx context.Context, device string, after int64) ([]s
 	}
 	r, err := peekOutboxScript.Run(ctx, s.rdb, []string{s.outboxKey(device)}, after).Slice()
 	if err != nil {
-		return nil, redisErr(ctx, "PeekOutbox", err)
+		return nil, s.redisErr(ctx, "PeekOutbox", err)
 	}
 	var out []store.OutboxItem
 	for i := 0; i+1 < len(r); i += 2 {
@@ -172,7 +172,7 @@ func (s *Store) AckOutbox(ctx context.Context, device string, epoch, upTo int64)
 	keys := []string{s.outboxKey(device), s.ownerKey(device)}
 	n, err := ackOutboxScript.Run(ctx, s.rdb, keys, epoch, upTo).Int()
 	if err != nil {
-		return false, redisErr(ctx, "AckOutbox", err)
+		return false, s.redisErr(ctx, "AckOutbox", err)
 	}
 	return n == 1, nil
 }

@@ -75,7 +75,7 @@ func (s *Store) ClaimDevice(ctx context.Context, device, edge string, ttl time.D
 	}
 	epoch, err := claimDeviceScript.Run(ctx, s.rdb, []string{s.ownerKey(device), s.epochKey(device)}, edge, ms(ttl)).Int64()
 	if err != nil {
-		return 0, redisErr(ctx, "ClaimDevice", err)
+		return 0, s.redisErr(ctx, "ClaimDevice", err)
 	}
 	return epoch, nil
 }
@@ -90,7 +90,7 @@ func (s *Store) DeviceOwner(ctx context.Context, device string) (store.Owner, er
 		return store.Owner{}, store.ErrNotFound
 	}
 	if err != nil {
-		return store.Owner{}, redisErr(ctx, "DeviceOwner", err)
+		return store.Owner{}, s.redisErr(ctx, "DeviceOwner", err)
 	}
 	i := strings.LastIndexByte(v, '|')
 	epoch, err := strconv.ParseInt(v[i+1:], 10, 64)
@@ -115,7 +115,7 @@ func (s *Store) RefreshDevices(ctx context.Context, owned map[string]int64, ttl 
 	for batch := range slices.Chunk(slices.Sorted(maps.Keys(owned)), refreshBatch) {
 		held, err := s.refresh(ctx, batch, owned, ms(ttl))
 		if err != nil {
-			return nil, redisErr(ctx, "RefreshDevices", err)
+			return nil, s.redisErr(ctx, "RefreshDevices", err)
 		}
 		for i, device := range batch {
 			if !held[i] {
@@ -177,7 +177,7 @@ func (s *Store) ReleaseDevice(ctx context.Context, device string, epoch int64) e
 	}
 	err := releaseDeviceScript.Run(ctx, s.rdb, []string{s.ownerKey(device)}, strconv.FormatInt(epoch, 10)).Err()
 	if err != nil {
-		return redisErr(ctx, "ReleaseDevice", err)
+		return s.redisErr(ctx, "ReleaseDevice", err)
 	}
 	return nil
 }

@@ -78,7 +78,7 @@ func (s *Store) PutPrompt(ctx context.Context, p store.PromptRecord) error {
 	err = putPromptScript.Run(ctx, s.rdb, []string{s.cardKeyPrefix() + p.ID, s.dueKey()},
 		p.ID, p.Device, micros(p.Expires), rec, ms(ttl)).Err()
 	if err != nil {
-		return redisErr(ctx, "PutPrompt", err)
+		return s.redisErr(ctx, "PutPrompt", err)
 	}
 	return nil
 }
@@ -93,7 +93,7 @@ func (s *Store) TakePrompt(ctx context.Context, id, device string) (store.Prompt
 	r, err := takePromptScript.Run(ctx, s.rdb, []string{s.cardKeyPrefix() + id, s.dueKey()},
 		id, device, micros(s.clock.Now())).Slice()
 	if err != nil {
-		return store.PromptRecord{}, redisErr(ctx, "TakePrompt", err)
+		return store.PromptRecord{}, s.redisErr(ctx, "TakePrompt", err)
 	}
 	code, err := replyInt(r, 0)
 	if err != nil {
@@ -124,7 +124,7 @@ func (s *Store) TakeExpired(ctx context.Context, now time.Time, max int) ([]stor
 	}
 	r, err := takeExpiredScript.Run(ctx, s.rdb, []string{s.dueKey()}, micros(now), max, s.cardKeyPrefix()).Slice()
 	if err != nil {
-		return nil, redisErr(ctx, "TakeExpired", err)
+		return nil, s.redisErr(ctx, "TakeExpired", err)
 	}
 	var out []store.PromptRecord
 	for i := range r {

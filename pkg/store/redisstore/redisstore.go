@@ -99,10 +99,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/extra/redisotel/v9"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hermes-mobile/gateway/pkg/clock"
 	"github.com/hermes-mobile/gateway/pkg/store"
+	"github.com/hermes-mobile/gateway/pkg/telemetry"
 )
 
 // Defaults for the zero Options.
@@ -148,6 +150,11 @@ type Options struct {
 	// clock the router sets Expires by. Nil means the system clock. (Leases
 	// and key TTLs are Redis's own clock.)
 	Clock clock.Clock
+	// Telemetry receives the client's pool stats and the operations Redis
+	// failed (hermes_redis_*), and, when it traces, a span per Redis
+	// command (redisotel; without the commands' arguments) on the client
+	// New makes. Nil records nothing.
+	Telemetry *telemetry.Telemetry
 }
 
 // Store keeps the shared state in Redis. Create it with New and release its
@@ -160,6 +167,9 @@ type Store struct {
 	uploadTTL    time.Duration
 	promptGrace  time.Duration
 	clock        clock.Clock
+
+	metrics     *telemetry.Metrics // nil-safe
+	stopObserve func() error
 
 	closeOnce sync.Once
 	closeErr  error
@@ -204,6 +214,15 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 			ro.MaxRetries = -1 // none; 0 would mean go-redis's default, 3
 		}
 		s.rdb, s.ownClient = redis.NewClient(ro), true
+		if opts.Telemetry.Tracing() {
+			// Command names and timings only: arguments hold message
+			// texts, files and device ids, which spans never carry.
+			if err := redisotel.InstrumentTracing(s.rdb, redisotel.WithTracerProvider(opts.Telemetry.TracerProvider()),
+				redisotel.WithDBStatement(false), redisotel.WithCallerEnabled(false)); err != nil {
+				s.Close()
+				return nil, opErr("New: tracing", err)
+			}
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		s.Close()
@@ -213,16 +232,28 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		s.Close()
 		return nil, redisErr(ctx, "New: ping", err)
 	}
+	if m := opts.Telemetry.Metrics(); m != nil {
+		s.metrics = m
+		s.stopObserve = m.ObserveRedis(func() telemetry.PoolStats {
+			st := s.rdb.PoolStats()
+			return telemetry.PoolStats{Hits: uint64(st.Hits), Misses: uint64(st.Misses), Timeouts: uint64(st.Timeouts),
+				Conns: int64(st.TotalConns), Idle: int64(st.IdleConns)}
+		})
+	}
 	return s, nil
 }
 
 // Close closes the Redis client unless it came from Options.Client. It is
 // idempotent.
 func (s *Store) Close() error {
-	if !s.ownClient {
-		return nil
-	}
-	s.closeOnce.Do(func() { s.closeErr = s.rdb.Close() })
+	s.closeOnce.Do(func() {
+		if s.stopObserve != nil {
+			s.closeErr = s.stopObserve()
+		}
+		if s.ownClient {
+			s.closeErr = errors.Join(s.closeErr, s.rdb.Close())
+		}
+	})
 	return s.closeErr
 }
 
@@ -258,6 +289,21 @@ func ms(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.
 
 // opErr wraps an error of op that did not come from Redis.
 func opErr(op string, err error) error { return fmt.Errorf("redisstore: %s: %w", op, err) }
+
+// redisErr is the package's redisErr, counting the failure in the metrics
+// unless it was the caller that ended the call (ctx canceled).
+func (s *Store) redisErr(ctx context.Context, op string, err error) error {
+	switch {
+	case errors.Is(ctx.Err(), context.Canceled):
+	case redis.IsOOMError(err):
+		s.metrics.RedisError(telemetry.RedisFull)
+	case unavailable(err):
+		s.metrics.RedisError(telemetry.RedisUnavailable)
+	default:
+		s.metrics.RedisError(telemetry.RedisReply)
+	}
+	return redisErr(ctx, op, err)
+}
 
 // redisErr wraps an error that a Redis call of op with ctx returned, adding
 // store.ErrUnavailable when a retry may succeed, and ctx's error when ctx

@@ -165,7 +165,7 @@ func (s *Store) PutPart(ctx context.Context, p store.Part, lim store.UploadLimit
 		name, p.Index, p.Count, p.Data, p.Meta,
 		lim.MaxOpen, lim.MaxFileBytes, lim.MaxBytes, ms(s.uploadTTL), prefix).Slice()
 	if err != nil {
-		return nil, redisErr(ctx, "PutPart", err)
+		return nil, s.redisErr(ctx, "PutPart", err)
 	}
 	code, err := replyInt(r, 0)
 	if err != nil {
@@ -229,7 +229,7 @@ func (s *Store) DropUploads(ctx context.Context, device, conn string) error {
 	}
 	err := dropUploadsScript.Run(ctx, s.rdb, []string{s.uploadsKey(device)}, connPrefix(conn), s.uploadKeyPrefix(device)).Err()
 	if err != nil {
-		return redisErr(ctx, "DropUploads", err)
+		return s.redisErr(ctx, "DropUploads", err)
 	}
 	return nil
 }
@@ -242,7 +242,7 @@ func (s *Store) UploadBytes(ctx context.Context, device string) (int, error) {
 	}
 	n, err := uploadBytesScript.Run(ctx, s.rdb, []string{s.uploadsKey(device)}, s.uploadKeyPrefix(device)).Int64()
 	if err != nil {
-		return 0, redisErr(ctx, "UploadBytes", err)
+		return 0, s.redisErr(ctx, "UploadBytes", err)
 	}
 	return int(n), nil
 }

@@ -1,0 +1,159 @@
+package deploy
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hermes-mobile/gateway/internal/testsvc"
+	"github.com/hermes-mobile/gateway/pkg/client"
+	"github.com/hermes-mobile/gateway/pkg/protocol"
+)
+
+// servedMetrics builds and runs an edge (MOBILE_ROUTER=off, as the chart
+// runs it) and a router of one cluster on the tests' Redis and NATS, takes
+// a phone through a text, its answer and a close, makes a request to the
+// router's API, and returns the names of the samples each serves on its
+// admin port's /metrics then, by "edge" and "router": every counter and
+// gauge, and the histograms the traffic observed (delivery latency, API
+// request duration, connection duration).
+func servedMetrics(t *testing.T) map[string]map[string]bool {
+	t.Helper()
+	redisURL, natsURL := testsvc.RedisURL(t), testsvc.NATSURL(t)
+	dir := t.TempDir()
+	for _, name := range []string{"edge", "router"} {
+		build := exec.Command("go", "build", "-o", filepath.Join(dir, name), "./services/"+name)
+		build.Dir = root
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatal(&cmdError{"go build ./services/" + name, err, out})
+		}
+	}
+	b := make([]byte, 6)
+	rand.Read(b)
+	id := hex.EncodeToString(b)
+	const token = "served-metrics-token"
+	cluster := []string{"NATS_URL=" + natsURL, "NATS_PREFIX=dm" + id + ".", "REDIS_URL=" + redisURL,
+		"REDIS_PREFIX=hermes-deploy:" + id + ":", "MOBILE_ADMIN_LISTEN=127.0.0.1:0", "MOBILE_LOG_LEVEL=info"}
+	routerURL, routerAdmin := runService(t, filepath.Join(dir, "router"), "router listening",
+		append(cluster, "MOBILE_ROUTER_LISTEN=127.0.0.1:0")...)
+	edgeURL, edgeAdmin := runService(t, filepath.Join(dir, "edge"), "gateway listening",
+		append(cluster, "MOBILE_LISTEN=127.0.0.1:0", "MOBILE_TOKEN="+token, "MOBILE_ROUTER=off", "MOBILE_DRAIN_WINDOW=1")...)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	phone, err := client.Dial(ctx, edgeURL, client.Options{Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer phone.CloseNow()
+	if _, err := phone.Hello(ctx, token, protocol.Device{ID: "tel-deploy-" + id}, protocol.User{ID: "u-1"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := phone.Text("m-1", "hi"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := phone.Expect(ctx, protocol.TypeMessage); err != nil {
+		t.Fatal(err)
+	}
+	phone.Close()
+	resp, err := http.Get(routerURL + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+
+	served := map[string]map[string]bool{}
+	for _, s := range []struct{ service, admin, waitFor string }{
+		{"edge", edgeAdmin, "hermes_connection_duration_seconds_bucket"},
+		{"router", routerAdmin, "hermes_delivery_latency_seconds_bucket"},
+	} {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			served[s.service] = scrapeNames(t, s.admin+"/metrics")
+			if served[s.service][s.waitFor] {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the %s serves no %s after the phone's text and close", s.service, s.waitFor)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return served
+}
+
+// runService starts bin with env until the test ends (SIGTERM, then a
+// wait) and returns the url of its listening log line and its admin URL.
+func runService(t *testing.T, bin, listening string, env ...string) (url, admin string) {
+	t.Helper()
+	logs := testsvc.NewBuffer()
+	cmd := exec.Command(bin)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
+	cmd.Stderr = logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(20 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+			t.Errorf("%s did not stop within 20 s of SIGTERM", filepath.Base(bin))
+		}
+	})
+	deadline := time.After(15 * time.Second)
+	for {
+		url = testsvc.ListeningURL(t, logs.String(), listening)
+		if url != "" {
+			return url, testsvc.ListeningURL(t, logs.String(), "admin listening")
+		}
+		select {
+		case <-logs.Written():
+		case err := <-exited:
+			t.Fatalf("%s exited (%v) before listening:\n%s", filepath.Base(bin), err, logs)
+		case <-deadline:
+			t.Fatalf("%s logged no %q:\n%s", filepath.Base(bin), listening, logs)
+		}
+	}
+}
+
+// scrapeNames GETs url and returns the names of its samples.
+func scrapeNames(t *testing.T, url string) map[string]bool {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(resp.Body)
+		t.Fatalf("GET %s: %s: %s", url, resp.Status, body)
+	}
+	names := map[string]bool{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		if i := strings.IndexAny(line, "{ "); i > 0 {
+			names[line[:i]] = true
+		}
+	}
+	return names
+}

@@ -1,0 +1,116 @@
+package telemetry
+
+import (
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/semconv/v1.43.0/httpconv"
+)
+
+// HTTPServer records the requests of one HTTP server: the count by route,
+// method and status class (hermes_http_requests_total), and their duration
+// as the OpenTelemetry semantic conventions name it
+// (http.server.request.duration, with http.request.method, http.route,
+// http.response.status_code and url.scheme). Its methods are safe on a nil
+// *HTTPServer.
+type HTTPServer struct {
+	requests metric.Int64Counter
+	duration httpconv.ServerRequestDuration
+	routes   map[string]bool
+
+	mu    sync.RWMutex
+	count map[httpKey][]metric.AddOption // built as combinations are first seen
+}
+
+type httpKey struct{ route, method, class string }
+
+// RouteOther is the route label of a request that matched none of the
+// server's routes.
+const RouteOther = "other"
+
+// statusClasses are zeroed for every route; 1xx and 3xx are not answers
+// the servers give.
+var statusClasses = []string{"2xx", "4xx", "5xx"}
+
+// HTTPServer returns the recorder of a server whose routes (path patterns
+// as http.ServeMux has them) answer the given methods. Each route with each
+// of its methods and the classes 2xx, 4xx and 5xx is a series at 0 from
+// now on.
+func (m *Metrics) HTTPServer(routes map[string][]string) *HTTPServer {
+	if m == nil {
+		return nil
+	}
+	h := &HTTPServer{requests: m.httpRequests, duration: m.httpDuration,
+		routes: make(map[string]bool, len(routes)), count: make(map[httpKey][]metric.AddOption)}
+	for route, methods := range routes {
+		h.routes[route] = true
+		for _, method := range methods {
+			for _, class := range statusClasses {
+				h.requests.Add(bg, 0, h.countOpts(httpKey{route, method, class})...)
+			}
+		}
+	}
+	return h
+}
+
+// countOpts returns the counter's options for k, building them once.
+func (h *HTTPServer) countOpts(k httpKey) []metric.AddOption {
+	h.mu.RLock()
+	o, ok := h.count[k]
+	h.mu.RUnlock()
+	if ok {
+		return o
+	}
+	o = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(
+		attribute.String("route", k.route), attribute.String("method", k.method), attribute.String("status_class", k.class)))}
+	h.mu.Lock()
+	h.count[k] = o
+	h.mu.Unlock()
+	return o
+}
+
+// Request records one request to route (its pattern; a route the server
+// did not name is RouteOther) with method, answered status after d.
+// Status 0 (nothing written) is the 200 net/http sends.
+func (h *HTTPServer) Request(route, method string, status int, d time.Duration) {
+	if h == nil {
+		return
+	}
+	if status == 0 {
+		status = http.StatusOK
+	}
+	matched := h.routes[route]
+	if !matched {
+		route = RouteOther
+	}
+	m := normalMethod(method)
+	h.requests.Add(bg, 1, h.countOpts(httpKey{route, string(m), statusClass(status)})...)
+	attrs := []attribute.KeyValue{semconv.HTTPResponseStatusCode(status)}
+	if matched {
+		attrs = append(attrs, semconv.HTTPRoute(route))
+	}
+	h.duration.Record(bg, d.Seconds(), m, "http", attrs...)
+}
+
+// normalMethod is method if it is one HTTP defines, else "_OTHER" (as the
+// semantic conventions say), so that a client cannot add series.
+func normalMethod(method string) httpconv.RequestMethodAttr {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return httpconv.RequestMethodAttr(method)
+	}
+	return httpconv.RequestMethodOther
+}
+
+func statusClass(status int) string {
+	if status < 100 || status > 599 {
+		return "other"
+	}
+	return strconv.Itoa(status/100) + "xx"
+}
