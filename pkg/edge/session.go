@@ -312,6 +312,7 @@ func (c *conn) submit(ev wire.Event, blob []byte) {
 func (s *Server) publishEvent(ctx context.Context, c *conn, ev wire.Event) error {
 	ev.Session, ev.Device, ev.UserID, ev.User = c.session, c.device, c.user.id, c.user.name
 	ev.Auth = c.auth
+	ev.TraceParent = telemetry.TraceParent(ctx)
 	data, err := json.Marshal(ev)
 	if err != nil {
 		return err
