@@ -400,10 +400,10 @@ func (c *conn) onMedia(f *protocol.MediaUp) {
 	}
 	switch {
 	case errors.Is(err, store.ErrTooManyUploads):
-		c.sendError(protocol.NewError(protocol.CodeTooBig, "too many unfinished uploads (at most 8 per device)"))
+		c.sendError(protocol.NewError(protocol.CodeTooBig, "too many unfinished uploads (at most "+strconv.Itoa(protocol.MaxOpenUploads)+" per device)"))
 		return
 	case errors.Is(err, store.ErrUploadTooBig):
-		c.sendError(protocol.NewError(protocol.CodeTooBig, "upload buffers would exceed 8 MiB for this device"))
+		c.sendError(protocol.NewError(protocol.CodeTooBig, "upload buffers would exceed "+protocol.MiB(protocol.MaxUploadBufferBytes)+" for this device"))
 		return
 	case errors.Is(err, store.ErrUploadMismatch):
 		c.sendError(protocol.NewError(protocol.CodeBadFrame, "parts differs from the earlier chunks of this file"))
