@@ -49,7 +49,6 @@ var (
 	// errClientClosed: the peer sent a close frame; our answer is queued and
 	// the socket closes once it is written.
 	errClientClosed = errors.New("client closed the connection")
-	errProtocol     = errors.New("websocket protocol error")
 	errSlowReader   = errors.New("slow reader: outbound queue full")
 )
 
