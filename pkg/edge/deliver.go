@@ -49,7 +49,7 @@ func (s *Server) onDelivery(m *bus.Msg) {
 		// (drain, takeover): tell the sender to look again.
 		if m.Respond != nil {
 			data, _ := json.Marshal(wire.Reply{Moved: true, Error: "device moved"})
-			m.Respond(data)
+			_ = m.Respond(data) // lost with the bus: the sender's request times out
 		}
 		return
 	}
@@ -61,7 +61,7 @@ func (s *Server) onDelivery(m *bus.Msg) {
 		}
 		data, _ := json.Marshal(r)
 		if m.Respond != nil {
-			m.Respond(data)
+			_ = m.Respond(data) // lost with the bus: the sender's request times out
 		}
 	}
 	done := func(err error) { respond(false, err) }

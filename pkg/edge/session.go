@@ -418,7 +418,7 @@ func (c *conn) onMedia(f *protocol.MediaUp) {
 	data := f.Data
 	if f.Parts > 1 {
 		data = up.Data
-		json.Unmarshal(up.Meta, &meta)
+		_ = json.Unmarshal(up.Meta, &meta) // written by this edge's json.Marshal
 	}
 	ev := c.newEvent(wire.EventMedia, f.ID)
 	ev.Text = meta.Caption

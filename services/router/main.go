@@ -71,7 +71,7 @@ func main() {
 	var f flags
 	fs := flag.NewFlagSet("router", flag.ExitOnError)
 	f.register(fs)
-	fs.Parse(os.Args[1:])
+	_ = fs.Parse(os.Args[1:]) // ExitOnError: a bad flag exits here
 	if err := config.EnvErrors(); err != nil {
 		fmt.Fprintln(os.Stderr, "router:", err)
 		os.Exit(2)
