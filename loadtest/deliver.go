@@ -96,7 +96,7 @@ func (r *runner) deliver(ctx context.Context, hc *http.Client, dev *device) {
 		var e struct {
 			Error string `json:"error"`
 		}
-		json.Unmarshal(b, &e)
+		_ = json.Unmarshal(b, &e) // a body that is not JSON leaves e.Error empty
 		fail(fmt.Sprintf("deliver:%d:%s", resp.StatusCode, e.Error))
 	}
 }

@@ -168,8 +168,8 @@ func (f *floorServer) serve(nc net.Conn) {
 func floorFatal(nc net.Conn, e *protocol.Error) {
 	e.Fatal = true
 	nc.SetWriteDeadline(time.Now().Add(time.Second))
-	wsutil.WriteServerText(nc, protocol.AppendError(nil, e))
-	ws.WriteFrame(nc, ws.NewCloseFrame(ws.NewCloseFrameBody(ws.StatusCode(protocol.CloseCode), string(e.Code))))
+	_ = wsutil.WriteServerText(nc, protocol.AppendError(nil, e))
+	_ = ws.WriteFrame(nc, ws.NewCloseFrame(ws.NewCloseFrameBody(ws.StatusCode(protocol.CloseCode), string(e.Code))))
 }
 
 // floorMain runs `loadtest floor`: the floor as a process of its own, until

@@ -87,7 +87,7 @@ func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 // finish prints the table, writes the JSON and turns the verdict into an
 // exit status.
 func finish(rep *Report, jsonPath string, stdout, stderr io.Writer) int {
-	rep.WriteTable(stdout)
+	_ = rep.WriteTable(stdout) // the JSON and the exit status still say it all
 	if jsonPath != "" {
 		if err := rep.writeJSON(jsonPath); err != nil {
 			fmt.Fprintln(stderr, "loadtest:", err)

@@ -366,7 +366,7 @@ func postDeliver(ctx context.Context, hc *http.Client, cfg stepConfig, device st
 		var e struct {
 			Error string `json:"error"`
 		}
-		json.Unmarshal(b, &e)
+		_ = json.Unmarshal(b, &e) // a body that is not an error frame leaves e empty
 		return fmt.Sprintf("deliver:%d:%s", resp.StatusCode, e.Error)
 	}
 	return ""

@@ -226,7 +226,7 @@ func stepMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitUsage
 	}
 	rep, ok := runSteps(ctx, cfg, stderr)
-	rep.WriteTable(stdout)
+	_ = rep.WriteTable(stdout) // stdout: nothing to do about a failed write
 	if cfg.JSONPath != "" {
 		b, _ := json.MarshalIndent(rep, "", "  ")
 		if err := os.WriteFile(cfg.JSONPath, append(b, '\n'), 0o644); err != nil {

@@ -71,7 +71,7 @@ func Run(t *testing.T, listening string, run RunFunc) (url string, stdout, stder
 		})
 		return runErr
 	}
-	t.Cleanup(func() { stop() })
+	t.Cleanup(func() { _ = stop() })
 	deadline := time.After(15 * time.Second)
 	for {
 		if url = ListeningURL(t, stderr.String(), listening); url != "" {

@@ -11,8 +11,8 @@ import (
 )
 
 // Demo is the built-in agent that makes a gateway useful and testable
-// without Hermes. Its behaviour is part of the contract (README, "The demo
-// agent"):
+// without Hermes. Its behaviour is part of the contract (docs/agents.md,
+// "The demo agent"):
 //
 //   - text not starting with "/": a reply "You said: <text>", streamed as a
 //     first message, an edit, and a final edit;

@@ -70,7 +70,7 @@ func (o *OpenAI) stream(ctx context.Context, msgs []chatMessage, id string, out 
 	go func() { done <- o.read(ctx, body, deltas, firstByte) }()
 	stop := func(cause error) {
 		cancel(cause)
-		<-done
+		<-done //nolint:errcheck // waits for the reader, whose error is cause or follows from it
 	}
 
 	typing := time.NewTicker(o.cfg.TypingEvery)

@@ -335,7 +335,7 @@ func TestOpenAIFailures(t *testing.T) {
 			io.WriteString(w, `{"error":{"message":"model exploded","type":"server_error"}}`)
 		}, nil, false, "The agent could not answer: upstream returned 500 Internal Server Error: model exploded."},
 		{"status 502 plain", func(w http.ResponseWriter, r *http.Request) {
-			http.Error(w, "bad gateway", 502)
+			http.Error(w, "bad gateway", http.StatusBadGateway)
 		}, nil, false, "upstream returned 502 Bad Gateway: bad gateway"},
 		{"nothing within FirstByte", func(w http.ResponseWriter, r *http.Request) { hang(w, r) },
 			func(c *agent.OpenAIConfig) { c.FirstByte = 300 * time.Millisecond }, false, "upstream sent nothing within 300ms"},

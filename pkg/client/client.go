@@ -255,7 +255,7 @@ func (c *Conn) Err() error {
 // own goroutine, so that the reader never waits for the writer.
 func (c *Conn) ackIfShown(f Frame) {
 	if id := f.Str("id"); id != "" && (f.T() == protocol.TypeMessage || f.T() == protocol.TypeMedia) && f.Bool("final") {
-		go c.Ack(id)
+		go func() { _ = c.Ack(id) }() // fails only once the socket is gone, which the reader sees
 	}
 }
 

@@ -184,8 +184,8 @@ func (a *authenticator) check(token string) grant {
 	return g
 }
 
-// deviceVerdict says whether g may connect as device: "" when it may, else
-// the error code's reason.
+// allowedDevice reports whether device may connect at all: true unless
+// MOBILE_ALLOWED_DEVICES is set and does not name it.
 func (a *authenticator) allowedDevice(device string) bool {
 	return a.allowed == nil || a.allowed[device]
 }

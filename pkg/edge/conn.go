@@ -51,7 +51,6 @@ var (
 	// errClientClosed: the peer sent a close frame; our answer is queued and
 	// the socket closes once it is written.
 	errClientClosed = errors.New("client closed the connection")
-	errProtocol     = errors.New("websocket protocol error")
 	errSlowReader   = errors.New("slow reader: outbound queue full")
 	// errWriteStalled wraps the deadline error of a write that made no
 	// progress for WriteTimeout.

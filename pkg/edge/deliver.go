@@ -57,7 +57,7 @@ func (s *Server) onDelivery(m *bus.Msg) {
 		// (drain, takeover): tell the sender to look again.
 		if m.Respond != nil {
 			data, _ := json.Marshal(wire.Reply{Moved: true, Error: "device moved"})
-			m.Respond(data)
+			_ = m.Respond(data) // lost with the bus: the sender's request times out
 		}
 		return
 	}
@@ -69,7 +69,7 @@ func (s *Server) onDelivery(m *bus.Msg) {
 		}
 		data, _ := json.Marshal(r)
 		if m.Respond != nil {
-			m.Respond(data)
+			_ = m.Respond(data) // lost with the bus: the sender's request times out
 		}
 	}
 	done := func(err error) { respond(false, err) }
@@ -109,7 +109,7 @@ func (s *Server) answerIfStillOwner(m *bus.Msg, out wire.Output) {
 		return
 	}
 	data, _ := json.Marshal(wire.Reply{Error: "device not connected"})
-	m.Respond(data)
+	_ = m.Respond(data) // a sender that went away needs no answer
 }
 
 // errMoved: the device has a newer owner than the connection a delivery

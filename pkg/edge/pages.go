@@ -93,7 +93,7 @@ func (s *Server) pages() *pageServer {
 			done:  make(chan struct{}),
 		}
 		s.pageSrv = p
-		s.goFunc(func() { p.srv.Serve(p) })
+		s.goFunc(func() { _ = p.srv.Serve(p) }) // http.ErrServerClosed once the edge closes
 	})
 	return s.pageSrv
 }

@@ -314,6 +314,7 @@ func (c *conn) submit(ev wire.Event, blob []byte) {
 func (s *Server) publishEvent(ctx context.Context, c *conn, ev wire.Event) error {
 	ev.Session, ev.Device, ev.UserID, ev.User = c.session, c.device, c.user.id, c.user.name
 	ev.Auth = c.auth
+	ev.TraceParent = telemetry.TraceParent(ctx)
 	data, err := json.Marshal(ev)
 	if err != nil {
 		return err
@@ -401,10 +402,10 @@ func (c *conn) onMedia(f *protocol.MediaUp) {
 	}
 	switch {
 	case errors.Is(err, store.ErrTooManyUploads):
-		c.sendError(protocol.NewError(protocol.CodeTooBig, "too many unfinished uploads (at most 8 per device)"))
+		c.sendError(protocol.NewError(protocol.CodeTooBig, "too many unfinished uploads (at most "+strconv.Itoa(protocol.MaxOpenUploads)+" per device)"))
 		return
 	case errors.Is(err, store.ErrUploadTooBig):
-		c.sendError(protocol.NewError(protocol.CodeTooBig, "upload buffers would exceed 8 MiB for this device"))
+		c.sendError(protocol.NewError(protocol.CodeTooBig, "upload buffers would exceed "+protocol.MiB(protocol.MaxUploadBufferBytes)+" for this device"))
 		return
 	case errors.Is(err, store.ErrUploadMismatch):
 		c.sendError(protocol.NewError(protocol.CodeBadFrame, "parts differs from the earlier chunks of this file"))
@@ -419,7 +420,7 @@ func (c *conn) onMedia(f *protocol.MediaUp) {
 	data := f.Data
 	if f.Parts > 1 {
 		data = up.Data
-		json.Unmarshal(up.Meta, &meta)
+		_ = json.Unmarshal(up.Meta, &meta) // written by this edge's json.Marshal
 	}
 	ev := c.newEvent(wire.EventMedia, f.ID)
 	ev.Text = meta.Caption

@@ -190,7 +190,7 @@ func (g *Gateway) Close() error {
 			g.apiSrv.Close()
 		}
 		cancel()
-		<-g.apiServed
+		<-g.apiServed //nolint:errcheck // http.ErrServerClosed after Shutdown
 	}
 	if g.Edge != nil {
 		errs = append(errs, g.Edge.Close())

@@ -7,6 +7,8 @@ package gateway_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -20,11 +22,13 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/hermes-mobile/gateway/internal/testsvc"
+	"github.com/hermes-mobile/gateway/pkg/bus"
 	"github.com/hermes-mobile/gateway/pkg/client"
 	"github.com/hermes-mobile/gateway/pkg/edge"
 	"github.com/hermes-mobile/gateway/pkg/gateway"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/telemetry"
+	"github.com/hermes-mobile/gateway/pkg/wire"
 )
 
 func newTelemetry(t *testing.T, cfg telemetry.Config) *telemetry.Telemetry {
@@ -116,8 +120,8 @@ func TestMetricsOverRealSockets(t *testing.T) {
 	if err := c.SendRaw([]byte(`{"t":"x-custom"}`)); err != nil {
 		t.Fatal(err)
 	}
-	m := waitMetric(t, url, "hermes_dedup_hits_total", 1)
-	m = waitMetric(t, url, `hermes_frames_in_total{type="unknown"}`, 1)
+	waitMetric(t, url, "hermes_dedup_hits_total", 1)
+	m := waitMetric(t, url, `hermes_frames_in_total{type="unknown"}`, 1)
 
 	for sample, want := range map[string]float64{
 		`hermes_handshakes_total{result="ok"}`:          1,
@@ -209,7 +213,7 @@ func TestTraceCrossesTheBus(t *testing.T) {
 			t.Errorf("%s: remote parent %v; only the hops across NATS have one", name, s.Parent().IsRemote())
 		}
 		for _, a := range s.Attributes() {
-			if strings.Contains(a.Value.Emit(), secret) {
+			if strings.Contains(a.Value.String(), secret) {
 				t.Errorf("%s carries the text of the frame in %s", name, a.Key)
 			}
 		}
@@ -297,5 +301,75 @@ func TestLogsNeverShowTokens(t *testing.T) {
 		if strings.Contains(out, tok) {
 			t.Errorf("the logs contain the token %q", tok)
 		}
+	}
+}
+
+// TestEventCarriesTraceParent: with tracing on, the event an edge hands to
+// the routers names its trace in the event itself (wire.Event.TraceParent,
+// the event log's `traceparent`), the same context as the bus header and
+// the edge's span; with tracing off it carries none.
+func TestEventCarriesTraceParent(t *testing.T) {
+	for _, tracing := range []bool{true, false} {
+		t.Run(fmt.Sprintf("tracing=%v", tracing), func(t *testing.T) {
+			rec := tracetest.NewSpanRecorder()
+			cfg := telemetry.Config{ServiceName: "hermes-edge"}
+			if tracing {
+				cfg.SpanProcessor = rec
+			}
+			tel := newTelemetry(t, cfg)
+			n := startNode(t, func(c *gateway.Config) { c.Telemetry = tel; c.Router = false })
+			got := make(chan *bus.Msg, 1)
+			sub, err := n.Bus.QueueSubscribe(bus.InboundSubject, bus.QueueRouters, func(m *bus.Msg) {
+				select {
+				case got <- m:
+				default:
+				}
+				m.Respond([]byte(`{"ok":true}`))
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Unsubscribe()
+			c, _ := n.connect(t, "tel-traceparent")
+			if err := c.Text("tp-1", "hello"); err != nil {
+				t.Fatal(err)
+			}
+			var m *bus.Msg
+			select {
+			case m = <-got:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the event did not reach the bus")
+			}
+			var ev wire.Event
+			if err := json.Unmarshal(m.Data, &ev); err != nil {
+				t.Fatal(err)
+			}
+			if !tracing {
+				if ev.TraceParent != "" || m.Header["traceparent"] != "" {
+					t.Fatalf("untraced event carries traceparent %q (header %q)", ev.TraceParent, m.Header["traceparent"])
+				}
+				return
+			}
+			if ev.TraceParent == "" || ev.TraceParent != m.Header["traceparent"] {
+				t.Fatalf("event traceparent %q, bus header %q: want the same, not empty", ev.TraceParent, m.Header["traceparent"])
+			}
+			var span sdktrace.ReadOnlySpan
+			deadline := time.Now().Add(10 * time.Second)
+			for span == nil {
+				for _, s := range rec.Ended() {
+					if s.Name() == "edge.event" {
+						span = s
+					}
+				}
+				if span == nil && time.Now().After(deadline) {
+					t.Fatal("no edge.event span ended")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			want := "00-" + span.SpanContext().TraceID().String() + "-" + span.SpanContext().SpanID().String() + "-"
+			if !strings.HasPrefix(ev.TraceParent, want) {
+				t.Fatalf("event traceparent %q, want the edge.event span's %q…", ev.TraceParent, want)
+			}
+		})
 	}
 }

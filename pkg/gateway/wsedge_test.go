@@ -34,7 +34,7 @@ func paddedHello(device string, size int) []byte {
 // 1008, decided on the frame header, before any of its payload is read.
 func TestPreHelloSizeLimit(t *testing.T) {
 	if edge.MaxPreHelloBytes != 64<<10 {
-		t.Fatalf("MaxPreHelloBytes = %d, README says 64 KiB", edge.MaxPreHelloBytes)
+		t.Fatalf("MaxPreHelloBytes = %d, docs/limits.md says 64 KiB", edge.MaxPreHelloBytes)
 	}
 	n := hsNode(t, nil)
 

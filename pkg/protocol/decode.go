@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"mime"
 	"path"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -199,7 +200,7 @@ func decodeAudio(w *wire) (ClientFrame, *Error) {
 		return nil, NewError(CodeBadFrame, "audio frame needs data")
 	}
 	if len(w.Data) > MaxAudioBytes {
-		return nil, NewError(CodeTooBig, "audio is larger than 8 MiB")
+		return nil, NewError(CodeTooBig, "audio is larger than "+MiB(MaxAudioBytes))
 	}
 	if e := checkText("text", w.Text); e != nil {
 		return nil, e
@@ -235,7 +236,7 @@ func decodeMedia(w *wire) (ClientFrame, *Error) {
 		return nil, NewError(CodeBadFrame, "part must be between 0 and parts-1")
 	}
 	if len(w.Data) > MaxMediaBytes {
-		return nil, NewError(CodeTooBig, "media file is larger than 8 MiB")
+		return nil, NewError(CodeTooBig, "media file is larger than "+MiB(MaxMediaBytes))
 	}
 	if e := checkText("caption", w.Caption); e != nil {
 		return nil, e
@@ -278,7 +279,7 @@ func decodeDeliver(w *wire) (ClientFrame, *Error) {
 			return nil, NewError(CodeUnsupportedFrame, "deliver media kind must be image, voice, video, document or animation")
 		}
 		if len(m.Data) > MaxMediaBytes {
-			return nil, NewError(CodeTooBig, "media file is larger than 8 MiB")
+			return nil, NewError(CodeTooBig, "media file is larger than "+MiB(MaxMediaBytes))
 		}
 		filename := Truncate(m.Filename, MaxFilenameChars)
 		d.Media = &DeliverMedia{Kind: m.Kind, Mime: MimeOf(m.Mime, m.Filename), Filename: filename, Data: m.Data}
@@ -296,7 +297,7 @@ func decodeDeliver(w *wire) (ClientFrame, *Error) {
 func checkText(field, s string) *Error {
 	// A string of at most MaxTextChars bytes cannot hold more code points.
 	if len(s) > MaxTextChars && utf8.RuneCountInString(s) > MaxTextChars {
-		return NewError(CodeTooBig, field+" is longer than 12000 characters")
+		return NewError(CodeTooBig, field+" is longer than "+strconv.Itoa(MaxTextChars)+" characters")
 	}
 	return nil
 }

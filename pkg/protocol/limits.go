@@ -1,6 +1,9 @@
 package protocol
 
-import "time"
+import (
+	"strconv"
+	"time"
+)
 
 // Limits of Protocol v1. Every value is the one in the specification's
 // "Constraints and limits" table; the comment says what it protects.
@@ -49,6 +52,10 @@ const (
 	// megabytes per ping.
 	MaxPingTSBytes = 1024
 )
+
+// MiB formats a byte limit in whole mebibytes ("8 MiB"), for the error
+// texts that name it.
+func MiB(n int) string { return strconv.Itoa(n>>20) + " MiB" }
 
 // CloseCode is the WebSocket close code sent with every fatal error
 // (1008, policy violation); the close reason is the error code.

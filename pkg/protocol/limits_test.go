@@ -1,7 +1,9 @@
 package protocol_test
 
 import (
+	"encoding/base64"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -114,5 +116,21 @@ func TestAvatarState(t *testing.T) {
 func TestSession(t *testing.T) {
 	if got := protocol.Session("tel-1"); got != "mobile:tel-1" {
 		t.Errorf("Session(tel-1) = %q, want mobile:tel-1", got)
+	}
+}
+
+// TestTooBigTextsNameTheLimits: the too_big texts are formatted from the
+// limits, so they say what a client must stay under.
+func TestTooBigTextsNameTheLimits(t *testing.T) {
+	if got := protocol.MiB(protocol.MaxMediaBytes); got != "8 MiB" {
+		t.Errorf("MiB(MaxMediaBytes) = %q, want 8 MiB", got)
+	}
+	long := `{"t":"text","id":"1","text":"` + strings.Repeat("x", protocol.MaxTextChars+1) + `"}`
+	if _, e := protocol.Decode([]byte(long)); e == nil || e.Error() != "too_big: text is longer than 12000 characters" {
+		t.Errorf("a text over the limit: %v", e)
+	}
+	audio := `{"t":"audio","id":"1","format":"ogg","data":"` + base64.StdEncoding.EncodeToString(make([]byte, protocol.MaxAudioBytes+1)) + `"}`
+	if _, e := protocol.Decode([]byte(audio)); e == nil || e.Error() != "too_big: audio is larger than 8 MiB" {
+		t.Errorf("audio over the limit: %v", e)
 	}
 }

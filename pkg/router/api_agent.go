@@ -113,7 +113,7 @@ func (a *API) postMedia(w http.ResponseWriter, req *http.Request) error {
 		return badFrame("media needs data, blob or url")
 	}
 	if len(body.Data) > protocol.MaxMediaBytes {
-		return tooBig("media file is larger than 8 MiB")
+		return tooBig("media file is larger than %s", protocol.MiB(protocol.MaxMediaBytes))
 	}
 	if err := checkText("caption", body.Caption, protocol.MaxTextChars); err != nil {
 		return err

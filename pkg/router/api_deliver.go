@@ -118,7 +118,7 @@ func (d *deliverRequest) validate() error {
 			return unsupported("deliver media kind must be image, voice, video, document or animation")
 		}
 		if len(m.Data) > protocol.MaxMediaBytes {
-			return tooBig("media file is larger than 8 MiB")
+			return tooBig("media file is larger than %s", protocol.MiB(protocol.MaxMediaBytes))
 		}
 		m.Mime = protocol.MimeOf(m.Mime, m.Filename)
 		m.Filename = protocol.Truncate(m.Filename, protocol.MaxFilenameChars)

@@ -176,7 +176,7 @@ func appendSSE(buf *bytes.Buffer, e store.EventEntry) bool {
 		buf.WriteString(head.Kind)
 	}
 	buf.WriteString("\ndata: ")
-	json.Compact(buf, e.Data) // one line; valid, as Unmarshal said
+	_ = json.Compact(buf, e.Data) // one line; valid, as Unmarshal said
 	buf.WriteString("\n\n")
 	return true
 }

@@ -121,7 +121,6 @@ func (r *Router) runJournal(device string, w *worker) {
 			}
 			return
 		}
-		done = 0
 		switch r.handleEntry(device, e) {
 		case entryLost:
 			return
@@ -270,7 +269,7 @@ func (r *Router) drop(ctx context.Context, ev wire.Event) {
 	if err := out.Message(ctx, ids.New("m"), text, false, true); err != nil {
 		r.log.Warn("telling the phone of a dropped event failed", "device", ev.Device, "err", err)
 	}
-	out.Typing(ctx, true)
+	_ = out.Typing(ctx, true) // if lost, the edge idles a silent avatar after 30 s
 }
 
 // spanContext is the span context rec carries (empty when untraced): the
@@ -302,7 +301,8 @@ func (r *Router) handle(ctx context.Context, qe queuedEvent) {
 	if err := r.agent.Handle(ctx, ev, out); err != nil {
 		r.log.Warn("agent failed", "device", ev.Device, "kind", ev.Kind, "err", err)
 		span.RecordError(err)
-		// Never leave the avatar hanging.
-		out.Typing(ctx, true)
+		// Never leave the avatar hanging (if this is lost, the edge idles a
+		// silent avatar after 30 s).
+		_ = out.Typing(ctx, true)
 	}
 }

@@ -118,7 +118,7 @@ func (o *output) Media(ctx context.Context, m agent.Media) error {
 	blob := m.Blob
 	if blob == "" && len(m.Data) > 0 {
 		if len(m.Data) > protocol.MaxMediaBytes {
-			return errors.New("media is larger than 8 MiB")
+			return errors.New("media is larger than " + protocol.MiB(protocol.MaxMediaBytes))
 		}
 		var err error
 		if blob, err = o.r.store.PutBlob(ctx, m.Data, o.r.cfg.BlobTTL); err != nil {

@@ -265,7 +265,7 @@ func reply(m *bus.Msg, err error) {
 		rep.Error = err.Error()
 	}
 	data, _ := json.Marshal(rep)
-	m.Respond(data)
+	_ = m.Respond(data) // lost with the bus: the edge's request times out
 }
 
 var errBusy = errors.New("the agent is busy with this session; retry")

@@ -33,3 +33,14 @@ func Extract(ctx context.Context, header map[string]string) context.Context {
 	}
 	return propagator.Extract(ctx, propagation.MapCarrier(header))
 }
+
+// TraceParent returns the W3C traceparent of ctx's span, or "" when ctx
+// carries none, for messages that name their trace in their body.
+func TraceParent(ctx context.Context) string {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return ""
+	}
+	c := propagation.MapCarrier{}
+	propagator.Inject(ctx, c)
+	return c.Get("traceparent")
+}

@@ -81,7 +81,7 @@ func New(ctx context.Context, cfg Config) (_ *Telemetry, err error) {
 	t := &Telemetry{registry: prometheus.NewRegistry()}
 	defer func() {
 		if err != nil {
-			t.Shutdown(context.WithoutCancel(ctx))
+			_ = t.Shutdown(context.WithoutCancel(ctx)) // err is already the answer
 		}
 	}()
 	if err := t.registry.Register(collectors.NewGoCollector()); err != nil {

@@ -61,7 +61,6 @@ type options struct {
 // them listen. Everything stops when the test ends.
 func newCluster(t *testing.T, o options) *cluster {
 	t.Helper()
-	needRouter(t)
 	edges := []string{"A", "B"}
 	c := &cluster{
 		t:            t,

@@ -34,6 +34,6 @@
 // a time (and may still meet another package's router there).
 //
 // Without the services the tests skip, saying how to enable them; with CI
-// set they fail instead. The tests that need services/router skip while
-// that directory has no Go files.
+// set they fail instead. TestMain builds services/edge and services/router;
+// if either does not build, every test fails.
 package cluster

@@ -9,19 +9,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 )
 
-// bins are the binaries TestMain built; routerMissing says why there is no
-// router binary (services/router has no Go files yet), routerErr why it did
-// not build.
-var bins struct {
-	edge, router  string
-	routerMissing string
-	routerErr     error
-}
+// bins are the binaries TestMain built.
+var bins struct{ edge, router string }
 
 func TestMain(m *testing.M) { os.Exit(testMain(m)) }
 
@@ -67,15 +60,8 @@ func buildBinaries(dir string) error {
 	if err := build("services/edge", bins.edge); err != nil {
 		return err
 	}
-	if !hasGoFiles(filepath.Join(root, "services", "router")) {
-		bins.routerMissing = "services/router has no Go files yet"
-		return nil
-	}
 	bins.router = filepath.Join(dir, "router")
-	if err := build("services/router", bins.router); err != nil {
-		bins.router, bins.routerErr = "", err
-	}
-	return nil
+	return build("services/router", bins.router)
 }
 
 // moduleRoot walks up from the working directory to go.mod.
@@ -108,29 +94,4 @@ func goCommand() (string, error) {
 		}
 	}
 	return "", errors.New("the go command is not on PATH (nor in $GOROOT/bin): it builds the binaries under test")
-}
-
-func hasGoFiles(dir string) bool {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return false
-	}
-	for _, e := range entries {
-		if !e.IsDir() && strings.HasSuffix(e.Name(), ".go") && !strings.HasSuffix(e.Name(), "_test.go") {
-			return true
-		}
-	}
-	return false
-}
-
-// needRouter skips the test while services/router does not exist, and fails
-// it when the router does not build.
-func needRouter(t *testing.T) {
-	t.Helper()
-	if bins.routerErr != nil {
-		t.Fatalf("the router does not build: %v", bins.routerErr)
-	}
-	if bins.router == "" {
-		t.Skip("needs the router process: " + bins.routerMissing)
-	}
 }

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
-	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -367,14 +366,4 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-// dialable reports whether addr accepts TCP connections.
-func dialable(addr string) bool {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return false
-	}
-	c.Close()
-	return true
 }

@@ -22,9 +22,10 @@ def is_card(f):
 
 
 def test_readme_install_loads_and_a_phone_reaches_the_handler(tmp_path, hermes_home):
-    """README "Use with Hermes", to the letter: `cp -r integrations/hermes
-    ~/.hermes/plugins/mobile`, `hermes plugins enable mobile` (which writes
-    plugins.enabled in config.yaml), and Hermes loads it as a directory plugin."""
+    """integrations/hermes/README.md, "Install", to the letter: `cp -r
+    integrations/hermes ~/.hermes/plugins/mobile`, `hermes plugins enable
+    mobile` (which writes plugins.enabled in config.yaml), and Hermes loads
+    it as a directory plugin."""
     async def main():
         from gateway.config import PlatformConfig
         from gateway.platform_registry import platform_registry

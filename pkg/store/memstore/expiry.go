@@ -25,8 +25,6 @@ func expired(at, now time.Time) bool { return !at.After(now) }
 // found in O(1). The zero value is an empty queue.
 type expiryQueue[E expiring] struct{ h entryHeap[E] }
 
-func (q *expiryQueue[E]) len() int { return len(q.h) }
-
 func (q *expiryQueue[E]) add(e E) { heap.Push(&q.h, e) }
 
 // remove takes e out of the queue if it is queued.
