@@ -818,6 +818,39 @@ func TestFailureRedisRestart(t *testing.T) {
 	flWaitConns(t, n, "after the Redis outage", p, q2)
 }
 
+// TestFailureRedisLosesJournal: the agent's call returns while Redis is
+// down, so the router cannot yet remove the entry it handled; Redis comes
+// back empty and the phone's next text, acknowledged, starts a new journal.
+// The router must handle that text: neither take it for the entry it
+// handled before (a new journal's Seqs must not repeat the old's) nor leave
+// it to the lease's expiry because its worker was busy failing.
+func TestFailureRedisLosesJournal(t *testing.T) {
+	t.Parallel()
+	d := flStartDeps(t)
+	gate := newFlGate()
+	n := d.node(t, true, func(cfg *gateway.Config) { cfg.Agent = gate })
+	p := flConnect(t, n, "tel-lost-journal")
+	if err := p.Text("j-1", "quiet: handled as Redis dies"); err != nil {
+		t.Fatal(err)
+	}
+	n.agent.waitFor(t, func(ev wire.Event) bool { return ev.ID == "j-1" })
+	p.expectPong("ping before the outage") // the text was taken
+
+	d.redis.stop()
+	close(gate.open)
+	if err := <-gate.handled; err != nil {
+		t.Fatalf("the agent's call: %v", err)
+	}
+	// The router now fails to read the journal and retries.
+	d.redis.restart()
+	if took, err := p.echo("j-2", "after the outage", flRecover); err != nil {
+		t.Errorf("the text sent after Redis came back empty was never answered: %v", err)
+	} else {
+		t.Logf("the text sent after Redis came back was answered in %v", took.Round(time.Millisecond))
+	}
+	flWaitConns(t, n, "after the Redis outage", p)
+}
+
 // flLogOutbox reconnects p's device, to tell whether what p missed went to
 // the device's outbox (diagnosis for a failed echo).
 func flLogOutbox(t *testing.T, n *flNode, p *flPhone) {
@@ -943,7 +976,9 @@ func TestFailureNATSRestart(t *testing.T) {
 }
 
 // flGate is an agent that holds texts starting with "slow:" until the test
-// opens the gate, then answers like the demo and reports the result.
+// opens the gate, then answers like the demo and reports the result. Texts
+// starting with "quiet:" are held the same way and then return nil without
+// an answer.
 type flGate struct {
 	open    chan struct{}
 	handled chan error
@@ -952,11 +987,16 @@ type flGate struct {
 func newFlGate() *flGate { return &flGate{open: make(chan struct{}), handled: make(chan error, 16)} }
 
 func (g *flGate) Handle(ctx context.Context, ev wire.Event, out agent.Output) error {
-	if ev.Kind == wire.EventText && strings.HasPrefix(ev.Text, "slow:") {
+	slow, quiet := strings.HasPrefix(ev.Text, "slow:"), strings.HasPrefix(ev.Text, "quiet:")
+	if ev.Kind == wire.EventText && (slow || quiet) {
 		select {
 		case <-g.open:
 		case <-ctx.Done():
 			return ctx.Err()
+		}
+		if quiet {
+			g.handled <- nil
+			return nil
 		}
 		err := agent.Demo{}.Handle(ctx, ev, out)
 		g.handled <- err

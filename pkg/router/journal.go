@@ -109,6 +109,14 @@ func (r *Router) runJournal(device string, w *worker) {
 		}
 		e, ok, err := r.next(device, done)
 		if err != nil {
+			// An append that found the lease ours, or took it (the journal
+			// was forgotten: a Redis restart), while next failed asked for
+			// another read: it is made from the head, the done entry may
+			// be gone with the old journal.
+			if r.stopWorker(device, w, false) {
+				done = 0
+				continue
+			}
 			if !errors.Is(err, store.ErrLeaseLost) {
 				r.log.Warn("reading a journal failed; another router takes it once the lease expires", "device", device, "err", err)
 			}

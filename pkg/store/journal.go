@@ -31,6 +31,10 @@ type JournalLimits struct {
 // JournalEntry is one entry of a device's journal. Seq is positive and
 // grows in append order within the journal.
 type JournalEntry struct {
+	// Seq names the entry: greater than the Seq of every entry appended
+	// before to the device's journal, also when the journal was forgotten
+	// in between (a store restarted without its data), so a done Seq from
+	// before never names a later entry.
 	Seq  int64
 	Data []byte
 	// Takeovers counts how often the journal's lease was taken after its

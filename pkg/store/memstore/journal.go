@@ -13,7 +13,6 @@ import (
 // devJournal is one device's journal and its lease.
 type devJournal struct {
 	entries   []store.JournalEntry // oldest first
-	seq       int64                // the last Seq handed out
 	owner     string               // the lease holder; empty when free
 	until     time.Time            // the lease deadline
 	expires   time.Time            // last append + TTL
@@ -40,11 +39,12 @@ func (j *devJournal) take(owner string, now, until time.Time) {
 }
 
 // journals keeps the journals of every device under one mutex. A journal
-// is dropped when its holder finds it empty (the Seq numbers of the next one
-// start again at 1) or TTL after its last append.
+// is dropped when its holder finds it empty or TTL after its last append.
+// Seqs count across all of them, so a dropped journal's never come back.
 type journals struct {
 	mu       sync.Mutex
 	byDevice map[string]*devJournal
+	seq      int64 // the last Seq handed out
 }
 
 // AppendJournal implements store.Journal.
@@ -68,8 +68,8 @@ func (s *Store) AppendJournal(ctx context.Context, device, owner string, data []
 		q.byDevice = make(map[string]*devJournal)
 	}
 	q.byDevice[device] = j
-	j.seq++
-	j.entries = append(j.entries, store.JournalEntry{Seq: j.seq, Data: data})
+	q.seq++
+	j.entries = append(j.entries, store.JournalEntry{Seq: q.seq, Data: data})
 	j.expires = now.Add(lim.TTL)
 	if j.free(now) {
 		j.take(owner, now, now.Add(lim.Lease))

@@ -480,3 +480,47 @@ func TestUploadNames(t *testing.T) {
 		t.Fatalf("UploadBytes = %d, %v; want 0 (conn a's upload dropped)", n, err)
 	}
 }
+
+// TestJournalSeqAfterForgotten checks that a journal forgotten whole (a
+// Redis restart without persistence) starts its Seqs above those it had:
+// a router that handled the old head and asks for the next entry with it
+// as done, once the new journal names it owner again, must not remove the
+// new head unhandled.
+func TestJournalSeqAfterForgotten(t *testing.T) {
+	t.Parallel()
+	url := sharedRedis(t)
+	s := newStore(t, url, Options{})
+	rdb := client(t, url)
+	ctx := t.Context()
+	lim := store.JournalLimits{MaxLen: 10, Lease: time.Minute, TTL: time.Minute}
+	dev := "dev-forgotten"
+	if _, err := s.AppendJournal(ctx, dev, "r1", []byte("old"), lim); err != nil {
+		t.Fatal(err)
+	}
+	old, ok, err := s.NextJournal(ctx, dev, "r1", 0, time.Minute)
+	if err != nil || !ok || string(old.Data) != "old" {
+		t.Fatalf("NextJournal = %+v, %v, %v", old, ok, err)
+	}
+	keys := s.journalKeys(dev)
+	if err := rdb.Del(ctx, keys[0], keys[1]).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AppendJournal(ctx, dev, "r1", []byte("new"), lim); err != nil {
+		t.Fatal(err)
+	}
+	e, ok, err := s.NextJournal(ctx, dev, "r1", old.Seq, time.Minute)
+	if err != nil || !ok || string(e.Data) != "new" {
+		t.Fatalf("NextJournal(done = the forgotten head %d) = %+v, %v, %v; want the new entry", old.Seq, e, ok, err)
+	}
+	if e.Seq <= old.Seq {
+		t.Fatalf("the new journal's first Seq is %d, want more than the forgotten %d", e.Seq, old.Seq)
+	}
+	// The Seqs that follow count on from the first, exactly.
+	if _, err := s.AppendJournal(ctx, dev, "r1", []byte("next"), lim); err != nil {
+		t.Fatal(err)
+	}
+	n, ok, err := s.NextJournal(ctx, dev, "r1", e.Seq, time.Minute)
+	if err != nil || !ok || string(n.Data) != "next" || n.Seq != e.Seq+1 {
+		t.Fatalf("NextJournal(done %d) = %+v, %v, %v; want \"next\" at Seq %d", e.Seq, n, ok, err, e.Seq+1)
+	}
+}

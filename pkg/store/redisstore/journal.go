@@ -48,6 +48,7 @@ end
 
 // appendJournalScript appends an entry unless the log is full and takes a
 // free lease, counting a takeover of the head if the lease had expired.
+// Seqs grow across the journal's lives (see the comment in the script).
 // KEYS: log, meta, due. ARGV: entry, max, owner, lease ms, ttl ms, device.
 // Reply: {appended 0|1, held 0|1}.
 var appendJournalScript = redis.NewScript(journalNow + journalLease + `
@@ -55,7 +56,24 @@ local mine, free, lapsed = held(ARGV[3])
 if redis.call('LLEN', KEYS[1]) >= tonumber(ARGV[2]) then
 	return {0, mine and 1 or 0}
 end
-local seq = redis.call('HINCRBY', KEYS[2], 'seq', 1)
+local seq = redis.call('HGET', KEYS[2], 'seq')
+if seq then
+	seq = string.format('%.0f', redis.call('HINCRBY', KEYS[2], 'seq', 1))
+else
+	-- A journal's first Seq is the Redis clock in µs, and above its last
+	-- entry if one is left: a Seq a router remembers from before the
+	-- journal was forgotten (a Redis restart) never names a new entry.
+	local n = tonumber(t[1]) * 1000000 + tonumber(t[2])
+	local last = redis.call('LINDEX', KEYS[1], -1)
+	if last then
+		local s = tonumber(string.sub(last, 1, string.find(last, '|', 1, true) - 1))
+		if s >= n then
+			n = s + 1
+		end
+	end
+	seq = string.format('%.0f', n) -- %.0f: Lua prints µs as %.14g
+	redis.call('HSET', KEYS[2], 'seq', seq)
+end
 redis.call('RPUSH', KEYS[1], seq .. '|' .. ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
 redis.call('PEXPIRE', KEYS[2], ARGV[5])

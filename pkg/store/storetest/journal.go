@@ -17,6 +17,7 @@ var journalTests = []test{
 	{"Holder", testJournalHolder},
 	{"Renew", testJournalRenew},
 	{"DoneOnce", testJournalDoneOnce},
+	{"SeqAfterEmpty", testJournalSeqAfterEmpty},
 	{"ReleaseRacesAppend", testJournalReleaseRacesAppend},
 	{"DevicesIndependent", testJournalDevicesIndependent},
 	{"TTL", testJournalTTL},
@@ -181,6 +182,26 @@ func testJournalRenew(t *testing.T, s store.Store) {
 	}
 	if got, want := drainJ(t, s, dev, "r1"), []string{"a", "b"}; !slices.Equal(got, want) {
 		t.Fatalf("entries = %q, want %q", got, want)
+	}
+}
+
+// testJournalSeqAfterEmpty: once a journal was worked empty, its next
+// entry still gets a greater Seq, so a late repeat of the last NextJournal
+// (a retry after a lost reply) cannot remove it unhandled.
+func testJournalSeqAfterEmpty(t *testing.T, s store.Store) {
+	dev := name(t, "dev")
+	appendJ(t, s, dev, "r1", "a", jlim)
+	a, _ := nextJ(t, s, dev, "r1", 0)
+	if _, ok := nextJ(t, s, dev, "r1", a.Seq); ok {
+		t.Fatal("NextJournal after the only entry: an entry, want none")
+	}
+	appendJ(t, s, dev, "r1", "b", jlim)
+	b, ok := nextJ(t, s, dev, "r1", a.Seq)
+	if !ok || string(b.Data) != "b" {
+		t.Fatalf("NextJournal(done = the emptied journal's last %d) = %+v, %v; want b", a.Seq, b, ok)
+	}
+	if b.Seq <= a.Seq {
+		t.Fatalf("Seq after the journal was emptied: %d, want more than %d", b.Seq, a.Seq)
 	}
 }
 
