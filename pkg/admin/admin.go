@@ -17,6 +17,7 @@
 package admin
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -57,12 +58,13 @@ type Server struct {
 	mux   *http.ServeMux
 	state atomic.Value // State
 
-	mu     sync.Mutex
-	checks map[string]Check
-	live   map[string]func() error
-	srv    *http.Server
-	url    string
-	served chan error
+	mu           sync.Mutex
+	checkTimeout time.Duration
+	checks       map[string]Check
+	live         map[string]func() error
+	srv          *http.Server
+	url          string
+	served       chan error
 }
 
 // New returns a Server in StateStarting that serves /healthz and /readyz.
@@ -70,7 +72,8 @@ func New(log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{log: log, mux: http.NewServeMux(), checks: make(map[string]Check), live: make(map[string]func() error)}
+	s := &Server{log: log, mux: http.NewServeMux(), checkTimeout: CheckTimeout,
+		checks: make(map[string]Check), live: make(map[string]func() error)}
 	s.state.Store(StateStarting)
 	s.mux.HandleFunc("GET /healthz", s.healthz)
 	s.mux.HandleFunc("GET /readyz", s.readyz)
@@ -79,6 +82,19 @@ func New(log *slog.Logger) *Server {
 
 // Handle mounts h on pattern (http.ServeMux patterns).
 func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+
+// ServeHTTP answers as the admin port does: another server (the router's
+// API) serves /healthz and /readyz with it, the same answers in the same
+// shape.
+func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) { s.mux.ServeHTTP(w, req) }
+
+// SetCheckTimeout bounds all checks of one /readyz request together
+// (CheckTimeout by default).
+func (s *Server) SetCheckTimeout(d time.Duration) {
+	s.mu.Lock()
+	s.checkTimeout = d
+	s.mu.Unlock()
+}
 
 // AddCheck adds (or, under the same name, replaces) a readiness check.
 func (s *Server) AddCheck(name string, c Check) {
@@ -178,7 +194,7 @@ type health struct {
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	st := s.State()
 	if st == StateDraining {
-		writeJSON(w, http.StatusOK, health{OK: true, State: st})
+		WriteJSON(w, http.StatusOK, health{OK: true, State: st})
 		return
 	}
 	s.mu.Lock()
@@ -190,23 +206,23 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	}
 	s.mu.Unlock()
 	if len(failed) == 0 {
-		writeJSON(w, http.StatusOK, health{OK: true, State: st})
+		WriteJSON(w, http.StatusOK, health{OK: true, State: st})
 		return
 	}
 	sort.Strings(failed)
 	reason := strings.Join(failed, "; ")
 	s.log.Error("not alive", "reason", reason)
-	writeJSON(w, http.StatusServiceUnavailable, health{State: st, Reason: reason})
+	WriteJSON(w, http.StatusServiceUnavailable, health{State: st, Reason: reason})
 }
 
 func (s *Server) readyz(w http.ResponseWriter, req *http.Request) {
 	st := s.State()
 	switch st {
 	case StateStarting:
-		writeJSON(w, http.StatusServiceUnavailable, health{State: st, Reason: "starting"})
+		WriteJSON(w, http.StatusServiceUnavailable, health{State: st, Reason: "starting"})
 		return
 	case StateDraining:
-		writeJSON(w, http.StatusServiceUnavailable, health{State: st, Reason: "draining: shutting down"})
+		WriteJSON(w, http.StatusServiceUnavailable, health{State: st, Reason: "draining: shutting down"})
 		return
 	}
 	results := s.runChecks(req.Context())
@@ -222,20 +238,20 @@ func (s *Server) readyz(w http.ResponseWriter, req *http.Request) {
 		failed = append(failed, name+": "+err.Error())
 	}
 	if body.OK {
-		writeJSON(w, http.StatusOK, body)
+		WriteJSON(w, http.StatusOK, body)
 		return
 	}
 	sort.Strings(failed)
 	body.Reason = strings.Join(failed, "; ")
 	s.log.Warn("not ready", "reason", body.Reason)
-	writeJSON(w, http.StatusServiceUnavailable, body)
+	WriteJSON(w, http.StatusServiceUnavailable, body)
 }
 
-// runChecks runs every check at once, within CheckTimeout.
+// runChecks runs every check at once, within the check timeout.
 func (s *Server) runChecks(ctx context.Context) map[string]error {
-	ctx, cancel := context.WithTimeout(ctx, CheckTimeout)
-	defer cancel()
 	s.mu.Lock()
+	ctx, cancel := context.WithTimeout(ctx, s.checkTimeout)
+	defer cancel()
 	checks := make(map[string]Check, len(s.checks))
 	for name, c := range s.checks {
 		checks[name] = c
@@ -256,9 +272,20 @@ func (s *Server) runChecks(ctx context.Context) map[string]error {
 	return results
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
+// WriteJSON answers status with v as JSON (and a newline, for curl),
+// never cached: the one JSON writer of the admin port and the router's API.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // an API, not a page: "<token>" stays readable
+	if err := enc.Encode(v); err != nil {
+		status = http.StatusInternalServerError
+		buf.Reset()
+		buf.WriteString(`{"error":"internal_error","message":"encoding the answer failed"}` + "\n")
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v) // the client went away: nothing to tell it
+	w.Write(buf.Bytes()) //nolint:errcheck // the client went away: nothing to tell it
 }

@@ -1,9 +1,7 @@
 package router
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +17,7 @@ import (
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 
+	"github.com/hermes-mobile/gateway/pkg/admin"
 	"github.com/hermes-mobile/gateway/pkg/agent"
 	"github.com/hermes-mobile/gateway/pkg/bus"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
@@ -114,6 +113,7 @@ type API struct {
 	// them; httpm counts their requests.
 	endpoints map[string][]string
 	httpm     *telemetry.HTTPServer
+	health    *admin.Server // answers /healthz and /readyz
 
 	waiting chan struct{} // a slot per event read waiting in the store
 	readers atomic.Int64  // event reads in progress (long polls, streams)
@@ -138,6 +138,7 @@ func NewAPI(r *Router, cfg APIConfig) *API {
 		endpoints:     make(map[string][]string),
 	}
 	a.ctx, a.cancel = context.WithCancel(r.ctx)
+	a.health = a.newHealth()
 	a.routes()
 	a.httpm = r.tel.m.HTTPServer(a.endpoints)
 	return a
@@ -172,8 +173,8 @@ func (a *API) routes() {
 	a.handle("POST", "/v1/sessions/{session}/avatar", agentOnly, a.postAvatar)
 	a.handle("GET", "/v1/events", agentOnly, a.events)
 	a.handle("GET", "/v1/blobs/{key}", agentOnly, a.blob)
-	a.handle("GET", "/healthz", public, a.healthz)
-	a.handle("GET", "/readyz", public, a.readyz)
+	a.handle("GET", "/healthz", public, a.probe)
+	a.handle("GET", "/readyz", public, a.probe)
 	a.mux.HandleFunc("/", func(w http.ResponseWriter, req *http.Request) {
 		a.fail(w, req, apiErr(http.StatusNotFound, codeNotFound, "no such endpoint; see docs/api.md"))
 	})
@@ -318,7 +319,7 @@ func (a *API) fail(w http.ResponseWriter, req *http.Request, err error) {
 			_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 		}
 	}
-	writeJSON(w, e.status, errorBody{Error: string(e.code), Message: e.message})
+	admin.WriteJSON(w, e.status, errorBody{Error: string(e.code), Message: e.message})
 }
 
 type errorBody struct {
@@ -330,23 +331,6 @@ type errorBody struct {
 type okBody struct {
 	OK bool   `json:"ok"`
 	ID string `json:"id,omitempty"`
-}
-
-// writeJSON answers status with v as JSON (and a newline, for curl).
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false) // an API, not a page: "<token>" stays readable
-	if err := enc.Encode(v); err != nil {
-		status = http.StatusInternalServerError
-		buf.Reset()
-		buf.WriteString(`{"error":"internal_error","message":"encoding the answer failed"}` + "\n")
-	}
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	w.Write(buf.Bytes())
 }
 
 // decodeOpts read request bodies as the edge reads frames: members matched

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hermes-mobile/gateway/pkg/admin"
 	"github.com/hermes-mobile/gateway/pkg/agent"
 	"github.com/hermes-mobile/gateway/pkg/ids"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
@@ -75,7 +76,7 @@ func (a *API) postMessage(w http.ResponseWriter, req *http.Request) error {
 	if err := a.r.Output(dev).Message(req.Context(), id, body.Text, body.Edit, final); err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, okBody{OK: true, ID: id})
+	admin.WriteJSON(w, http.StatusOK, okBody{OK: true, ID: id})
 	return nil
 }
 
@@ -147,7 +148,7 @@ func (a *API) postMedia(w http.ResponseWriter, req *http.Request) error {
 	if err := a.r.Output(dev).Media(req.Context(), m); err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, okBody{OK: true, ID: id})
+	admin.WriteJSON(w, http.StatusOK, okBody{OK: true, ID: id})
 	return nil
 }
 
@@ -211,7 +212,7 @@ func (a *API) postPrompt(w http.ResponseWriter, req *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, okBody{OK: true, ID: id})
+	admin.WriteJSON(w, http.StatusOK, okBody{OK: true, ID: id})
 	return nil
 }
 
@@ -233,7 +234,7 @@ func (a *API) deletePrompt(w http.ResponseWriter, req *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, okBody{OK: true, ID: id})
+	admin.WriteJSON(w, http.StatusOK, okBody{OK: true, ID: id})
 	return nil
 }
 
@@ -253,7 +254,7 @@ func (a *API) postTyping(w http.ResponseWriter, req *http.Request) error {
 	if err := a.r.Output(dev).Typing(req.Context(), body.Stop); err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, okBody{OK: true})
+	admin.WriteJSON(w, http.StatusOK, okBody{OK: true})
 	return nil
 }
 
@@ -277,6 +278,6 @@ func (a *API) postAvatar(w http.ResponseWriter, req *http.Request) error {
 	if err := a.r.Output(dev).Avatar(req.Context(), body.State); err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, okBody{OK: true})
+	admin.WriteJSON(w, http.StatusOK, okBody{OK: true})
 	return nil
 }

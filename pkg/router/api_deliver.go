@@ -7,6 +7,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/hermes-mobile/gateway/pkg/admin"
 	"github.com/hermes-mobile/gateway/pkg/dispatch"
 	"github.com/hermes-mobile/gateway/pkg/ids"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
@@ -102,7 +103,7 @@ func (a *API) deliver(w http.ResponseWriter, req *http.Request) error {
 			return err
 		}
 	}
-	writeJSON(w, status, okBody{OK: true, ID: id})
+	admin.WriteJSON(w, status, okBody{OK: true, ID: id})
 	return nil
 }
 

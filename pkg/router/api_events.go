@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hermes-mobile/gateway/pkg/admin"
 	"github.com/hermes-mobile/gateway/pkg/store"
 )
 
@@ -108,7 +109,7 @@ func (a *API) eventsJSON(w http.ResponseWriter, req *http.Request, cursor string
 		}
 		body.Events = append(body.Events, eventItem{Cursor: e.Cursor, Event: e.Data})
 	}
-	writeJSON(w, http.StatusOK, body)
+	admin.WriteJSON(w, http.StatusOK, body)
 	return nil
 }
 
