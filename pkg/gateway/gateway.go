@@ -1,7 +1,8 @@
 // Package gateway assembles a node from its parts: the store (memory or
 // Redis), the bus (embedded or external NATS), the edge and, when asked, a
-// router with an agent. With no URLs it is a complete single-node gateway.
-// services/edge and the black-box tests both start nodes through it.
+// router with an agent and its HTTP API. With no URLs it is a complete
+// single-node gateway. services/edge, services/router (a node without an
+// edge) and the black-box tests all start nodes through it.
 package gateway
 
 import (
@@ -27,8 +28,12 @@ import (
 
 // Config of a node.
 type Config struct {
+	// Name names the node's NATS connection ("hermes-gateway").
+	Name string
 	// Listen is the WebSocket address (MOBILE_LISTEN, 127.0.0.1:8787).
 	Listen string
+	// NoEdge leaves the edge out: a router-only node (services/router).
+	NoEdge bool
 	// NATSURL is an external NATS (NATS_URL); empty embeds a server.
 	NATSURL string
 	// NATSPrefix is put in front of every NATS subject (NATS_PREFIX), so
@@ -66,7 +71,7 @@ type Config struct {
 type Gateway struct {
 	Store  store.Store
 	Bus    bus.Bus
-	Edge   *edge.Server
+	Edge   *edge.Server   // nil with Config.NoEdge
 	Router *router.Router // nil unless Config.Router
 	API    *router.API    // nil unless Config.Router and Config.APIListen
 	ln     net.Listener
@@ -84,6 +89,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err e
 	}
 	if err := errors.Join(cfg.Edge.Validate(), cfg.RouterCfg.Validate()); err != nil {
 		return nil, err
+	}
+	if cfg.NoEdge && !cfg.Router {
+		return nil, errors.New("gateway: a node with neither an edge nor a router would do nothing")
 	}
 	g := &Gateway{served: make(chan error, 1)}
 	if cfg.Edge.Telemetry == nil {
@@ -109,7 +117,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err e
 	}
 	var nb *natsbus.Bus // kept out of g.Bus until it is not nil
 	if cfg.NATSURL != "" {
-		nb, err = natsbus.Connect(cfg.NATSURL, natsbus.Options{Logger: log, SubjectPrefix: cfg.NATSPrefix, Telemetry: cfg.Telemetry})
+		nb, err = natsbus.Connect(cfg.NATSURL, natsbus.Options{Name: cfg.Name, Logger: log, SubjectPrefix: cfg.NATSPrefix, Telemetry: cfg.Telemetry})
 	} else {
 		nb, err = natsbus.Embedded(natsbus.Options{Logger: log, Telemetry: cfg.Telemetry})
 	}
@@ -139,6 +147,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err e
 				return nil, err
 			}
 		}
+	}
+	if cfg.NoEdge {
+		return g, nil
 	}
 	listen := cfg.Listen
 	if listen == "" {
@@ -173,11 +184,21 @@ func (g *Gateway) serveAPI(ctx context.Context, cfg Config, log *slog.Logger) er
 // served.
 func (g *Gateway) APIURL() string { return g.apiURL }
 
-// Addr is the address the edge listens on.
-func (g *Gateway) Addr() net.Addr { return g.ln.Addr() }
+// Addr is the address the edge listens on (nil without an edge).
+func (g *Gateway) Addr() net.Addr {
+	if g.ln == nil {
+		return nil
+	}
+	return g.ln.Addr()
+}
 
-// URL is the WebSocket URL of the edge.
-func (g *Gateway) URL() string { return "ws://" + g.ln.Addr().String() + "/ws" }
+// URL is the WebSocket URL of the edge ("" without an edge).
+func (g *Gateway) URL() string {
+	if g.ln == nil {
+		return ""
+	}
+	return "ws://" + g.ln.Addr().String() + "/ws"
+}
 
 // Close stops the node: the router's HTTP API and the edge first (sockets
 // get 1001), then the router, the bus and the store.

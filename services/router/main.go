@@ -14,8 +14,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
@@ -26,16 +24,12 @@ import (
 
 	"github.com/hermes-mobile/gateway/pkg/admin"
 	"github.com/hermes-mobile/gateway/pkg/agent"
-	"github.com/hermes-mobile/gateway/pkg/bus/natsbus"
 	"github.com/hermes-mobile/gateway/pkg/config"
+	"github.com/hermes-mobile/gateway/pkg/gateway"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/router"
 	"github.com/hermes-mobile/gateway/pkg/store/memstore"
-	"github.com/hermes-mobile/gateway/pkg/store/redisstore"
 )
-
-// shutdownTimeout bounds the wait for HTTP requests in flight at shutdown.
-const shutdownTimeout = 10 * time.Second
 
 // flags is the command line; every flag falls back to its env var.
 type flags struct {
@@ -133,9 +127,10 @@ func (f flags) settings() (settings, error) {
 	return s, s.router.Validate()
 }
 
-// run runs the router until ctx ends, then shuts it down: the HTTP server
-// (event streams end at once, other requests get shutdownTimeout), the
-// router (running agent calls end), the bus and the store.
+// run runs the router until ctx ends, then shuts it down: the HTTP API
+// (event streams end at once, other requests get 10 s), the router
+// (running agent calls end), the bus and the store. The node is assembled
+// by pkg/gateway, as an edge's is, without the edge.
 func run(ctx context.Context, f flags, stdout, stderr io.Writer) (err error) {
 	s, err := f.settings()
 	if err != nil {
@@ -155,63 +150,30 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) (err error) {
 	if pprofOn {
 		adm.HandlePprof()
 	}
-	s.router.Telemetry = adm.Tel
-	redisstore.SetLogger(log)
-	st, err := redisstore.New(ctx, redisstore.Options{URL: f.redisURL, Prefix: f.redisPrefix, MaxBlobBytes: f.maxBlob, Telemetry: adm.Tel})
-	if err != nil {
-		return fmt.Errorf("REDIS_URL: %w", err)
-	}
-	defer func() { err = errors.Join(err, st.Close()) }()
-	b, err := natsbus.Connect(f.natsURL, natsbus.Options{Name: "hermes-router", Logger: log, SubjectPrefix: f.natsPrefix, Telemetry: adm.Tel})
-	if err != nil {
-		return fmt.Errorf("NATS_URL: %w", err)
-	}
-	defer func() { err = errors.Join(err, b.Close()) }()
-	adm.AddCheck("store", admin.StoreCheck(st))
-	adm.AddCheck("bus", admin.BusCheck(b))
-	adm.AddLiveCheck("bus", b.Err)
-
-	a, err := agent.Named(s.agent, s.openai, s.eventsMax)(st, log)
+	g, err := gateway.Start(ctx, gateway.Config{
+		Name: "hermes-router", NoEdge: true, Router: true,
+		NATSURL: f.natsURL, NATSPrefix: f.natsPrefix, RedisURL: f.redisURL, RedisPrefix: f.redisPrefix,
+		MaxBlobBytes: f.maxBlob, NewAgent: agent.Named(s.agent, s.openai, s.eventsMax),
+		APIListen: f.listen, API: s.api, RouterCfg: s.router, Telemetry: adm.Tel,
+	}, log)
 	if err != nil {
 		return err
 	}
-	r := router.New(s.router, st, b, a, log.With("component", "router"))
-	if err := r.Start(); err != nil {
-		return fmt.Errorf("router: %w", err)
+	defer func() { err = errors.Join(err, g.Close()) }()
+	adm.AddCheck("store", admin.StoreCheck(g.Store))
+	adm.AddCheck("bus", admin.BusCheck(g.Bus))
+	if live := admin.BusLive(g.Bus); live != nil {
+		adm.AddLiveCheck("bus", live)
 	}
-	defer func() { err = errors.Join(err, r.Close()) }()
-
-	api := router.NewAPI(r, s.api)
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", f.listen)
-	if err != nil {
-		return fmt.Errorf("MOBILE_ROUTER_LISTEN: %w", err)
-	}
-	srv := api.Server(slog.NewLogLogger(log.With("component", "http").Handler(), slog.LevelWarn))
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(api.Listener(ln)) }()
 	adm.MarkReady()
 
-	log.Info("router listening", "url", "http://"+ln.Addr().String(), "agent", s.agent,
+	log.Info("router listening", "url", g.APIURL(), "agent", s.agent,
 		"deliver_tokens", len(s.api.DeliverTokens), "agent_tokens", len(s.api.AgentTokens))
 	if len(s.api.DeliverTokens)+len(s.api.AgentTokens) == 0 {
 		log.Warn("no MOBILE_DELIVER_TOKENS and no MOBILE_AGENT_TOKENS: every endpoint but /healthz and /readyz answers 401")
 	}
-	select {
-	case <-ctx.Done():
-	case err := <-served:
-		return fmt.Errorf("serving HTTP: %w", err)
-	}
+	<-ctx.Done()
 	log.Info("shutting down")
 	adm.MarkDraining()
-	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		srv.Close()
-		log.Warn("HTTP requests still running at shutdown were cut", "err", err)
-	}
-	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("serving HTTP: %w", err)
-	}
 	return nil
 }
