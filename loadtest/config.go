@@ -94,8 +94,8 @@ func (f *flagSet) RegisterFlags(fs *flag.FlagSet) {
 // Config turns the flags into a validated Config.
 func (f *flagSet) Config() (Config, error) {
 	c := f.cfg
-	c.URLs = splitList(f.urls)
-	c.MetricsURLs = splitList(f.metrics)
+	c.URLs = config.List(f.urls)
+	c.MetricsURLs = config.List(f.metrics)
 	c.Token = string(f.token)
 	c.DeliverURL = strings.TrimRight(f.deliverURL, "/")
 	c.DeliverToken = string(f.deliverToken)
@@ -210,14 +210,4 @@ func sourceFor(i, sources int, target string) net.Addr {
 		return nil
 	}
 	return &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(sourceFirst+i%sources))}
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, v := range strings.Split(s, ",") {
-		if v = strings.TrimSpace(v); v != "" {
-			out = append(out, v)
-		}
-	}
-	return out
 }

@@ -127,7 +127,7 @@ func (c stepConfig) validate() error {
 // parseRates reads "100,200,1k,2.5k".
 func parseRates(s string) ([]float64, error) {
 	var out []float64
-	for _, v := range splitList(s) {
+	for _, v := range config.List(s) {
 		mult := 1.0
 		if rest, ok := strings.CutSuffix(strings.ToLower(v), "k"); ok {
 			v, mult = rest, 1000
@@ -204,11 +204,11 @@ func stepMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintln(stderr, "loadtest step:", err)
 		return exitUsage
 	}
-	cfg.Scenarios = splitList(scen)
+	cfg.Scenarios = config.List(scen)
 	if slices.Equal(cfg.Scenarios, []string{"all"}) {
 		cfg.Scenarios = scenarios
 	}
-	cfg.URLs, cfg.Token, cfg.RunID, cfg.JSONPath = splitList(urls), string(token), runID, jsonP
+	cfg.URLs, cfg.Token, cfg.RunID, cfg.JSONPath = config.List(urls), string(token), runID, jsonP
 	cfg.DeliverURL, cfg.DeliverToken = strings.TrimRight(deliverURL, "/"), string(deliverToken)
 	if cfg.RunID == "" {
 		cfg.RunID = randomHex(3)
