@@ -15,6 +15,8 @@
 # the first edge for PROFILE_SECONDS (default 20) into PROFILE_DIR
 # (router.pprof, edge1.pprof); read them with `go tool pprof -top FILE`.
 # STEP_LOGS=<dir> keeps the services' logs.
+# EDGE_BIN=<file> ROUTER_BIN=<file> run those binaries instead of building
+# the edge and the router (e.g. an earlier commit's, to compare in one run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$PATH:/usr/sbin"
@@ -30,8 +32,8 @@ cleanup() {
 trap cleanup EXIT
 
 echo "== building" >&2
-go build -o "$WORK/edge" ./services/edge
-go build -o "$WORK/router" ./services/router
+if [ -n "${EDGE_BIN:-}" ]; then cp "$EDGE_BIN" "$WORK/edge"; else go build -o "$WORK/edge" ./services/edge; fi
+if [ -n "${ROUTER_BIN:-}" ]; then cp "$ROUTER_BIN" "$WORK/router"; else go build -o "$WORK/router" ./services/router; fi
 go build -o "$WORK/loadtest" ./loadtest
 
 random() { od -An -N16 -tx1 /dev/urandom | tr -d ' \n'; }
