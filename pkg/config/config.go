@@ -123,16 +123,16 @@ func List(s string) []string {
 
 // MiB registers a size flag given in whole mebibytes (as the env var is);
 // *p is in bytes.
-func MiB(fs *flag.FlagSet, p *int64, name, env string, def int64, usage string) {
+func MiB[T ~int | ~int64](fs *flag.FlagSet, p *T, name, env string, def T, usage string) {
 	*p = def
 	register(fs, funcValue{func(s string) error {
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil || n <= 0 || n > 1<<20 {
 			return fmt.Errorf("%q: want a whole number of MiB between 1 and 1048576", s)
 		}
-		*p = n << 20
+		*p = T(n << 20)
 		return nil
-	}, func() string { return strconv.FormatInt(*p>>20, 10) }}, name, env, usage+", in MiB")
+	}, func() string { return strconv.FormatInt(int64(*p)>>20, 10) }}, name, env, usage+", in MiB")
 }
 
 // Int registers a positive whole-number flag that falls back to env.
@@ -146,19 +146,4 @@ func Int(fs *flag.FlagSet, p *int, name, env string, def int, usage string) {
 		*p = n
 		return nil
 	}, func() string { return strconv.Itoa(*p) }}, name, env, usage)
-}
-
-// RouterKnobs are the router's settings that both services offer (a node
-// can run a router too).
-type RouterKnobs struct {
-	OutboxMax, SessionQueue int
-	OutboxTTL, JournalLease time.Duration
-}
-
-// Register registers the knobs' flags with defaults def.
-func (k *RouterKnobs) Register(fs *flag.FlagSet, def RouterKnobs) {
-	Int(fs, &k.OutboxMax, "outbox-max", "MOBILE_OUTBOX_MAX", def.OutboxMax, "frames kept per offline device; the oldest are dropped past it")
-	Seconds(fs, &k.OutboxTTL, "outbox-ttl", "MOBILE_OUTBOX_TTL", def.OutboxTTL, "how long an offline device's frames are kept")
-	Int(fs, &k.SessionQueue, "session-queue", "MOBILE_SESSION_QUEUE", def.SessionQueue, "events of one device waiting for the agent; past it the phone gets internal_error")
-	Seconds(fs, &k.JournalLease, "journal-lease", "MOBILE_JOURNAL_LEASE", def.JournalLease, "how long a router holds a device's events without renewing; another takes them over after it")
 }

@@ -22,7 +22,6 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/edge"
 	"github.com/hermes-mobile/gateway/pkg/gateway"
 	"github.com/hermes-mobile/gateway/pkg/ids"
-	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/router"
 	"github.com/hermes-mobile/gateway/pkg/web"
 )
@@ -35,15 +34,13 @@ type flags struct {
 	forwardedHeader                                          string
 	redisPrefix, natsPrefix                                  string
 	router, logLevel, webClient                              string
-	promptTTL                                                time.Duration
 	adminListen                                              string
 	pprof                                                    string
 	drainWindow                                              time.Duration
-	pingInterval                                             time.Duration
-	maxRead, maxQueued, maxUpload, maxBlob                   int64
-	maxOutbound                                              int64
-	writeTimeout, readTimeout, ownerTTL, ackWait, blobTTL    time.Duration
-	routerKnobs                                              config.RouterKnobs
+	maxBlob                                                  int64
+	blobTTL                                                  time.Duration
+	edgeCfg                                                  edge.Config   // its tuning flags
+	routerCfg                                                router.Config // its tuning flags
 	agent                                                    agent.Choice
 }
 
@@ -54,7 +51,6 @@ func (f *flags) register(fs *flag.FlagSet) {
 	config.String(fs, &f.allowedDevices, "allowed-devices", "MOBILE_ALLOWED_DEVICES", "", "only these device ids may connect, comma-separated")
 	config.SecretVar(fs, &f.deliverTokens, "deliver-tokens", "MOBILE_DELIVER_TOKENS", "tokens allowed to send deliver frames from anywhere, comma-separated")
 	config.String(fs, &f.homeDevice, "home-device", "MOBILE_HOME_DEVICE", "", "target of a deliver without one")
-	config.Seconds(fs, &f.promptTTL, "prompt-ttl", "MOBILE_PROMPT_TTL", protocol.DefaultPromptTTL, "prompt card lifetime")
 	config.String(fs, &f.avatarURL, "avatar-url", "MOBILE_AVATAR_URL", "", "avatar page URL sent in ready")
 	config.String(fs, &f.trustedProxies, "trusted-proxies", "MOBILE_TRUSTED_PROXIES", "", "reverse proxies (CIDRs) whose forwarding header names the client")
 	config.String(fs, &f.forwardedHeader, "forwarded-header", "MOBILE_FORWARDED_HEADER", "x-forwarded-for", "the one header read from trusted proxies: x-forwarded-for or forwarded")
@@ -69,20 +65,10 @@ func (f *flags) register(fs *flag.FlagSet) {
 	config.String(fs, &f.adminListen, "admin-listen", "MOBILE_ADMIN_LISTEN", "127.0.0.1:8789", "admin HTTP address (/healthz, /readyz, /metrics); off disables it")
 	config.String(fs, &f.pprof, "pprof", "MOBILE_PPROF", "off", "on: serve the Go profiles (net/http/pprof) at /debug/pprof/ on the admin port")
 	config.Seconds(fs, &f.drainWindow, "drain-window", "MOBILE_DRAIN_WINDOW", 10*time.Second, "on SIGTERM, close the sockets with 1001 spread over this window")
-	config.MiB(fs, &f.maxRead, "max-read", "MOBILE_MAX_READ_MIB", edge.DefaultBudgetBytes, "bytes of large messages being read, across the edge; past it a message gets a fatal internal_error")
-	config.MiB(fs, &f.maxQueued, "max-queued", "MOBILE_MAX_QUEUED_MIB", edge.DefaultBudgetBytes, "bytes queued to phones, across the edge; past it sockets with over 1 MiB queued are closed as slow readers")
-	config.MiB(fs, &f.maxUpload, "max-upload", "MOBILE_MAX_UPLOAD_MIB", edge.DefaultBudgetBytes, "bytes of unfinished uploads, across the edge; past it a part gets internal_error")
 	config.MiB(fs, &f.maxBlob, "max-blob", "MOBILE_MAX_BLOB_MIB", gateway.DefaultMaxBlobBytes, "media kept for the agent in the store; past it a file gets internal_error")
-	def := edge.DefaultConfig()
-	config.Seconds(fs, &f.writeTimeout, "write-timeout", "MOBILE_WRITE_TIMEOUT", def.WriteTimeout, "a phone whose TCP acknowledges nothing this long while a write waits is cut off")
-	config.Seconds(fs, &f.readTimeout, "read-timeout", "MOBILE_READ_TIMEOUT", def.ReadTimeout, "bound on the arrival of one whole message once its first byte came")
-	config.MiB(fs, &f.maxOutbound, "max-outbound", "MOBILE_MAX_OUTBOUND_MIB", int64(def.MaxOutboundBytes), "frames queued for one socket; past it the socket is closed as a slow reader")
-	config.Seconds(fs, &f.ownerTTL, "owner-ttl", "MOBILE_OWNER_TTL", def.OwnerTTL, "a device's owner record lives this long without the edge's heartbeat (every third of it)")
-	config.Seconds(fs, &f.ackWait, "ack-wait", "MOBILE_ACK_WAIT", def.AckWait, "how long a delivery to a phone that acks waits for its ack (under the router's 15 s)")
-	config.Seconds(fs, &f.blobTTL, "blob-ttl", "MOBILE_BLOB_TTL", def.BlobTTL, "how long uploaded media stays in the store for the agent")
-	rdef := router.DefaultConfig()
-	f.routerKnobs.Register(fs, config.RouterKnobs{OutboxMax: rdef.OutboxMax, OutboxTTL: rdef.OutboxTTL, SessionQueue: rdef.SessionQueue, JournalLease: rdef.JournalLease})
-	config.Seconds(fs, &f.pingInterval, "ping-interval", "MOBILE_PING_INTERVAL", 30*time.Second, "keepalive: ping sockets silent this long; close those silent for 3 intervals")
+	config.Seconds(fs, &f.blobTTL, "blob-ttl", "MOBILE_BLOB_TTL", edge.DefaultConfig().BlobTTL, "how long media stays in the store: uploads for the agent, the agent's files for the phones")
+	f.edgeCfg.RegisterFlags(fs)
+	f.routerCfg.RegisterFlags(fs)
 }
 
 // drainGrace is how long, past the drain window, the connections still
@@ -213,14 +199,10 @@ func (f flags) gatewayConfig() (gateway.Config, error) {
 	if err != nil {
 		return cfg, err
 	}
-	cfg.Edge = edge.Config{Auth: auth, HomeDevice: f.homeDevice, AvatarURL: f.avatarURL, PingInterval: f.pingInterval,
-		MaxReadBytes: f.maxRead, MaxQueuedBytes: f.maxQueued, MaxUploadBytes: f.maxUpload,
-		WriteTimeout: f.writeTimeout, ReadTimeout: f.readTimeout, MaxOutboundBytes: int(f.maxOutbound),
-		OwnerTTL: f.ownerTTL, AckWait: f.ackWait, BlobTTL: f.blobTTL,
-		Pages: web.Handler(web.Options{Client: webClient}), AvatarPath: web.AvatarPath}
-	cfg.RouterCfg.PromptTTL = f.promptTTL
-	k := f.routerKnobs
-	cfg.RouterCfg.OutboxMax, cfg.RouterCfg.OutboxTTL, cfg.RouterCfg.SessionQueue, cfg.RouterCfg.JournalLease = k.OutboxMax, k.OutboxTTL, k.SessionQueue, k.JournalLease
+	cfg.Edge = f.edgeCfg
+	cfg.Edge.Auth, cfg.Edge.HomeDevice, cfg.Edge.AvatarURL, cfg.Edge.BlobTTL = auth, f.homeDevice, f.avatarURL, f.blobTTL
+	cfg.Edge.Pages, cfg.Edge.AvatarPath = web.Handler(web.Options{Client: webClient}), web.AvatarPath
+	cfg.RouterCfg = f.routerCfg
 	cfg.RouterCfg.BlobTTL = f.blobTTL
 	if err := errors.Join(cfg.Edge.Validate(), cfg.RouterCfg.Validate()); err != nil {
 		return cfg, err

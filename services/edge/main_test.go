@@ -24,6 +24,7 @@ import (
 
 	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/config"
+	"github.com/hermes-mobile/gateway/pkg/router"
 	"github.com/hermes-mobile/gateway/pkg/store/memstore"
 
 	"github.com/hermes-mobile/gateway/pkg/agent"
@@ -64,15 +65,16 @@ func mustParse(t *testing.T, args ...string) flags {
 func TestFlagDefaults(t *testing.T) {
 	clearEnv(t)
 	f := mustParse(t)
-	want := flags{listen: "127.0.0.1:8787", router: "auto", webClient: "auto", logLevel: "info", promptTTL: protocol.DefaultPromptTTL, redisPrefix: "hermes:",
+	want := flags{listen: "127.0.0.1:8787", router: "auto", webClient: "auto", logLevel: "info", redisPrefix: "hermes:",
 		forwardedHeader: "x-forwarded-for",
-		adminListen:     "127.0.0.1:8789", pprof: "off", drainWindow: 10 * time.Second, pingInterval: 30 * time.Second,
-		maxRead: 256 << 20, maxQueued: 256 << 20, maxUpload: 256 << 20, maxBlob: 1 << 30,
-		maxOutbound: 32 << 20, writeTimeout: 10 * time.Second, readTimeout: time.Minute, ownerTTL: 30 * time.Second,
-		ackWait: 10 * time.Second, blobTTL: 15 * time.Minute,
-		routerKnobs: config.RouterKnobs{OutboxMax: 256, SessionQueue: 1000, OutboxTTL: 10 * time.Minute, JournalLease: 15 * time.Second},
-		agent:       agent.Choice{Name: "demo", OpenAIBaseURL: "https://api.openai.com/v1", OpenAITimeout: 120 * time.Second}}
-	if f != want {
+		adminListen:     "127.0.0.1:8789", pprof: "off", drainWindow: 10 * time.Second, maxBlob: 1 << 30, blobTTL: 15 * time.Minute,
+		edgeCfg: edge.Config{PingInterval: 30 * time.Second,
+			MaxReadBytes: 256 << 20, MaxQueuedBytes: 256 << 20, MaxUploadBytes: 256 << 20,
+			MaxOutboundBytes: 32 << 20, WriteTimeout: 10 * time.Second, ReadTimeout: time.Minute, OwnerTTL: 30 * time.Second,
+			AckWait: 10 * time.Second},
+		routerCfg: router.Config{PromptTTL: protocol.DefaultPromptTTL, OutboxMax: 256, SessionQueue: 1000, OutboxTTL: 10 * time.Minute, JournalLease: 15 * time.Second},
+		agent:     agent.Choice{Name: "demo", OpenAIBaseURL: "https://api.openai.com/v1", OpenAITimeout: 120 * time.Second}}
+	if !reflect.DeepEqual(f, want) {
 		t.Fatalf("defaults = %+v, want %+v", f, want)
 	}
 	if protocol.DefaultPromptTTL != 300*time.Second {
@@ -103,25 +105,25 @@ func TestEnvAndFlags(t *testing.T) {
 		{"OPENAI_API_KEY", "openai-api-key", "sk-env", "sk-flag", func(f flags) string { return string(f.agent.OpenAIKey) }},
 		{"OPENAI_MODEL", "openai-model", "llama3", "gpt-4o-mini", func(f flags) string { return f.agent.OpenAIModel }},
 		{"OPENAI_SYSTEM_PROMPT", "openai-system-prompt", "Be brief.", "Be kind.", func(f flags) string { return f.agent.OpenAIPrompt }},
-		{"MOBILE_PROMPT_TTL", "prompt-ttl", "45", "90", func(f flags) string { return f.promptTTL.String() }},
+		{"MOBILE_PROMPT_TTL", "prompt-ttl", "45", "90", func(f flags) string { return f.routerCfg.PromptTTL.String() }},
 		{"MOBILE_ADMIN_LISTEN", "admin-listen", "off", "127.0.0.1:9002", func(f flags) string { return f.adminListen }},
 		{"MOBILE_PPROF", "pprof", "on", "off", func(f flags) string { return f.pprof }},
 		{"MOBILE_DRAIN_WINDOW", "drain-window", "45", "90", func(f flags) string { return f.drainWindow.String() }},
-		{"MOBILE_PING_INTERVAL", "ping-interval", "45", "90", func(f flags) string { return f.pingInterval.String() }},
-		{"MOBILE_MAX_READ_MIB", "max-read", "45", "90", func(f flags) string { return mib(f.maxRead) }},
-		{"MOBILE_MAX_QUEUED_MIB", "max-queued", "45", "90", func(f flags) string { return mib(f.maxQueued) }},
-		{"MOBILE_MAX_UPLOAD_MIB", "max-upload", "45", "90", func(f flags) string { return mib(f.maxUpload) }},
+		{"MOBILE_PING_INTERVAL", "ping-interval", "45", "90", func(f flags) string { return f.edgeCfg.PingInterval.String() }},
+		{"MOBILE_MAX_READ_MIB", "max-read", "45", "90", func(f flags) string { return mib(f.edgeCfg.MaxReadBytes) }},
+		{"MOBILE_MAX_QUEUED_MIB", "max-queued", "45", "90", func(f flags) string { return mib(f.edgeCfg.MaxQueuedBytes) }},
+		{"MOBILE_MAX_UPLOAD_MIB", "max-upload", "45", "90", func(f flags) string { return mib(f.edgeCfg.MaxUploadBytes) }},
 		{"MOBILE_MAX_BLOB_MIB", "max-blob", "45", "90", func(f flags) string { return mib(f.maxBlob) }},
-		{"MOBILE_MAX_OUTBOUND_MIB", "max-outbound", "45", "90", func(f flags) string { return mib(f.maxOutbound) }},
-		{"MOBILE_WRITE_TIMEOUT", "write-timeout", "45", "90", func(f flags) string { return f.writeTimeout.String() }},
-		{"MOBILE_READ_TIMEOUT", "read-timeout", "45", "90", func(f flags) string { return f.readTimeout.String() }},
-		{"MOBILE_OWNER_TTL", "owner-ttl", "45", "90", func(f flags) string { return f.ownerTTL.String() }},
-		{"MOBILE_ACK_WAIT", "ack-wait", "45", "90", func(f flags) string { return f.ackWait.String() }},
+		{"MOBILE_MAX_OUTBOUND_MIB", "max-outbound", "45", "90", func(f flags) string { return mib(int64(f.edgeCfg.MaxOutboundBytes)) }},
+		{"MOBILE_WRITE_TIMEOUT", "write-timeout", "45", "90", func(f flags) string { return f.edgeCfg.WriteTimeout.String() }},
+		{"MOBILE_READ_TIMEOUT", "read-timeout", "45", "90", func(f flags) string { return f.edgeCfg.ReadTimeout.String() }},
+		{"MOBILE_OWNER_TTL", "owner-ttl", "45", "90", func(f flags) string { return f.edgeCfg.OwnerTTL.String() }},
+		{"MOBILE_ACK_WAIT", "ack-wait", "45", "90", func(f flags) string { return f.edgeCfg.AckWait.String() }},
 		{"MOBILE_BLOB_TTL", "blob-ttl", "45", "90", func(f flags) string { return f.blobTTL.String() }},
-		{"MOBILE_OUTBOX_MAX", "outbox-max", "45", "90", func(f flags) string { return strconv.Itoa(f.routerKnobs.OutboxMax) }},
-		{"MOBILE_OUTBOX_TTL", "outbox-ttl", "45", "90", func(f flags) string { return f.routerKnobs.OutboxTTL.String() }},
-		{"MOBILE_SESSION_QUEUE", "session-queue", "45", "90", func(f flags) string { return strconv.Itoa(f.routerKnobs.SessionQueue) }},
-		{"MOBILE_JOURNAL_LEASE", "journal-lease", "45", "90", func(f flags) string { return f.routerKnobs.JournalLease.String() }},
+		{"MOBILE_OUTBOX_MAX", "outbox-max", "45", "90", func(f flags) string { return strconv.Itoa(f.routerCfg.OutboxMax) }},
+		{"MOBILE_OUTBOX_TTL", "outbox-ttl", "45", "90", func(f flags) string { return f.routerCfg.OutboxTTL.String() }},
+		{"MOBILE_SESSION_QUEUE", "session-queue", "45", "90", func(f flags) string { return strconv.Itoa(f.routerCfg.SessionQueue) }},
+		{"MOBILE_JOURNAL_LEASE", "journal-lease", "45", "90", func(f flags) string { return f.routerCfg.JournalLease.String() }},
 	} {
 		t.Run(tc.env, func(t *testing.T) {
 			clearEnv(t)
@@ -148,11 +150,11 @@ func TestPromptTTLValues(t *testing.T) {
 	clearEnv(t)
 	for in, want := range map[string]time.Duration{"45": 45 * time.Second, "1": time.Second, "90s": 90 * time.Second, "5m": 5 * time.Minute} {
 		t.Setenv("MOBILE_PROMPT_TTL", in)
-		if got := mustParse(t).promptTTL; got != want {
+		if got := mustParse(t).routerCfg.PromptTTL; got != want {
 			t.Errorf("$MOBILE_PROMPT_TTL=%q → %v, want %v", in, got, want)
 		}
 		os.Unsetenv("MOBILE_PROMPT_TTL")
-		if got := mustParse(t, "-prompt-ttl", in).promptTTL; got != want {
+		if got := mustParse(t, "-prompt-ttl", in).routerCfg.PromptTTL; got != want {
 			t.Errorf("-prompt-ttl %q → %v, want %v", in, got, want)
 		}
 	}
@@ -894,7 +896,7 @@ func TestSizeValues(t *testing.T) {
 			t.Errorf("-max-read=%q accepted", bad)
 		}
 	}
-	if got := mustParse(t, "-max-read=1048576").maxRead; got != 1<<40 {
+	if got := mustParse(t, "-max-read=1048576").edgeCfg.MaxReadBytes; got != 1<<40 {
 		t.Errorf("-max-read=1048576 → %d bytes, want 1 TiB", got)
 	}
 }

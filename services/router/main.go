@@ -37,11 +37,10 @@ type flags struct {
 	redisURL, redisPrefix           string
 	deliverTokens, agentTokens      config.Secret
 	homeDevice, eventsMax, logLevel string
-	promptTTL                       time.Duration
 	adminListen, pprof              string
 	maxBlob                         int64
 	blobTTL                         time.Duration
-	knobs                           config.RouterKnobs
+	router                          router.Config // its tuning flags
 
 	agent agent.Choice
 }
@@ -55,12 +54,10 @@ func (f *flags) register(fs *flag.FlagSet) {
 	config.SecretVar(fs, &f.deliverTokens, "deliver-tokens", "MOBILE_DELIVER_TOKENS", "`tokens` that may call POST /v1/deliver, comma-separated")
 	config.SecretVar(fs, &f.agentTokens, "agent-tokens", "MOBILE_AGENT_TOKENS", "`tokens` of the agent link (sessions, events, blobs), comma-separated")
 	config.String(fs, &f.homeDevice, "home-device", "MOBILE_HOME_DEVICE", "", "target of a deliver without one")
-	config.Seconds(fs, &f.promptTTL, "prompt-ttl", "MOBILE_PROMPT_TTL", protocol.DefaultPromptTTL, "prompt card lifetime")
 	f.agent.Register(fs, "the agent: demo, openai (an OpenAI-compatible chat API) or link (an outside agent reads GET /v1/events)")
 	config.String(fs, &f.eventsMax, "events-max", "MOBILE_EVENTS_MAX", strconv.Itoa(agent.DefaultLinkMaxLen), "events the log of AGENT=link keeps (about)")
-	def := router.DefaultConfig()
-	f.knobs.Register(fs, config.RouterKnobs{OutboxMax: def.OutboxMax, OutboxTTL: def.OutboxTTL, SessionQueue: def.SessionQueue, JournalLease: def.JournalLease})
-	config.Seconds(fs, &f.blobTTL, "blob-ttl", "MOBILE_BLOB_TTL", def.BlobTTL, "how long media sent by the agent stays in the store for the phones")
+	f.router.RegisterFlags(fs)
+	config.Seconds(fs, &f.blobTTL, "blob-ttl", "MOBILE_BLOB_TTL", router.DefaultConfig().BlobTTL, "how long media sent by the agent stays in the store for the phones")
 	config.MiB(fs, &f.maxBlob, "max-blob", "MOBILE_MAX_BLOB_MIB", memstore.DefaultMaxBlobBytes, "media kept in the store for the agent and the phones (POST /v1/blobs); past it a blob is refused")
 	config.String(fs, &f.logLevel, "log-level", "MOBILE_LOG_LEVEL", "info", "debug, info, warn or error")
 	config.String(fs, &f.adminListen, "admin-listen", "MOBILE_ADMIN_LISTEN", "127.0.0.1:8790", "admin HTTP address (/healthz, /readyz, /metrics); off disables it")
@@ -122,8 +119,8 @@ func (f flags) settings() (settings, error) {
 		AgentTokens:   config.List(string(f.agentTokens)),
 		HomeDevice:    f.homeDevice,
 	}
-	s.router = router.Config{PromptTTL: f.promptTTL, OutboxMax: f.knobs.OutboxMax, OutboxTTL: f.knobs.OutboxTTL,
-		SessionQueue: f.knobs.SessionQueue, JournalLease: f.knobs.JournalLease, BlobTTL: f.blobTTL}
+	s.router = f.router
+	s.router.BlobTTL = f.blobTTL
 	return s, s.router.Validate()
 }
 

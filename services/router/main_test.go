@@ -7,8 +7,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"flag"
-	"github.com/hermes-mobile/gateway/internal/testsvc"
-	"github.com/hermes-mobile/gateway/pkg/config"
 	"io"
 	"net/http"
 	"os"
@@ -18,6 +16,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hermes-mobile/gateway/internal/testsvc"
+	"github.com/hermes-mobile/gateway/pkg/config"
 
 	"github.com/redis/go-redis/v9"
 
@@ -70,9 +71,9 @@ func mustParse(t *testing.T, args ...string) flags {
 func TestFlagDefaults(t *testing.T) {
 	clearEnv(t)
 	want := flags{listen: "127.0.0.1:8788", redisPrefix: "hermes:", agent: agent.Choice{Name: "demo", OpenAIBaseURL: "https://api.openai.com/v1", OpenAITimeout: 120 * time.Second}, eventsMax: "10000",
-		logLevel: "info", promptTTL: protocol.DefaultPromptTTL, adminListen: "127.0.0.1:8790", maxBlob: 1 << 30, pprof: "off",
-		blobTTL: 15 * time.Minute, knobs: config.RouterKnobs{OutboxMax: 256, SessionQueue: 1000, OutboxTTL: 10 * time.Minute, JournalLease: 15 * time.Second}}
-	if f := mustParse(t); f != want {
+		logLevel: "info", adminListen: "127.0.0.1:8790", maxBlob: 1 << 30, pprof: "off", blobTTL: 15 * time.Minute,
+		router: router.Config{PromptTTL: protocol.DefaultPromptTTL, OutboxMax: 256, SessionQueue: 1000, OutboxTTL: 10 * time.Minute, JournalLease: 15 * time.Second}}
+	if f := mustParse(t); !reflect.DeepEqual(f, want) {
 		t.Fatalf("defaults = %+v, want %+v", f, want)
 	}
 }
@@ -94,7 +95,7 @@ func TestEnvAndFlags(t *testing.T) {
 		{"AGENT", "agent", "link", "demo", func(f flags) string { return f.agent.Name }},
 		{"MOBILE_EVENTS_MAX", "events-max", "500", "700", func(f flags) string { return f.eventsMax }},
 		{"MOBILE_LOG_LEVEL", "log-level", "debug", "warn", func(f flags) string { return f.logLevel }},
-		{"MOBILE_PROMPT_TTL", "prompt-ttl", "45", "90", func(f flags) string { return f.promptTTL.String() }},
+		{"MOBILE_PROMPT_TTL", "prompt-ttl", "45", "90", func(f flags) string { return f.router.PromptTTL.String() }},
 		{"MOBILE_ADMIN_LISTEN", "admin-listen", "off", "127.0.0.1:9002", func(f flags) string { return f.adminListen }},
 		{"MOBILE_PPROF", "pprof", "on", "off", func(f flags) string { return f.pprof }},
 		{"OPENAI_BASE_URL", "openai-base-url", "http://env:11434/v1", "http://flag:8000/v1", func(f flags) string { return f.agent.OpenAIBaseURL }},
