@@ -13,10 +13,28 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/wire"
 )
 
-// heldItem is a delivery that arrived before the outbox was flushed.
+// heldItem is a delivery that arrived before the outbox was flushed, or
+// (reread) a request to read the outbox again once it was.
 type heldItem struct {
-	out  wire.Output
-	done func(error)
+	out    wire.Output
+	done   func(error)
+	reread bool
+}
+
+// onControl handles a Control message about a device held here.
+func (s *Server) onControl(ctl wire.Control) {
+	c := s.deviceConn(ctl.Device)
+	if c == nil {
+		return
+	}
+	switch ctl.Op {
+	case wire.OpTakeover:
+		if c.epoch.Load() < ctl.Epoch {
+			c.closeWith(closeNormal, "replaced by a newer connection", nil)
+		}
+	case wire.OpOutbox:
+		c.rereadOutbox()
+	}
 }
 
 // onDelivery handles a message on a device subject. It answers only when
@@ -28,19 +46,11 @@ func (s *Server) onDelivery(m *bus.Msg) {
 		s.log.Warn("unreadable delivery", "subject", m.Subject, "err", err)
 		return
 	}
+	if wire.IsControl(out.Op) {
+		s.onControl(wire.Control{Op: out.Op, Device: out.Device, Epoch: out.Epoch})
+		return
+	}
 	c := s.deviceConn(out.Device)
-	if out.Op == wire.OpTakeover {
-		if c != nil && c.epoch.Load() < out.Epoch {
-			c.closeWith(closeNormal, "replaced by a newer connection", nil)
-		}
-		return
-	}
-	if out.Op == wire.OpOutbox {
-		if c != nil {
-			c.rereadOutbox()
-		}
-		return
-	}
 	if c == nil && out.Epoch != 0 && m.Respond != nil {
 		// No socket here. If the owner record still names this edge at
 		// the output's epoch, nobody else will answer: the socket closed
@@ -81,7 +91,7 @@ func (s *Server) onDelivery(m *bus.Msg) {
 	done = s.tel.traceDelivery(m.Header, out.Op, done)
 	c.mu.Lock()
 	if !c.flags.is(flagReady) {
-		c.held = append(c.held, heldItem{out, done})
+		c.held = append(c.held, heldItem{out: out, done: done})
 		c.mu.Unlock()
 		return
 	}
@@ -222,8 +232,6 @@ func (c *conn) render(ctx context.Context, out wire.Output, done func(error)) {
 		}
 	case wire.OpAvatar:
 		avatar = protocol.AvatarState(out.State)
-	case wire.OpOutbox:
-		c.writeOutbox() // held until ready: the outbox is read after the flush
 	default:
 		c.logger().Debug("ignoring unknown output", "op", out.Op)
 	}

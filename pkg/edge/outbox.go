@@ -45,8 +45,8 @@ func (c *conn) writeOutbox() {
 		case err != nil:
 			c.logger().Warn("dropping unreadable outbox item", "err", err)
 			c.setAvatar("", done) // removed in its turn, after the items before it
-		case out.Op == wire.OpOutbox:
-			c.setAvatar("", done) // a notice, not output: nothing to write
+		case wire.IsControl(out.Op):
+			c.setAvatar("", done) // not output: nothing to write
 		default:
 			ctx, cancel := c.opContext() // a file is fetched in render
 			c.render(ctx, out, done)
@@ -174,7 +174,7 @@ func (c *conn) rereadOutbox() {
 	case c.flags.is(flagClosing | flagClosed):
 		c.mu.Unlock()
 	case !c.flags.is(flagReady):
-		c.held = append(c.held, heldItem{wire.Output{Op: wire.OpOutbox}, func(error) {}})
+		c.held = append(c.held, heldItem{done: func(error) {}, reread: true})
 		c.mu.Unlock()
 	default:
 		c.mu.Unlock()

@@ -203,7 +203,7 @@ func (c *conn) hello(h *protocol.Hello) {
 		return
 	}
 	// Tell other edges: an older socket of this device closes.
-	takeover, _ := json.Marshal(wire.Output{Op: wire.OpTakeover, Device: dev.ID, Epoch: epoch})
+	takeover, _ := json.Marshal(wire.Control{Op: wire.OpTakeover, Device: dev.ID, Epoch: epoch})
 	if err := s.bus.Publish(ctx, deviceSubject(dev.ID), takeover, nil); err != nil {
 		c.logger().Warn("announcing takeover failed", "err", err)
 	}
@@ -232,6 +232,10 @@ func (c *conn) flushOutbox() {
 		}
 		c.mu.Unlock()
 		for _, h := range held {
+			if h.reread {
+				c.writeOutbox()
+				continue
+			}
 			ctx, cancel := c.opContext()
 			c.render(ctx, h.out, h.done)
 			cancel()

@@ -182,7 +182,7 @@ func TestOutboxReadAgain(t *testing.T) {
 	if err := n.Store.PushOutbox(testCtx(t), "tel-1", item, 256, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	nudge, _ := json.Marshal(wire.Output{Op: wire.OpOutbox, Device: "tel-1"})
+	nudge, _ := json.Marshal(wire.Control{Op: wire.OpOutbox, Device: "tel-1"})
 	if err := n.Bus.Publish(testCtx(t), bus.DeviceSubject("tel-1"), nudge, nil); err != nil {
 		t.Fatal(err)
 	}

@@ -101,7 +101,7 @@ func (o *output) send(ctx context.Context, out wire.Output) error {
 	o.r.tel.m.OutboxQueued()
 	// The device may have connected between the failed delivery and the
 	// push, and read its outbox before the push: its edge reads it again.
-	nudge, _ := json.Marshal(wire.Output{Op: wire.OpOutbox, Device: o.device})
+	nudge, _ := json.Marshal(wire.Control{Op: wire.OpOutbox, Device: o.device})
 	nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if err := o.r.bus.Publish(nctx, bus.DeviceSubject(o.device), nudge, nil); err != nil {

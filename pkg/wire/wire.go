@@ -65,12 +65,31 @@ const (
 	OpPromptDone = "prompt_done" // PromptDone
 	OpTyping     = "typing"      // Stop
 	OpAvatar     = "avatar"      // State
-	OpTakeover   = "takeover"    // Epoch: the new owner; older sockets close
+)
+
+// Control ops.
+const (
+	// OpTakeover: a socket of the device got ready under Epoch; an edge
+	// holding an older socket of it closes that one.
+	OpTakeover = "takeover"
 	// OpOutbox is published after an output went to the device's outbox:
 	// the device may have come online meanwhile and read its outbox
 	// already, so the edge holding it reads it again.
 	OpOutbox = "outbox"
 )
+
+// Control is a message between gateway nodes about a device, not output
+// for it: Op is OpTakeover or OpOutbox. It travels on the device's subject
+// with the outputs, whose "op", "device" and "epoch" members it shares, so
+// one decode of an Output tells them apart (IsControl).
+type Control struct {
+	Op     string `json:"op"`
+	Device string `json:"device"`
+	Epoch  int64  `json:"epoch,omitempty"`
+}
+
+// IsControl reports whether op is a Control op.
+func IsControl(op string) bool { return op == OpTakeover || op == OpOutbox }
 
 // Output is one thing to show on a device. Epoch is the device owner's epoch
 // when it was sent: an edge whose socket has another epoch does not answer.
