@@ -209,6 +209,7 @@ func TestCloseCodesAndDurations(t *testing.T) {
 // for WriteTimeout; each is counted under its reason, and as a close
 // without a close frame that the edge began.
 func TestSlowReaderCloses(t *testing.T) {
+	t.Parallel() // waits on a slow or stalled reader, not on the CPU
 	for _, tc := range []struct {
 		reason string
 		mutate func(*gateway.Config)

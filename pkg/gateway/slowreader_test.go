@@ -93,6 +93,7 @@ func srNext(t *testing.T, r *wsutil.Reader) map[string]any {
 // of frames; read at 4 MiB/s at most it takes over twice WriteTimeout,
 // and still arrives whole.
 func TestSlowReaderGetsWholeFile(t *testing.T) {
+	t.Parallel() // waits on a slow or stalled reader, not on the CPU
 	const writeTimeout = time.Second
 	n := startNode(t, func(c *gateway.Config) { c.Edge.WriteTimeout = writeTimeout })
 	nc, r := srDial(t, n, "tel-slow")
@@ -129,6 +130,7 @@ func TestSlowReaderGetsWholeFile(t *testing.T) {
 // TestStalledReaderIsCutOff: a phone that stops reading is disconnected
 // once the edge's write has made no progress for WriteTimeout.
 func TestStalledReaderIsCutOff(t *testing.T) {
+	t.Parallel() // waits on a slow or stalled reader, not on the CPU
 	const writeTimeout = time.Second
 	n := startNode(t, func(c *gateway.Config) { c.Edge.WriteTimeout = writeTimeout })
 	nc, _ := srDial(t, n, "tel-stalled")
@@ -154,6 +156,7 @@ func TestStalledReaderIsCutOff(t *testing.T) {
 // 1.25 × WriteTimeout after the last byte arrived in the phone's receive
 // queue (read without reading, by SIOCINQ).
 func TestStalledReaderIsCutOnTime(t *testing.T) {
+	t.Parallel() // waits on a slow or stalled reader, not on the CPU
 	const writeTimeout = 2 * time.Second
 	n := startNode(t, func(c *gateway.Config) { c.Edge.WriteTimeout = writeTimeout })
 	nc, _, _, err := ws.Dialer{}.Dial(testCtx(t), n.URL())
