@@ -4,7 +4,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"net/netip"
 	"net/url"
 	"strings"
@@ -193,21 +192,21 @@ func checkLoopback(raw, scheme string) error {
 	return nil
 }
 
-// sourceAddr is the source address of connection i to target, or nil when
-// the target is not an IPv4 address (the system then chooses).
-func (c Config) sourceAddr(i int, target string) net.Addr { return sourceFor(i, c.Sources, target) }
+// sourceAddr is the source address of connection i to target, or the zero
+// Addr when the target is not an IPv4 address (the system then chooses).
+func (c Config) sourceAddr(i int, target string) netip.Addr { return sourceFor(i, c.Sources, target) }
 
 // sourceFor is the source address of connection i to target when they are
-// spread over sources addresses from 127.0.0.2 on, or nil when the target is
-// not an IPv4 address (the system then chooses).
-func sourceFor(i, sources int, target string) net.Addr {
+// spread over sources addresses from 127.0.0.2 on, or the zero Addr when the
+// target is not an IPv4 address (the system then chooses).
+func sourceFor(i, sources int, target string) netip.Addr {
 	u, err := url.Parse(target)
 	if err != nil {
-		return nil
+		return netip.Addr{}
 	}
 	ip, err := netip.ParseAddr(u.Hostname())
 	if err != nil || !ip.Is4() {
-		return nil
+		return netip.Addr{}
 	}
-	return &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(sourceFirst+i%sources))}
+	return netip.AddrFrom4([4]byte{127, 0, 0, byte(sourceFirst + i%sources)})
 }

@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"flag"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -108,16 +107,16 @@ func TestSourceAddressesSpread(t *testing.T) {
 	}
 	var got []string
 	for i := range 4 {
-		got = append(got, c.sourceAddr(i, "ws://127.0.0.1:1/ws").(*net.TCPAddr).IP.String())
+		got = append(got, c.sourceAddr(i, "ws://127.0.0.1:1/ws").String())
 	}
 	if strings.Join(got, " ") != "127.0.0.2 127.0.0.3 127.0.0.4 127.0.0.2" {
 		t.Errorf("source addresses %v, want 127.0.0.2-4 in turn", got)
 	}
 	c.Sources = sourceCount
-	if ip := c.sourceAddr(sourceCount-1, "ws://127.0.0.1:1/ws").(*net.TCPAddr).IP.String(); ip != "127.0.0.254" {
+	if ip := c.sourceAddr(sourceCount-1, "ws://127.0.0.1:1/ws").String(); ip != "127.0.0.254" {
 		t.Errorf("the last source address is %s, want 127.0.0.254", ip)
 	}
-	if a := c.sourceAddr(0, "ws://[::1]:1/ws"); a != nil {
+	if a := c.sourceAddr(0, "ws://[::1]:1/ws"); a.IsValid() {
 		t.Errorf("an IPv6 target got the source %v, want the system's choice", a)
 	}
 }

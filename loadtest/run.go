@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -75,7 +75,7 @@ func newFlow(h *Histogram) *flow { return &flow{pending: map[uint64]struct{}{}, 
 type device struct {
 	id   string
 	url  string
-	src  net.Addr
+	src  netip.Addr
 	link atomic.Pointer[link]
 }
 

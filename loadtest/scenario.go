@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -101,7 +102,7 @@ func connectPool(ctx context.Context, cfg stepConfig, urls []string, n int, tag 
 }
 
 // dialPhone connects one device and says hello.
-func dialPhone(ctx context.Context, cfg stepConfig, url, id string, src any) (*phone, error) {
+func dialPhone(ctx context.Context, cfg stepConfig, url, id string, src netip.Addr) (*phone, error) {
 	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
 	c, err := client.Dial(ctx, url, client.Options{LocalAddr: src, Timeout: connectTimeout, WriteTimeout: writeTimeout, Buffer: frameBuffer})
@@ -261,7 +262,7 @@ func prepare(ctx context.Context, cfg stepConfig, scenario string, floor bool, u
 		offer, stop := apiOffer(ctx, cfg, p, tr)
 		return &target{offer: offer, close: func() { stop(); p.close() }}, nil
 	default: // cron
-		cron, err := dialPhone(ctx, cfg, urls[0], "lt-"+cfg.RunID+"-cron", nil)
+		cron, err := dialPhone(ctx, cfg, urls[0], "lt-"+cfg.RunID+"-cron", netip.Addr{})
 		if err != nil {
 			p.close()
 			return nil, fmt.Errorf("the cron connection: %w", err)

@@ -47,10 +47,9 @@ var ErrClosed = errors.New("client: connection is closed")
 
 // Options of Dial. The zero value is usable.
 type Options struct {
-	// LocalAddr is the source address to dial from: a net.Addr, a net.IP, a
-	// netip.Addr or a string, "127.0.0.5" or "127.0.0.5:40000". Nil means
-	// the system's choice.
-	LocalAddr any
+	// LocalAddr is the source address to dial from (the port is the
+	// system's choice). The zero Addr means the system's choice.
+	LocalAddr netip.Addr
 	// Header holds extra headers of the handshake request (X-Forwarded-For,
 	// Origin, ...). A Host header replaces the host of the URL.
 	Header http.Header
@@ -144,12 +143,8 @@ type control struct {
 // becomes of ctx after Dial returns.
 func Dial(ctx context.Context, url string, opts Options) (*Conn, error) {
 	nd := &net.Dialer{}
-	if opts.LocalAddr != nil {
-		la, err := localAddr(opts.LocalAddr)
-		if err != nil {
-			return nil, err
-		}
-		nd.LocalAddr = la
+	if opts.LocalAddr.IsValid() {
+		nd.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(opts.LocalAddr, 0))
 	}
 	d := ws.Dialer{
 		Timeout: opts.Timeout,
@@ -205,29 +200,6 @@ func Dial(ctx context.Context, url string, opts Options) (*Conn, error) {
 	c.frames = make(chan Frame, buffer)
 	go c.readLoop()
 	return c, nil
-}
-
-// localAddr turns Options.LocalAddr into a TCP address.
-func localAddr(v any) (net.Addr, error) {
-	switch a := v.(type) {
-	case net.Addr:
-		return a, nil
-	case net.IP:
-		return &net.TCPAddr{IP: a}, nil
-	case netip.Addr:
-		return net.TCPAddrFromAddrPort(netip.AddrPortFrom(a, 0)), nil
-	case string:
-		hostport := a
-		if _, _, err := net.SplitHostPort(a); err != nil {
-			hostport = net.JoinHostPort(a, "0")
-		}
-		addr, err := net.ResolveTCPAddr("tcp", hostport)
-		if err != nil {
-			return nil, fmt.Errorf("client: local address %q: %w", a, err)
-		}
-		return addr, nil
-	}
-	return nil, fmt.Errorf("client: local address of type %T, want net.Addr, net.IP, netip.Addr or string", v)
 }
 
 // LocalAddr is the client's end of the TCP connection.

@@ -9,7 +9,7 @@
 // # Connecting
 //
 //	c, err := client.Dial(ctx, "ws://127.0.0.1:8787/ws", client.Options{
-//		LocalAddr: "127.0.0.5",                                   // source address
+//		LocalAddr: netip.MustParseAddr("127.0.0.5"),              // source address
 //		Header:    http.Header{"X-Forwarded-For": {"203.0.113.9"}}, // extra handshake headers
 //		Timeout:   5 * time.Second,                               // dial + handshake
 //	})

@@ -688,7 +688,7 @@ func TestDeliverAllowedForXFFLoopbackThroughProxy(t *testing.T) {
 // address cannot be bound.
 func dlvDialFrom(t *testing.T, n *node, local string, header http.Header, device string) *client.Conn {
 	t.Helper()
-	c, err := client.Dial(testCtx(t), n.URL(), client.Options{LocalAddr: local, Header: header, Timeout: 5 * time.Second})
+	c, err := client.Dial(testCtx(t), n.URL(), client.Options{LocalAddr: netip.MustParseAddr(local), Header: header, Timeout: 5 * time.Second})
 	if err != nil {
 		t.Skipf("cannot dial from %s here: %v", local, err)
 	}
