@@ -75,18 +75,13 @@ func New(log *slog.Logger) *Server {
 	s := &Server{log: log, mux: http.NewServeMux(), checkTimeout: CheckTimeout,
 		checks: make(map[string]Check), live: make(map[string]func() error)}
 	s.state.Store(StateStarting)
-	s.mux.HandleFunc("GET /healthz", s.healthz)
-	s.mux.HandleFunc("GET /readyz", s.readyz)
+	s.mux.HandleFunc("GET /healthz", s.Healthz)
+	s.mux.HandleFunc("GET /readyz", s.Readyz)
 	return s
 }
 
 // Handle mounts h on pattern (http.ServeMux patterns).
 func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
-
-// ServeHTTP answers as the admin port does: another server (the router's
-// API) serves /healthz and /readyz with it, the same answers in the same
-// shape.
-func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) { s.mux.ServeHTTP(w, req) }
 
 // SetCheckTimeout bounds all checks of one /readyz request together
 // (CheckTimeout by default).
@@ -191,7 +186,9 @@ type health struct {
 	Reason string            `json:"reason,omitempty"` // why not ready
 }
 
-func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
+// Healthz answers /healthz. Another server (the router's API) mounts it
+// on its own mux, so both ports answer alike, in the same shape.
+func (s *Server) Healthz(w http.ResponseWriter, _ *http.Request) {
 	st := s.State()
 	if st == StateDraining {
 		WriteJSON(w, http.StatusOK, health{OK: true, State: st})
@@ -215,7 +212,8 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	WriteJSON(w, http.StatusServiceUnavailable, health{State: st, Reason: reason})
 }
 
-func (s *Server) readyz(w http.ResponseWriter, req *http.Request) {
+// Readyz answers /readyz; like Healthz, another server may mount it.
+func (s *Server) Readyz(w http.ResponseWriter, req *http.Request) {
 	st := s.State()
 	switch st {
 	case StateStarting:

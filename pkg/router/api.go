@@ -173,8 +173,8 @@ func (a *API) routes() {
 	a.handle("POST", "/v1/sessions/{session}/avatar", agentOnly, a.postAvatar)
 	a.handle("GET", "/v1/events", agentOnly, a.events)
 	a.handle("GET", "/v1/blobs/{key}", agentOnly, a.blob)
-	a.handle("GET", "/healthz", public, a.probe)
-	a.handle("GET", "/readyz", public, a.probe)
+	a.handle("GET", "/healthz", public, probe(a.health.Healthz))
+	a.handle("GET", "/readyz", public, probe(a.health.Readyz))
 	a.mux.HandleFunc("/", func(w http.ResponseWriter, req *http.Request) {
 		a.fail(w, req, apiErr(http.StatusNotFound, codeNotFound, "no such endpoint; see docs/api.md"))
 	})

@@ -31,8 +31,12 @@ func (a *API) newHealth() *admin.Server {
 	return h
 }
 
-// probe is GET /healthz and GET /readyz.
-func (a *API) probe(w http.ResponseWriter, req *http.Request) error {
-	a.health.ServeHTTP(w, req)
-	return nil
+// probe makes /healthz or /readyz of the admin server an endpoint. The
+// handler is called directly, not through the admin server's mux, which
+// would overwrite req.Pattern, the route the API's metrics count under.
+func probe(h http.HandlerFunc) handlerFunc {
+	return func(w http.ResponseWriter, req *http.Request) error {
+		h(w, req)
+		return nil
+	}
 }
