@@ -39,7 +39,8 @@ func (s *Server) onControl(ctl wire.Control) {
 
 // onDelivery handles a message on a device subject. It answers only when
 // this edge holds the device at the output's epoch, once the frames are
-// written; otherwise it stays silent so the current owner's answer counts.
+// written, or held it at that epoch a moment ago (answerNoSocket);
+// otherwise it stays silent so the current owner's answer counts.
 func (s *Server) onDelivery(m *bus.Msg) {
 	var out wire.Output
 	if err := json.Unmarshal(m.Data, &out); err != nil {
@@ -52,11 +53,12 @@ func (s *Server) onDelivery(m *bus.Msg) {
 	}
 	c := s.deviceConn(out.Device)
 	if c == nil && out.Epoch != 0 && m.Respond != nil {
-		// No socket here. If the owner record still names this edge at
-		// the output's epoch, nobody else will answer: the socket closed
-		// and its record is being released. Say so rather than let the
-		// sender wait out its timeout; it keeps the output in the outbox.
-		s.goFunc(func() { s.answerIfStillOwner(m, out) })
+		// No socket here, yet this edge was subscribed when the request
+		// was sent: the socket closed a moment ago. An edge that took the
+		// device over since may have subscribed too late to get it, so
+		// nobody else may answer: say what became of the device rather
+		// than let the sender wait out its timeout.
+		s.goFunc(func() { s.answerNoSocket(m, out) })
 		return
 	}
 	if c == nil || out.Epoch != 0 && c.epoch.Load() < out.Epoch {
@@ -108,17 +110,21 @@ func (s *Server) onDelivery(m *bus.Msg) {
 	c.render(s.ctx, out, done)
 }
 
-// answerIfStillOwner answers out as not delivered when the device's owner
-// record names this edge at out's epoch although no socket of the device
-// is here; otherwise it stays silent for the owner to answer.
-func (s *Server) answerIfStillOwner(m *bus.Msg, out wire.Output) {
-	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.OpTimeout)
+// answerNoSocket answers out, addressed at out.Epoch to a socket this edge
+// no longer has. When the owner record names a newer socket (or one is
+// here now), the answer is "moved" and the sender looks again (that
+// socket's edge, if it got the request too, also answers "moved": out's
+// epoch is not its own); otherwise the device is not connected and the
+// sender keeps out in the outbox, which the device's next socket reads.
+func (s *Server) answerNoSocket(m *bus.Msg, out wire.Output) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), s.cfg.OpTimeout)
 	defer cancel()
 	owner, err := s.store.DeviceOwner(ctx, out.Device)
-	if err != nil || owner.Edge != s.cfg.ID || owner.Epoch != out.Epoch || s.deviceConn(out.Device) != nil {
-		return
+	r := wire.Reply{Error: "device not connected"}
+	if s.deviceConn(out.Device) != nil || err == nil && (owner.Edge != s.cfg.ID || owner.Epoch != out.Epoch) {
+		r = wire.Reply{Moved: true, Error: "device moved"}
 	}
-	data, _ := json.Marshal(wire.Reply{Error: "device not connected"})
+	data, _ := json.Marshal(r)
 	_ = m.Respond(data) // a sender that went away needs no answer
 }
 

@@ -31,7 +31,9 @@ const k6VUs = 6
 // has had answers on D, D gets SIGTERM and drains: every phone must see
 // close 1001, reconnect (through the balancer, to B), resend what was
 // unanswered and end its session with every text answered and no error,
-// so that the script's own thresholds pass.
+// so that the script's own thresholds pass. The answer-time threshold is
+// 5 s rather than the soak's 2 s, for a machine loaded by other tests; a
+// delivery left to its 15 s timeout during the drain still fails it.
 func TestK6SoakThroughDrain(t *testing.T) {
 	node, err := exec.LookPath("node")
 	if err != nil {
@@ -54,7 +56,7 @@ func TestK6SoakThroughDrain(t *testing.T) {
 		filepath.Join(root, "loadtest/k6/shim/run.mjs"), filepath.Join(root, "loadtest/k6/soak.js"))
 	cmd.Env = append(os.Environ(), "URL=ws://"+lb+"/ws", "MOBILE_TOKEN="+c.token,
 		"VUS="+strconv.Itoa(k6VUs), "SESSION=20", "MESSAGE_EVERY=0.25", "ANSWER_WAIT=8",
-		"RECONNECT_DELAY=0.2", "RUN="+randomHex(3))
+		"RECONNECT_DELAY=0.2", "ANSWER_P99_MS=5000", "RUN="+randomHex(3))
 	var stdout bytes.Buffer
 	cmd.Stdout = &stdout
 	stderr, err := cmd.StderrPipe()
