@@ -64,7 +64,7 @@ func (c *conn) awaitAck(out wire.Output, done func(acked bool, err error)) func(
 			unacked := c.flags.is(flagAcking) && c.flags.is(flagClosed) // a phone that acks lost the socket first
 			c.mu.Unlock()
 			if unacked {
-				c.srv.tel.m.DeliveryUnacked()
+				c.srv.tel.m.deliveryUnacked()
 				done(false, errNotAcked)
 				return
 			}
@@ -148,7 +148,7 @@ func (c *conn) notAcked(acking bool, w *ackWaiter) {
 		w.done(false, nil)
 		return
 	}
-	c.srv.tel.m.DeliveryUnacked()
+	c.srv.tel.m.deliveryUnacked()
 	w.done(false, errNotAcked)
 }
 

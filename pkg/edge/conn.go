@@ -20,7 +20,6 @@ import (
 	"github.com/gobwas/ws/wsutil"
 
 	"github.com/hermes-mobile/gateway/pkg/protocol"
-	"github.com/hermes-mobile/gateway/pkg/telemetry"
 )
 
 // WebSocket close codes the edge sends.
@@ -204,7 +203,7 @@ func (s *Server) handshake(nc net.Conn) {
 		if cr.n > 0 {
 			// A connection that sent nothing at all is a TCP health
 			// check, not a failure.
-			s.tel.m.AcceptFailed(telemetry.AcceptStageUpgrade)
+			s.tel.m.acceptFailed(acceptStageUpgrade)
 		}
 		nc.Close()
 		return
@@ -230,7 +229,7 @@ func (s *Server) handshake(nc net.Conn) {
 	s.mu.Unlock()
 	s.nConns.Add(1)
 	c.opened = time.Now()
-	s.tel.m.ConnOpened()
+	s.tel.m.connOpened()
 	if s.poller != nil {
 		onReadable := func() { s.tracked(c.onReadable) }
 		if err := s.poller.add(nc, func(pe *pollEntry) { c.pe = pe }, onReadable); err == nil {
@@ -756,12 +755,12 @@ func (c *conn) teardown(reason error) {
 	c.failUnacked()
 	c.srv.unregister(c)
 	c.srv.nConns.Add(-1)
-	c.srv.tel.m.ConnClosed(code, byPeer, time.Since(c.opened))
+	c.srv.tel.m.connClosed(code, byPeer, time.Since(c.opened))
 	switch {
 	case errors.Is(reason, errSlowReader):
-		c.srv.tel.m.SlowReaderClosed(telemetry.SlowReaderQueueFull)
+		c.srv.tel.m.slowReaderClosed(slowReaderQueueFull)
 	case errors.Is(reason, errWriteStalled):
-		c.srv.tel.m.SlowReaderClosed(telemetry.SlowReaderStalled)
+		c.srv.tel.m.slowReaderClosed(slowReaderStalled)
 	}
 	if helloed {
 		c.logger().Debug("connection closed", "reason", reason)

@@ -178,7 +178,7 @@ func (s *Server) fenceOwner(c *conn, done func(error)) func(error) {
 				errors.Is(l.err, store.ErrNotFound) && !c.isClosing(): // the record was lost; nobody claimed since
 				done(nil)
 			case l.err == nil, errors.Is(l.err, store.ErrNotFound):
-				s.tel.m.DeliveryMoved()
+				s.tel.m.deliveryMoved()
 				done(errMoved)
 			default:
 				done(fmt.Errorf("written, but the device's owner could not be checked: %w", l.err))

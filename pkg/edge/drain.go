@@ -29,7 +29,7 @@ func (s *Server) Drain(ctx context.Context, window time.Duration) error {
 	if !ok {
 		return nil
 	}
-	s.tel.m.Draining(1)
+	s.tel.m.setDraining(1)
 	s.log.Info("draining", "conns", len(conns), "window", window.String())
 
 	var closing sync.WaitGroup

@@ -147,7 +147,7 @@ func (a *outboxAck) settleLocked() (after func()) {
 // from the outbox.
 func (a *outboxAck) acknowledge(written int, upTo int64) {
 	c := a.c
-	c.srv.tel.m.OutboxDelivered(written)
+	c.srv.tel.m.outboxDelivered(written)
 	if written == 0 {
 		return
 	}

@@ -319,7 +319,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			if s.ctx.Err() != nil || s.isDraining() {
 				return nil
 			}
-			s.tel.m.AcceptFailed(telemetry.AcceptStageAccept)
+			s.tel.m.acceptFailed(acceptStageAccept)
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() || isTemporary(err) {
 				// Out of file descriptors and the like: wait, do not spin.
@@ -373,7 +373,7 @@ func (s *Server) Close() error {
 	drained := s.draining
 	s.mu.Unlock()
 	if drained {
-		s.tel.m.Draining(-1) // closed: no longer draining
+		s.tel.m.setDraining(-1) // closed: no longer draining
 	}
 	s.closePages()
 	for _, c := range conns {

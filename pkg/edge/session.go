@@ -79,7 +79,7 @@ func (c *conn) handle(msg []byte) {
 }
 
 func (c *conn) sendError(e *protocol.Error) {
-	c.srv.tel.m.Error(string(e.Code))
+	c.srv.tel.m.error(string(e.Code))
 	c.send(protocol.AppendError(newFrame(128), e))
 }
 
@@ -210,7 +210,7 @@ func (c *conn) hello(h *protocol.Hello) {
 	c.send(protocol.AppendReady(newFrame(512), protocol.Ready{
 		Session: c.session, DeviceID: dev.ID, DeviceName: dev.Name, AvatarURL: c.avatarURL,
 	}))
-	c.srv.tel.m.Handshake(telemetry.HandshakeOK)
+	c.srv.tel.m.handshake(handshakeOK)
 	c.logger().Debug("session ready", "epoch", epoch)
 	// A large outbox is written at the pace the phone reads it: meanwhile
 	// the phone's frames are handled, and a drain may close the socket.
@@ -277,7 +277,7 @@ func (c *conn) submit(ev wire.Event, blob []byte) {
 		return
 	}
 	if !first {
-		c.srv.tel.m.DedupHit()
+		c.srv.tel.m.dedupHit()
 		c.logger().Debug("dropping duplicate", "id", ev.ID)
 		return
 	}
@@ -367,7 +367,7 @@ func (c *conn) onMedia(f *protocol.MediaUp) {
 	if f.Parts > 1 {
 		seen, err := c.srv.store.Seen(ctx, key)
 		if err == nil && seen {
-			c.srv.tel.m.DedupHit()
+			c.srv.tel.m.dedupHit()
 			cancel()
 			return // a file already delivered: judged by the whole file
 		}
@@ -397,7 +397,7 @@ func (c *conn) onMedia(f *protocol.MediaUp) {
 	if f.Parts > 1 {
 		switch {
 		case err == nil && up == nil:
-			c.srv.tel.m.UploadBytes(len(f.Data))
+			c.srv.tel.m.upload(len(f.Data))
 		case err == nil, errors.Is(err, store.ErrTooManyUploads), errors.Is(err, store.ErrUploadTooBig), errors.Is(err, store.ErrUploadMismatch):
 			c.releaseUpload(f.ID) // completed, or discarded by the store
 		case charged:

@@ -15,31 +15,31 @@ import (
 // span per device event and per delivery when tracing is on. The metric
 // calls allocate nothing; with tracing off no span is started.
 type edgeTelemetry struct {
-	m       *telemetry.Metrics // nil-safe
+	m       *metrics
 	tracer  trace.Tracer
 	tracing bool
 }
 
 func newEdgeTelemetry(t *telemetry.Telemetry) edgeTelemetry {
-	return edgeTelemetry{m: t.Metrics(), tracer: t.Tracer("github.com/hermes-mobile/gateway/pkg/edge"), tracing: t.Tracing()}
+	return edgeTelemetry{m: newMetrics(t.Meter()), tracer: t.Tracer("github.com/hermes-mobile/gateway/pkg/edge"), tracing: t.Tracing()}
 }
 
 // frameIn counts a message from the app by the type it decoded to.
 func (t *edgeTelemetry) frameIn(f protocol.ClientFrame, invalid bool) {
 	switch {
 	case invalid:
-		t.m.FrameIn(telemetry.FrameInvalid)
+		t.m.frameIn(frameInvalid)
 	case f == nil:
-		t.m.FrameIn(telemetry.FrameUnknown)
+		t.m.frameIn(frameUnknown)
 	default:
-		t.m.FrameIn(f.Type())
+		t.m.frameIn(f.Type())
 	}
 }
 
 // frameOut counts a frame queued for the socket by its "t", read from the
 // payload: every frame the edge builds starts with {"t":"<type>".
 func (t *edgeTelemetry) frameOut(frame []byte) {
-	if t.m == nil || len(frame) < 2 || frame[0] != 0x81 { // FIN + text
+	if len(frame) < 2 || frame[0] != 0x81 { // FIN + text
 		return
 	}
 	p := frame[2:]
@@ -55,7 +55,7 @@ func (t *edgeTelemetry) frameOut(frame []byte) {
 	}
 	p = p[len(prefix):]
 	if end := bytes.IndexByte(p, '"'); end > 0 {
-		t.m.FrameOutBytes(p[:end])
+		t.m.frameOutBytes(p[:end])
 	}
 }
 
@@ -66,9 +66,9 @@ func (t *edgeTelemetry) fatal(c *conn, code protocol.Code) {
 	helloed := c.flags.is(flagHelloed)
 	c.mu.Unlock()
 	if !helloed {
-		t.m.Handshake(string(code))
+		t.m.handshake(string(code))
 	}
-	t.m.Error(string(code))
+	t.m.error(string(code))
 }
 
 // startEvent starts the span of one device event (kind is wire.Event.Kind).

@@ -48,3 +48,88 @@ func TestFrameOutReadsTheType(t *testing.T) {
 		t.Error("a close frame or an empty marker was counted")
 	}
 }
+
+// TestMetricsSeries: the edge's series exist at 0 from the start, count
+// what they are given, and a label value outside the fixed lists is counted
+// as other instead of becoming a series.
+func TestMetricsSeries(t *testing.T) {
+	tel, err := telemetry.New(context.Background(), telemetry.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tel.Shutdown(context.Background())
+	m := newMetrics(tel.Meter())
+	scrape := func() string {
+		rec := httptest.NewRecorder()
+		tel.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		return rec.Body.String()
+	}
+	fresh := scrape()
+	for _, want := range []string{
+		"hermes_connections 0", `hermes_handshakes_total{result="ok"} 0`, `hermes_frames_in_total{type="other"} 0`,
+		`hermes_closes_total{by="peer",code="1006"} 0`, `hermes_slow_reader_closes_total{reason="queue_full"} 0`,
+		"hermes_outbox_delivered_total 0", "hermes_deliveries_unacked_total 0",
+	} {
+		if !strings.Contains(fresh, want) {
+			t.Errorf("a fresh edge's /metrics lacks %q", want)
+		}
+	}
+	m.connOpened()
+	m.handshake(handshakeOK)
+	m.handshake(string(protocol.CodeAuthFailed))
+	m.frameIn(protocol.TypeText)
+	m.frameIn("no-such-type")
+	m.error(string(protocol.CodeTooBig))
+	m.dedupHit()
+	m.upload(10)
+	m.outboxDelivered(2)
+	m.slowReaderClosed(slowReaderStalled)
+	m.connClosed(4000, true, 0)
+	body := scrape()
+	for _, want := range []string{
+		`hermes_connections 0`,
+		`hermes_handshakes_total{result="ok"} 1`,
+		`hermes_handshakes_total{result="auth_failed"} 1`,
+		`hermes_frames_in_total{type="text"} 1`,
+		`hermes_frames_in_total{type="other"} 1`,
+		`hermes_errors_total{code="too_big"} 1`,
+		"hermes_dedup_hits_total 1",
+		"hermes_upload_bytes_total 10",
+		"hermes_outbox_delivered_total 2",
+		`hermes_slow_reader_closes_total{reason="write_stalled"} 1`,
+		`hermes_closes_total{by="peer",code="other"} 1`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if strings.Contains(body, "no-such-type") {
+		t.Error("a client-chosen frame type became a label value")
+	}
+	if strings.Contains(body, "hermes_journal_dropped_total") || strings.Contains(body, "hermes_outbox_queued_total") {
+		t.Error("an edge serves the router's series")
+	}
+}
+
+// TestMetricsAllocateNothing: the calls made per frame cost no allocation.
+func TestMetricsAllocateNothing(t *testing.T) {
+	tel, err := telemetry.New(context.Background(), telemetry.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tel.Shutdown(context.Background())
+	m := newMetrics(tel.Meter())
+	typ := []byte("message")
+	for name, f := range map[string]func(){
+		"frameIn":        func() { m.frameIn(protocol.TypeText) },
+		"frameIn(other)": func() { m.frameIn("made-up") },
+		"frameOutBytes":  func() { m.frameOutBytes(typ) },
+		"error":          func() { m.error(string(protocol.CodeBadFrame)) },
+		"handshake":      func() { m.handshake(handshakeOK) },
+		"dedupHit":       func() { m.dedupHit() },
+	} {
+		if n := testing.AllocsPerRun(100, f); n != 0 {
+			t.Errorf("%s allocates %v times per call", name, n)
+		}
+	}
+}

@@ -214,11 +214,11 @@ func TestSlowReaderCloses(t *testing.T) {
 		reason string
 		mutate func(*gateway.Config)
 	}{
-		{telemetry.SlowReaderQueueFull, func(c *gateway.Config) {
+		{"queue_full", func(c *gateway.Config) {
 			c.Edge.MaxOutboundBytes = 1 << 20
 			c.Edge.WriteTimeout = time.Minute
 		}},
-		{telemetry.SlowReaderStalled, func(c *gateway.Config) { c.Edge.WriteTimeout = time.Second }},
+		{"write_stalled", func(c *gateway.Config) { c.Edge.WriteTimeout = time.Second }},
 	} {
 		t.Run(tc.reason, func(t *testing.T) {
 			n, url, _ := metricsNode(t, tc.mutate)

@@ -140,7 +140,7 @@ func NewAPI(r *Router, cfg APIConfig) *API {
 	a.ctx, a.cancel = context.WithCancel(r.ctx)
 	a.health = a.newHealth()
 	a.routes()
-	a.httpm = r.tel.m.HTTPServer(a.endpoints)
+	a.httpm = r.tel.process.HTTPServer(a.endpoints)
 	return a
 }
 

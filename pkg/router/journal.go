@@ -271,7 +271,7 @@ func (r *Router) handleEntry(device string, e store.JournalEntry) int {
 // is offline, and its avatar ends idle.
 func (r *Router) drop(ctx context.Context, ev wire.Event) {
 	r.log.Error("dropping an event: its routers died on it too often", "device", ev.Device, "kind", ev.Kind, "attempts", r.cfg.MaxAttempts)
-	r.tel.m.JournalDropped()
+	r.tel.m.journalDropped()
 	out := &output{r: r, device: ev.Device, hold: true}
 	text := fmt.Sprintf("This message could not be handled (the agent failed on it %d times) and was dropped.", r.cfg.MaxAttempts)
 	if err := out.Message(ctx, ids.New("m"), text, false, true); err != nil {

@@ -46,7 +46,7 @@ func (o *output) send(ctx context.Context, out wire.Output) error {
 		err := o.r.sender.Send(sctx, out)
 		telemetry.EndSpan(span, err)
 		if err == nil {
-			o.r.tel.m.DeliveryLatency(time.Since(start))
+			o.r.tel.m.deliveryLatency(time.Since(start))
 			return nil
 		}
 		if errors.Is(err, dispatch.ErrOffline) {
@@ -98,7 +98,7 @@ func (o *output) send(ctx context.Context, out wire.Output) error {
 			return nil // delivered after all
 		}
 	}
-	o.r.tel.m.OutboxQueued()
+	o.r.tel.m.outboxQueued()
 	// The device may have connected between the failed delivery and the
 	// push, and read its outbox before the push: its edge reads it again.
 	nudge, _ := json.Marshal(wire.Control{Op: wire.OpOutbox, Device: o.device})

@@ -14,13 +14,14 @@ import (
 // counts, and, when tracing is on, spans that continue the edge's trace of
 // an event through the agent call and each delivery back.
 type routerTelemetry struct {
-	m       *telemetry.Metrics // nil-safe
+	m       *metrics
+	process *telemetry.Metrics // nil-safe: the HTTP API's
 	tracer  trace.Tracer
 	tracing bool
 }
 
 func newRouterTelemetry(t *telemetry.Telemetry) routerTelemetry {
-	return routerTelemetry{m: t.Metrics(), tracer: t.Tracer("github.com/hermes-mobile/gateway/pkg/router"), tracing: t.Tracing()}
+	return routerTelemetry{m: newMetrics(t.Meter()), process: t.Metrics(), tracer: t.Tracer("github.com/hermes-mobile/gateway/pkg/router"), tracing: t.Tracing()}
 }
 
 // startEvent continues the trace that m's headers carry, for taking one

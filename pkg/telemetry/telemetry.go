@@ -30,6 +30,7 @@ import (
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -64,7 +65,7 @@ func FromEnv(service string) Config {
 }
 
 // Telemetry is a node's tracer and meter providers, its Prometheus registry
-// and the gateway's instruments. A nil *Telemetry is valid: it traces with
+// and the process-wide instruments. A nil *Telemetry is valid: it traces with
 // the no-op tracer and records no metrics.
 type Telemetry struct {
 	tracerProvider trace.TracerProvider
@@ -182,8 +183,17 @@ func (t *Telemetry) TracerProvider() trace.TracerProvider {
 	return t.tracerProvider
 }
 
-// Metrics returns the gateway's instruments; nil (every method a no-op) on
-// a nil Telemetry.
+// Meter is the meter the edge and the router create their instruments on
+// (the no-op meter on a nil Telemetry).
+func (t *Telemetry) Meter() metric.Meter {
+	if t == nil {
+		return metricnoop.NewMeterProvider().Meter(instrumentationName)
+	}
+	return t.meterProvider.Meter(instrumentationName)
+}
+
+// Metrics returns the process-wide instruments (NATS, Redis, the HTTP
+// API); nil (every method a no-op) on a nil Telemetry.
 func (t *Telemetry) Metrics() *Metrics {
 	if t == nil {
 		return nil

@@ -121,6 +121,9 @@ func TestFreshRouterServesEveryDocumentedSeries(t *testing.T) {
 	checked := 0
 	for _, r := range rows {
 		name, kind, side := r[1], r[2], r[3]
+		if side == "edge" && regexp.MustCompile("(?m)^"+name+"[{ ]").Match(body) {
+			t.Errorf("%s (%s) is served by a router, which runs no edge", name, side)
+		}
 		if kind == "histogram" || !sides[side] {
 			continue
 		}
