@@ -92,5 +92,8 @@ func (s *Server) isDraining() bool {
 func (c *conn) drainClose() {
 	c.handleMu.Lock()
 	defer c.handleMu.Unlock()
+	if c.cron != nil {
+		c.cron.wait() // the deliver frames taken are answered first
+	}
 	c.closeWith(closeGoingAway, "server shutting down; reconnect", nil)
 }

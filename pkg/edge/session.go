@@ -178,6 +178,9 @@ func (c *conn) hello(h *protocol.Hello) {
 	c.user.id, c.user.name = h.User.ID, h.User.Name
 	c.auth = s.auth.kind(g, dev.ID)
 	c.deliverOK = g.deliver || c.client.IsLoopback()
+	if c.deliverOK {
+		c.cron = newCronQueue()
+	}
 	c.mu.Lock()
 	c.flags.set(flagHelloed)
 	closing := c.flags.is(flagClosing)
@@ -509,12 +512,25 @@ func (c *conn) onDeliver(f *protocol.Deliver) {
 		c.sendError(protocol.NewError(protocol.CodeBadFrame, fmt.Sprintf("deliver target: a device id has at most %d characters", protocol.MaxDeviceFieldChars)))
 		return
 	}
-	ctx, cancel := context.WithTimeout(c.srv.ctx, dispatch.DefaultTimeout)
-	defer cancel()
 	id := f.ID
 	if id == "" {
 		id = "d-" + ids.Hex(8)
 	}
+	size := len(f.Text)
+	if f.Media != nil {
+		size += len(f.Media.Data)
+	}
+	err := c.cron.push(c.srv.ctx, c.srv.goFunc, target, size, func() { c.deliver(f, id, target) })
+	if err != nil { // the edge is closing
+		c.sendError(protocol.NewError(protocol.CodeInternalError, "deliver "+id+": the gateway is shutting down; deliver it again"))
+	}
+}
+
+// deliver sends deliver frame f, as id, to target, and answers the sender:
+// delivered once the phone has it, or the error.
+func (c *conn) deliver(f *protocol.Deliver, id, target string) {
+	ctx, cancel := context.WithTimeout(c.srv.ctx, dispatch.DefaultTimeout)
+	defer cancel()
 	var outs []wire.Output
 	if f.Text != "" {
 		outs = append(outs, wire.Output{Op: wire.OpMessage, Device: target, ID: id, Text: f.Text, Final: true})
@@ -523,7 +539,7 @@ func (c *conn) onDeliver(f *protocol.Deliver) {
 		key, err := c.srv.store.PutBlob(ctx, m.Data, c.srv.cfg.BlobTTL)
 		if err != nil {
 			c.logger().Warn("storing deliver media failed", "err", err)
-			c.sendError(protocol.NewError(protocol.CodeInternalError, "gateway storage unavailable; deliver again"))
+			c.sendError(protocol.NewError(protocol.CodeInternalError, "deliver "+id+": gateway storage unavailable; deliver it again"))
 			return
 		}
 		outs = append(outs, wire.Output{Op: wire.OpMedia, Device: target, ID: id + "-media", Media: &wire.MediaRef{
@@ -534,14 +550,14 @@ func (c *conn) onDeliver(f *protocol.Deliver) {
 		err := c.srv.sender.Send(ctx, out)
 		switch {
 		case errors.Is(err, dispatch.ErrNotAcked):
-			c.sendError(protocol.NewError(protocol.CodeInternalError, "written, but device "+target+" did not acknowledge it; deliver again to be sure"))
+			c.sendError(protocol.NewError(protocol.CodeInternalError, "deliver "+id+": written, but device "+target+" did not acknowledge it; deliver again to be sure"))
 			return
 		case errors.Is(err, dispatch.ErrOffline):
-			c.sendError(protocol.NewError(protocol.CodeDeviceOffline, "device "+target+" is not online"))
+			c.sendError(protocol.NewError(protocol.CodeDeviceOffline, "deliver "+id+": device "+target+" is not online"))
 			return
 		case err != nil:
 			c.logger().Warn("deliver failed", "target", target, "err", err)
-			c.sendError(protocol.NewError(protocol.CodeInternalError, "delivery failed; deliver again"))
+			c.sendError(protocol.NewError(protocol.CodeInternalError, "deliver "+id+" to "+target+" failed; deliver it again"))
 			return
 		}
 	}

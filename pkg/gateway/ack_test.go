@@ -189,3 +189,62 @@ func TestDeliverFrameDelivered(t *testing.T) {
 		t.Fatalf("the deliver's sender got %v (%v), want delivered{job-1, tel-target}", f, err)
 	}
 }
+
+// TestDeliverFramesPipelineAcrossTargets: deliver frames written one after
+// the other without waiting are answered per target. A phone that holds
+// its ack keeps its own deliver waiting, not the sender's next deliver to
+// another phone; frames to one phone arrive, and are answered, in the
+// order they were sent.
+func TestDeliverFramesPipelineAcrossTargets(t *testing.T) {
+	t.Parallel()
+	n := startNode(t, func(cfg *gateway.Config) { cfg.Edge.AckWait = dispatch.DefaultTimeout - time.Second })
+	slow, _ := n.connect(t, "tel-slow")
+	if err := slow.Ack("nothing-yet"); err != nil { // says: this phone acks
+		t.Fatal(err)
+	}
+	quick, _ := n.connect(t, "tel-quick")
+	cron := n.dial(t)
+	if _, err := cron.Hello(testCtx(t), testToken, protocol.Device{ID: "cron-1"}, protocol.User{ID: "cron"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cron.Deliver("held", "mobile:tel-slow", "ack me later", nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := ackRead(t, slow, "held"); got != "ack me later" {
+		t.Fatalf("held = %q", got)
+	}
+	// tel-slow has it and does not ack: its deliver waits. The next ones,
+	// to tel-quick, are answered meanwhile, in order.
+	for _, id := range []string{"q1", "q2", "q3"} {
+		if err := cron.Deliver(id, "mobile:tel-quick", "text "+id, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"q1", "q2", "q3"} {
+		if got := ackRead(t, quick, id); got != "text "+id {
+			t.Fatalf("%s = %q", id, got)
+		}
+	}
+	next := func() client.Frame {
+		t.Helper()
+		f, err := cron.Next(testCtx(t))
+		for err == nil && (f.T() == protocol.TypeAvatar || f.T() == protocol.TypeTyping) {
+			f, err = cron.Next(testCtx(t))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	for _, id := range []string{"q1", "q2", "q3"} {
+		if f := next(); f.T() != protocol.TypeDelivered || f.Str("id") != id {
+			t.Fatalf("the sender got %s, want delivered{%s} while tel-slow holds its ack", f, id)
+		}
+	}
+	if err := slow.Ack("held"); err != nil {
+		t.Fatal(err)
+	}
+	if f := next(); f.T() != protocol.TypeDelivered || f.Str("id") != "held" || f.Str("device") != "tel-slow" {
+		t.Fatalf("the sender got %s, want delivered{held, tel-slow} after the ack", f)
+	}
+}
