@@ -26,13 +26,20 @@ type Msg struct {
 	Data    []byte
 	Header  map[string]string
 	Respond func(data []byte) error
+	// Late: the message reached its subscription after Unsubscribe began
+	// (the server routed it before it heard of the unsubscribe). It is
+	// handled all the same, so that a request is answered rather than left
+	// to time out.
+	Late bool
 }
 
 // Handler handles one message. Handlers of one subscription run one at a
 // time per subject, in arrival order; a handler must not block for long.
 type Handler func(m *Msg)
 
-// Subscription is an active interest; Unsubscribe ends it.
+// Subscription is an active interest. Unsubscribe ends it: the messages
+// routed to the subscription before the bus heard of it are still handled,
+// marked Late, then no more.
 type Subscription interface{ Unsubscribe() error }
 
 // Bus carries messages between nodes. A Bus receives its own publishes (a

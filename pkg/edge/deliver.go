@@ -52,12 +52,16 @@ func (s *Server) onDelivery(m *bus.Msg) {
 		return
 	}
 	c := s.deviceConn(out.Device)
-	if c == nil && out.Epoch != 0 && m.Respond != nil {
+	if m.Late && m.Respond == nil {
+		return // sent to a socket that closed; nobody waits for it
+	}
+	if (c == nil && out.Epoch != 0 || m.Late) && m.Respond != nil {
 		// No socket here, yet this edge was subscribed when the request
-		// was sent: the socket closed a moment ago. An edge that took the
-		// device over since may have subscribed too late to get it, so
-		// nobody else may answer: say what became of the device rather
-		// than let the sender wait out its timeout.
+		// was sent: the socket closed a moment ago (Late: its subscription
+		// was being drained, whatever socket is here now). An edge that
+		// took the device over since may have subscribed too late to get
+		// it, so nobody else may answer: say what became of the device
+		// rather than let the sender wait out its timeout.
 		s.goFunc(func() { s.answerNoSocket(m, out) })
 		return
 	}

@@ -6,6 +6,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -24,8 +25,20 @@ type shard struct {
 	ch chan *nats.Msg // filled by nats.go's reader, drained by run
 
 	mu   sync.RWMutex
-	subs map[*nats.Subscription]bus.Handler // live subscriptions of this shard
+	subs map[*nats.Subscription]*handler // subscriptions of this shard, live or draining
 }
+
+// handler is a subscription's Handler; late is set once its Unsubscribe
+// began (the messages it still gets are bus.Msg.Late).
+type handler struct {
+	h    bus.Handler
+	late atomic.Bool
+}
+
+// unsubscribed is the Subject of the marker a drained subscription sends
+// through its shard's channel behind its last message: the dispatcher then
+// forgets its Handler. No NATS subject can be empty.
+const unsubscribed = ""
 
 func newShards(n, pending int) []*shard {
 	if n <= 0 {
@@ -39,7 +52,7 @@ func newShards(n, pending int) []*shard {
 	for i := range shards {
 		shards[i] = &shard{
 			ch:   make(chan *nats.Msg, per),
-			subs: make(map[*nats.Subscription]bus.Handler),
+			subs: make(map[*nats.Subscription]*handler),
 		}
 	}
 	return shards
@@ -72,27 +85,34 @@ func (b *Bus) run(sh *shard) {
 		case <-b.quit:
 			return
 		case m := <-sh.ch:
+			if m.Subject == unsubscribed {
+				sh.mu.Lock()
+				delete(sh.subs, m.Sub)
+				sh.mu.Unlock()
+				continue
+			}
 			sh.mu.RLock()
 			h := sh.subs[m.Sub]
 			sh.mu.RUnlock()
-			if h != nil { // nil: unsubscribed while the message was queued
+			if h != nil { // nil: unsubscribed at once (the connection was down)
 				b.handle(h, m)
 			}
 		}
 	}
 }
 
-func (b *Bus) handle(h bus.Handler, m *nats.Msg) {
+func (b *Bus) handle(h *handler, m *nats.Msg) {
 	defer func() {
 		if r := recover(); r != nil {
 			b.log.Error("bus handler panicked", "subject", m.Subject, "panic", r, "stack", string(debug.Stack()))
 		}
 	}()
-	h(&bus.Msg{
+	h.h(&bus.Msg{
 		Subject: strings.TrimPrefix(m.Subject, b.prefix),
 		Data:    m.Data,
 		Header:  fromNATSHeader(m.Header),
 		Respond: b.responder(m.Reply),
+		Late:    h.late.Load(),
 	})
 }
 
@@ -130,7 +150,7 @@ func (b *Bus) subscribe(subject, queue string, h bus.Handler) (bus.Subscription,
 		sh.mu.Unlock()
 		return nil, opErr("subscribe", subject, err)
 	}
-	sh.subs[ns] = h
+	sh.subs[ns] = &handler{h: h}
 	sh.mu.Unlock()
 	// Return once the server has the interest: a caller that subscribes and
 	// then tells others it listens (an edge sending ready) must be reachable.
@@ -138,7 +158,7 @@ func (b *Bus) subscribe(subject, queue string, h bus.Handler) (bus.Subscription,
 	if err := b.nc.FlushTimeout(flushWait); err != nil {
 		b.log.Debug("subscription not confirmed by the server yet", "subject", subject, "err", err)
 	}
-	return &subscription{sh: sh, ns: ns}, nil
+	return &subscription{b: b, sh: sh, ns: ns}, nil
 }
 
 // flushWait bounds the round trip that confirms a new subscription.
@@ -146,21 +166,62 @@ const flushWait = 2 * time.Second
 
 // subscription is the bus.Subscription of a Bus.
 type subscription struct {
-	sh *shard
-	ns *nats.Subscription
+	b    *Bus
+	sh   *shard
+	ns   *nats.Subscription
+	once sync.Once
 }
 
-// Unsubscribe removes the Handler, so messages still queued are dropped,
-// then ends the interest on the server. It is idempotent, and nil after the
-// Bus is closed.
+// Unsubscribe drains the subscription (nats.go's Drain): it tells the
+// server to stop routing to it, and the messages the server routed before
+// it heard of that are still handled, marked Late; once a round trip to the
+// server proved nothing more comes (at most flushWait), the Handler is
+// forgotten. So a request that reached this process is answered by its
+// Handler instead of being dropped unseen while its sender waits out a
+// timeout. Unsubscribe does not wait for the round trip. While the
+// connection is down nothing can be routed to it: the Handler is removed
+// at once. Idempotent, and nil after the Bus is closed.
 func (s *subscription) Unsubscribe() error {
-	s.sh.mu.Lock()
-	_, live := s.sh.subs[s.ns]
-	delete(s.sh.subs, s.ns)
-	s.sh.mu.Unlock()
-	if !live {
+	var err error
+	s.once.Do(func() { err = s.drain() })
+	return err
+}
+
+func (s *subscription) drain() error {
+	s.sh.mu.RLock()
+	h := s.sh.subs[s.ns]
+	s.sh.mu.RUnlock()
+	if h == nil {
 		return nil
 	}
+	h.late.Store(true)
+	closed := s.ns.StatusChanged(nats.SubscriptionClosed)
+	if !s.b.nc.IsConnected() || s.ns.Drain() != nil {
+		return s.removeNow()
+	}
+	go func() {
+		select {
+		case <-closed: // after the round trip: every message routed to it is in sh.ch
+		case <-time.After(flushWait):
+			s.b.log.Debug("unsubscribe not confirmed by the server yet", "subject", s.ns.Subject)
+		case <-s.b.quit:
+			return
+		}
+		// The marker goes behind the subscription's last message.
+		select {
+		case s.sh.ch <- &nats.Msg{Sub: s.ns, Subject: unsubscribed}:
+		case <-s.b.quit:
+		}
+	}()
+	return nil
+}
+
+// removeNow forgets the Handler, so messages still queued are dropped, and
+// ends the interest on the server.
+func (s *subscription) removeNow() error {
+	s.sh.mu.Lock()
+	delete(s.sh.subs, s.ns)
+	s.sh.mu.Unlock()
 	err := s.ns.Unsubscribe()
 	if err == nil || errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrBadSubscription) {
 		return nil

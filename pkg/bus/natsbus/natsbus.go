@@ -23,10 +23,11 @@
 //
 // Each dispatcher maps *nats.Subscription to its Handler. Subscribe holds
 // the dispatcher's lock across ChanSubscribe, so no message is looked up
-// before its Handler is registered; Unsubscribe deletes the entry before it
-// tells the server, so messages still queued for the subscription are
-// dropped. A Handler call already running when Unsubscribe returns still
-// finishes.
+// before its Handler is registered. Unsubscribe drains: the entry stays,
+// marked late, until a marker sent behind the subscription's last message
+// (after the server confirmed the unsubscribe) reaches the dispatcher, so
+// messages routed before the unsubscribe are still handled. A Handler call
+// already running when Unsubscribe returns still finishes.
 //
 // The channels are the pending limit: when a dispatcher's channel is full,
 // nats.go drops the message and reports a slow consumer, which is logged.

@@ -289,27 +289,49 @@ func TestHandlerPanic(t *testing.T) {
 	}
 }
 
-// TestUnsubscribeDropsQueued: messages queued behind a running Handler for a
-// subscription that then unsubscribes are dropped, and Unsubscribe does not
-// wait for the running Handler.
-func TestUnsubscribeDropsQueued(t *testing.T) {
+// TestUnsubscribeHandlesQueued: messages routed to a subscription before
+// its Unsubscribe, queued behind a running Handler, are still handled,
+// marked Late (a request among them is answered, not left to time out).
+// Unsubscribe does not wait for the running Handler.
+func TestUnsubscribeHandlesQueued(t *testing.T) {
 	b := embedded(t, natsbus.Options{Logger: testLogger(t), Dispatchers: 1})
 	gate := make(chan struct{})
-	var a, other atomic.Int32
-	sa := mustSubscribe(t, b, "q", func(*bus.Msg) {
+	var a, late, other atomic.Int32
+	sa := mustSubscribe(t, b, "q", func(m *bus.Msg) {
 		if a.Add(1) == 1 {
 			<-gate
 		}
+		if m.Late {
+			late.Add(1)
+		}
+		_ = m.Respond([]byte("answered"))
 	})
 	mustSubscribe(t, b, "q", func(*bus.Msg) { other.Add(1) })
 	ctx := ctxFor(t, 5*time.Second)
-	for range 10 {
+	for range 9 {
 		if err := b.Publish(ctx, "q", nil, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
 	waitFor(t, "the first message to block", func() bool { return a.Load() == 1 })
-	time.Sleep(100 * time.Millisecond) // let the rest queue behind it
+	// The tenth is a request from another connection, routed before the
+	// unsubscribe: its Flush returns once the server has routed it.
+	nc, err := nats.Connect("", nats.InProcessServer(b.Server()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	inbox := nats.NewInbox()
+	replies, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.PublishRequest("q", inbox, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	done := make(chan error, 1)
 	go func() { done <- sa.Unsubscribe() }()
 	select {
@@ -321,9 +343,12 @@ func TestUnsubscribeDropsQueued(t *testing.T) {
 		t.Fatal("Unsubscribe waited for the running handler")
 	}
 	close(gate)
+	if m, err := replies.NextMsg(5 * time.Second); err != nil || string(m.Data) != "answered" {
+		t.Errorf("the request routed before the unsubscribe: %v %v, want its answer", m, err)
+	}
 	waitFor(t, "the other subscription to get all 10", func() bool { return other.Load() == 10 })
-	if got := a.Load(); got != 1 {
-		t.Errorf("unsubscribed handler ran %d times, want 1", got)
+	if got, l := a.Load(), late.Load(); got != 10 || l != 9 {
+		t.Errorf("unsubscribed handler ran %d times (%d late), want 10 (9 late: all but the one running)", got, l)
 	}
 	if err := sa.Unsubscribe(); err != nil {
 		t.Errorf("second Unsubscribe: %v", err)
