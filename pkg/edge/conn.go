@@ -107,7 +107,7 @@ type conn struct {
 	session   string
 	epoch     atomic.Int64 // changes only when the heartbeat re-claims a lost record
 	deliverOK bool
-	cron      *cronQueue // a deliverOK connection's deliver frames
+	cron      *cronQueue                // a deliverOK connection's deliver frames
 	user      struct{ id, name string } // what hello.user claims: display only
 	auth      string                    // which token authenticated device (wire.Event.Auth)
 	devName   string
