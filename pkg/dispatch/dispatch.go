@@ -37,6 +37,7 @@ type Dispatcher struct {
 	Owners  store.Owners
 	Bus     bus.Bus
 	Timeout time.Duration // per delivery; DefaultTimeout when zero
+	Cache   *OwnerCache   // nil: every delivery reads its owner
 }
 
 // Send delivers out to out.Device. It returns nil once the owning edge has
@@ -64,7 +65,12 @@ func (d *Dispatcher) SendAcked(ctx context.Context, out wire.Output) (acked bool
 var errMoved = errors.New("device moved")
 
 func (d *Dispatcher) send(ctx context.Context, out wire.Output) (acked bool, err error) {
-	owner, err := d.Owners.DeviceOwner(ctx, out.Device)
+	owner, err := d.owner(ctx, out.Device)
+	defer func() {
+		if err != nil {
+			d.Cache.drop(out.Device) // moved, offline, failed: read it again next time
+		}
+	}()
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		// No record: the device is offline, or the store lost the record

@@ -247,7 +247,7 @@ func New(cfg Config, st store.Store, b bus.Bus, log *slog.Logger) *Server {
 		store:     st,
 		bus:       b,
 		auth:      newAuthenticator(cfg.Auth),
-		sender:    &dispatch.Dispatcher{Owners: st, Bus: b},
+		sender:    &dispatch.Dispatcher{Owners: st, Bus: b, Cache: &dispatch.OwnerCache{}},
 		tel:       newEdgeTelemetry(cfg.Telemetry),
 		devices:   make(map[string]*deviceSlot),
 		conns:     make(map[*conn]struct{}),

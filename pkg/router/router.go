@@ -209,7 +209,7 @@ func New(cfg Config, st store.Store, b bus.Bus, a agent.Agent, log *slog.Logger)
 	}
 	r := &Router{
 		cfg: cfg, log: log, store: st, bus: b, agent: a,
-		sender:  &dispatch.Dispatcher{Owners: st, Bus: b},
+		sender:  &dispatch.Dispatcher{Owners: st, Bus: b, Cache: &dispatch.OwnerCache{Clock: cfg.Clock}},
 		tel:     newRouterTelemetry(cfg.Telemetry),
 		id:      ids.New("r"),
 		working: make(map[string]*worker),

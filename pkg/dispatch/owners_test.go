@@ -1,0 +1,128 @@
+package dispatch_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hermes-mobile/gateway/pkg/bus"
+	"github.com/hermes-mobile/gateway/pkg/bus/natsbus"
+	"github.com/hermes-mobile/gateway/pkg/clock"
+	"github.com/hermes-mobile/gateway/pkg/dispatch"
+	"github.com/hermes-mobile/gateway/pkg/store"
+	"github.com/hermes-mobile/gateway/pkg/store/memstore"
+	"github.com/hermes-mobile/gateway/pkg/wire"
+)
+
+// countingOwners counts the owner reads that reach the store.
+type countingOwners struct {
+	store.Owners
+	reads atomic.Int32
+}
+
+func (c *countingOwners) DeviceOwner(ctx context.Context, device string) (store.Owner, error) {
+	c.reads.Add(1)
+	return c.Owners.DeviceOwner(ctx, device)
+}
+
+// edgeAt answers deliveries to device as an edge holding it at epoch does
+// (pkg/edge's onDelivery): delivered at its epoch, moved for an older one,
+// moved once its socket closed (a late message of its subscription). It
+// returns the epoch of the last delivery it wrote and its subscription.
+func edgeAt(t *testing.T, b bus.Bus, device string, epoch int64) (*atomic.Int64, bus.Subscription) {
+	t.Helper()
+	var wrote atomic.Int64
+	sub, err := b.Subscribe(bus.DeviceSubject(device), func(m *bus.Msg) {
+		var out wire.Output
+		if err := json.Unmarshal(m.Data, &out); err != nil {
+			t.Error(err)
+			return
+		}
+		r := wire.Reply{OK: true}
+		if out.Epoch < epoch || m.Late {
+			r = wire.Reply{Moved: true, Error: "device moved"}
+		} else {
+			wrote.Store(out.Epoch)
+		}
+		data, _ := json.Marshal(r)
+		_ = m.Respond(data)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return &wrote, sub
+}
+
+// TestOwnerCache: the outputs of one answer read the owner once; a cached
+// owner that is stale is fenced by the edge ("moved") and read again, so
+// the output reaches the new socket at its epoch; past the TTL the owner
+// is read again.
+func TestOwnerCache(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st := memstore.New(memstore.Options{})
+	defer st.Close()
+	b, err := natsbus.Embedded(natsbus.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	owners := &countingOwners{Owners: st}
+	clk := clock.NewFake(time.Unix(1_000_000, 0))
+	d := &dispatch.Dispatcher{Owners: owners, Bus: b, Cache: &dispatch.OwnerCache{Clock: clk}}
+
+	e1, err := st.ClaimDevice(ctx, "tel-1", "edge-a", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, firstSub := edgeAt(t, b, "tel-1", e1)
+	for i := range 5 {
+		if err := d.Send(ctx, wire.Output{Op: wire.OpMessage, Device: "tel-1", ID: "m", Text: "part"}); err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+	}
+	if n := owners.reads.Load(); n != 1 {
+		t.Fatalf("5 outputs read the owner %d times, want 1", n)
+	}
+	if got := first.Load(); got != e1 {
+		t.Fatalf("delivered at epoch %d, want %d", got, e1)
+	}
+
+	// The device moves to another edge: the cached epoch is stale.
+	e2, err := st.ClaimDevice(ctx, "tel-1", "edge-b", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, _ := edgeAt(t, b, "tel-1", e2)
+	if err := firstSub.Unsubscribe(); err != nil { // the old socket closed
+		t.Fatal(err)
+	}
+	if err := d.Send(ctx, wire.Output{Op: wire.OpMessage, Device: "tel-1", ID: "m2", Text: "after the move"}); err != nil {
+		t.Fatalf("send after the move: %v", err)
+	}
+	if got := second.Load(); got != e2 {
+		t.Fatalf("after the move delivered at epoch %d, want the new socket's %d", got, e2)
+	}
+	if n := owners.reads.Load(); n != 2 {
+		t.Fatalf("owner read %d times after the move, want 2 (the stale entry read again once)", n)
+	}
+
+	// Within the TTL the new owner is cached; at the TTL it is read again.
+	clk.Advance(dispatch.OwnerCacheTTL - time.Nanosecond)
+	if err := d.Send(ctx, wire.Output{Op: wire.OpMessage, Device: "tel-1", ID: "m3", Text: "cached"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := owners.reads.Load(); n != 2 {
+		t.Fatalf("owner read %d times within the TTL, want 2", n)
+	}
+	clk.Advance(time.Nanosecond)
+	if err := d.Send(ctx, wire.Output{Op: wire.OpMessage, Device: "tel-1", ID: "m4", Text: "expired"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := owners.reads.Load(); n != 3 {
+		t.Fatalf("owner read %d times at the TTL, want 3", n)
+	}
+}
