@@ -259,7 +259,7 @@ func (r *runner) consume(d *device, l *link) {
 	defer d.link.CompareAndSwap(l, nil)
 	for {
 		f, err := l.c.Next(context.Background())
-		if f == nil {
+		if f.IsZero() {
 			if !l.closing.Load() {
 				r.errs.add("lost")
 			}

@@ -121,7 +121,7 @@ func dialPhone(ctx context.Context, cfg stepConfig, url, id string, src netip.Ad
 func consumePhone(ph *phone, tr *tracker, onFrame func(client.Frame)) {
 	for {
 		f, err := ph.c.Next(context.Background())
-		if f == nil {
+		if f.IsZero() {
 			if !ph.closing.Load() {
 				tr.note("lost")
 			}

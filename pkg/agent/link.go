@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -53,7 +52,7 @@ func NewLink(ev store.Events, maxLen int) *Link {
 
 // Handle appends ev to the event log.
 func (l *Link) Handle(ctx context.Context, ev wire.Event, _ Output) error {
-	data, err := json.Marshal(ev)
+	data, err := wire.Marshal(ev)
 	if err != nil {
 		return fmt.Errorf("link: encoding the event: %w", err)
 	}

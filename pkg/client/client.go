@@ -389,7 +389,7 @@ func (c *Conn) recv(ctx context.Context) (f Frame, ok bool, err error) {
 	case f, ok = <-c.frames:
 		return f, ok, nil
 	case <-ctx.Done():
-		return nil, true, ctx.Err()
+		return Frame{}, true, ctx.Err()
 	}
 }
 
@@ -397,16 +397,16 @@ func (c *Conn) recv(ctx context.Context) (f Frame, ok bool, err error) {
 func (c *Conn) next(ctx context.Context) (Frame, error) {
 	if len(c.pending) > 0 {
 		f := c.pending[0]
-		c.pending[0] = nil
+		c.pending[0] = Frame{}
 		c.pending = c.pending[1:]
 		return f, f.Err()
 	}
 	f, ok, err := c.recv(ctx)
 	if err != nil {
-		return nil, err
+		return Frame{}, err
 	}
 	if !ok {
-		return nil, c.endErr
+		return Frame{}, c.endErr
 	}
 	return f, f.Err()
 }
@@ -417,7 +417,7 @@ func (c *Conn) next(ctx context.Context) (Frame, error) {
 // returned together with an error saying so.
 func (c *Conn) Next(ctx context.Context) (Frame, error) {
 	if err := c.acquire(ctx); err != nil {
-		return nil, err
+		return Frame{}, err
 	}
 	defer c.release()
 	return c.next(ctx)
@@ -428,7 +428,7 @@ func (c *Conn) Next(ctx context.Context) (Frame, error) {
 // names the frames it skipped.
 func (c *Conn) Expect(ctx context.Context, t string) (Frame, error) {
 	if err := c.acquire(ctx); err != nil {
-		return nil, err
+		return Frame{}, err
 	}
 	defer c.release()
 	var skipped []Frame
@@ -458,7 +458,7 @@ func (c *Conn) ExpectClose(ctx context.Context) (*CloseInfo, error) {
 	var skipped []Frame
 	for {
 		f, err := c.next(ctx)
-		if err != nil && f == nil {
+		if err != nil && f.IsZero() {
 			return nil, fmt.Errorf("client: waiting for a close frame%s: %w", skippedList(skipped), err)
 		}
 		if ci := f.Close(); ci != nil {

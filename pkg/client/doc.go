@@ -23,8 +23,8 @@
 // Every Conn has exactly one goroutine of its own, the reader. It reads
 // WebSocket messages (reassembling fragmented ones, answering pings with
 // pongs and a close frame with a close frame) and decodes each into a Frame,
-// a map[string]any with typed getters (T, Str, Int, Bool, Map, Raw, ...),
-// which it puts on a buffered channel (Options.Buffer). The reader never waits
+// the JSON object it carried behind typed getters (T, Str, Int, Bool, Map,
+// Get, Raw, ...), which it puts on a buffered channel (Options.Buffer). The reader never waits
 // for a writer, so a long write (a 16 MiB frame, say) can be in progress while
 // the server's answer to it is read and delivered.
 //

@@ -14,23 +14,16 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 )
 
-// Frame is one message from the server, decoded as a JSON object. Numbers are
-// json.Number (read them with Int or Float); nested objects are
-// map[string]any (read them with Map).
-//
-// Besides the members the server sent, a Frame delivered by a Conn carries one
-// hidden entry, under a key no JSON the gateway sends can produce, holding its
-// original bytes and, for a WebSocket close, the close code and reason. Use
-// Fields for the members alone (to range over them or compare them).
-type Frame map[string]any
-
-// metaKey holds the *frameMeta of a received frame.
-const metaKey = "\x00client.meta"
-
-type frameMeta struct {
-	raw   []byte
-	close *CloseInfo
-	err   error
+// Frame is one message from the server: the members of the JSON object it
+// carried, its original bytes, and, for the WebSocket close the server
+// sent, the close code and reason. Read members with Str, Int, Float, Bool,
+// Map, Slice or Get; numbers are json.Number, nested objects are read with
+// Map as Frames. The zero Frame is no message (IsZero).
+type Frame struct {
+	fields map[string]any
+	raw    []byte
+	close  *CloseInfo
+	err    error
 }
 
 // CloseInfo is the WebSocket close frame the server sent. Code is 1005 (no
@@ -47,9 +40,10 @@ func (ci *CloseInfo) String() string {
 	return strconv.Itoa(ci.Code) + " " + ci.Reason
 }
 
-func (f Frame) meta() *frameMeta {
-	m, _ := f[metaKey].(*frameMeta)
-	return m
+// IsZero reports whether f is no message at all: what Next returns with an
+// error.
+func (f Frame) IsZero() bool {
+	return f.fields == nil && f.raw == nil && f.close == nil && f.err == nil
 }
 
 // T is the frame type, t, exactly as the server sent it; "" for a close.
@@ -57,112 +51,84 @@ func (f Frame) T() string { return f.Str("t") }
 
 // Close is the close code and reason when this frame stands for the
 // WebSocket close the server sent, and nil for every other frame.
-func (f Frame) Close() *CloseInfo {
-	if m := f.meta(); m != nil {
-		return m.close
-	}
-	return nil
-}
+func (f Frame) Close() *CloseInfo { return f.close }
 
 // Raw is the original bytes of the message (for a close frame: its body, the
 // code and the reason). It is nil for a Frame that was not received.
-func (f Frame) Raw() []byte {
-	if m := f.meta(); m != nil {
-		return m.raw
-	}
-	return nil
-}
+func (f Frame) Raw() []byte { return f.raw }
 
 // Err says why the message did not decode into a JSON object (not JSON, not
 // an object, trailing data, invalid UTF-8, a binary message); nil when it did.
-func (f Frame) Err() error {
-	if m := f.meta(); m != nil {
-		return m.err
-	}
-	return nil
-}
+func (f Frame) Err() error { return f.err }
 
 // Has reports whether the server sent the member key (even as null).
 func (f Frame) Has(key string) bool {
-	if key == metaKey {
-		return false
-	}
-	_, ok := f[key]
+	_, ok := f.fields[key]
 	return ok
 }
 
+// Get is the member key as decoded (string, json.Number, bool, nil,
+// map[string]any, []any), and nil when there is none.
+func (f Frame) Get(key string) any { return f.fields[key] }
+
 // Str is the member key if it is a string, and "" otherwise.
 func (f Frame) Str(key string) string {
-	s, _ := f[key].(string)
+	s, _ := f.fields[key].(string)
 	return s
 }
 
 // Int is the member key if it is a number (truncated toward zero), and 0
 // otherwise.
 func (f Frame) Int(key string) int {
-	switch v := f[key].(type) {
-	case json.Number:
+	if v, ok := f.fields[key].(json.Number); ok {
 		if i, err := v.Int64(); err == nil {
 			return int(i)
 		}
 		fl, _ := v.Float64()
 		return int(fl)
-	case float64:
-		return int(v)
-	case int:
-		return v
-	case int64:
-		return int(v)
 	}
 	return 0
 }
 
 // Float is the member key if it is a number, and 0 otherwise.
 func (f Frame) Float(key string) float64 {
-	switch v := f[key].(type) {
-	case json.Number:
+	if v, ok := f.fields[key].(json.Number); ok {
 		fl, _ := v.Float64()
 		return fl
-	case float64:
-		return v
-	case int:
-		return float64(v)
-	case int64:
-		return float64(v)
 	}
 	return 0
 }
 
 // Bool is the member key if it is a boolean, and false otherwise.
 func (f Frame) Bool(key string) bool {
-	b, _ := f[key].(bool)
+	b, _ := f.fields[key].(bool)
 	return b
 }
 
-// Map is the member key if it is an object, and nil otherwise.
-func (f Frame) Map(key string) Frame {
-	switch v := f[key].(type) {
-	case map[string]any:
-		return Frame(v)
-	case Frame:
-		return v
+// Map is the member key if it is an object, and the zero Frame otherwise.
+func (f Frame) Map(key string) Frame { return Object(f.fields[key]) }
+
+// Object is v as a Frame when it is a JSON object as Get or Slice return
+// one (a map[string]any), and the zero Frame otherwise: the elements of an
+// array of objects are read with it.
+func Object(v any) Frame {
+	if m, ok := v.(map[string]any); ok {
+		return Frame{fields: m}
 	}
-	return nil
+	return Frame{}
 }
 
 // Slice is the member key if it is an array, and nil otherwise.
 func (f Frame) Slice(key string) []any {
-	s, _ := f[key].([]any)
+	s, _ := f.fields[key].([]any)
 	return s
 }
 
-// Fields is a copy of the members the server sent, without the hidden entry.
+// Fields is a copy of the members the server sent.
 func (f Frame) Fields() map[string]any {
-	m := make(map[string]any, len(f))
-	for k, v := range f {
-		if k != metaKey {
-			m[k] = v
-		}
+	m := make(map[string]any, len(f.fields))
+	for k, v := range f.fields {
+		m[k] = v
 	}
 	return m
 }
@@ -172,17 +138,17 @@ func (f Frame) String() string {
 	if ci := f.Close(); ci != nil {
 		return "close " + ci.String()
 	}
-	if raw := f.Raw(); raw != nil {
-		return string(raw)
+	if f.raw != nil {
+		return string(f.raw)
 	}
-	b, err := json.Marshal(f.Fields())
+	b, err := json.Marshal(f.fields)
 	if err != nil {
-		return fmt.Sprint(f.Fields())
+		return fmt.Sprint(f.fields)
 	}
 	return string(b)
 }
 
-// MarshalJSON encodes the members, without the hidden entry.
+// MarshalJSON encodes the members.
 func (f Frame) MarshalJSON() ([]byte, error) { return json.Marshal(f.Fields()) }
 
 // describe names a frame briefly, for error messages.
@@ -210,39 +176,35 @@ func (f Frame) describe() string {
 
 // decodeFrame turns one WebSocket message from the server into a Frame.
 func decodeFrame(op ws.OpCode, p []byte) Frame {
-	m := &frameMeta{raw: p}
-	var obj map[string]any
+	f := Frame{raw: p}
 	if op == ws.OpBinary {
-		m.err = errors.New("client: server sent a binary message")
-	} else {
-		dec := json.NewDecoder(bytes.NewReader(p))
-		dec.UseNumber()
-		err := dec.Decode(&obj)
-		switch {
-		case err != nil:
-			obj = nil
-			m.err = fmt.Errorf("client: server sent a message that is not a JSON object: %v", err)
-		case obj == nil:
-			m.err = errors.New("client: server sent a message that is not a JSON object: null")
-		default:
-			if _, err := dec.Token(); err != io.EOF {
-				m.err = errors.New("client: server sent data after the JSON object")
-			} else if !utf8.Valid(p) {
-				m.err = errors.New("client: server sent a message that is not valid UTF-8")
-			}
-		}
+		f.err = errors.New("client: server sent a binary message")
+		return f
 	}
-	f := Frame(obj)
-	if f == nil {
-		f = Frame{}
+	var obj map[string]any
+	dec := json.NewDecoder(bytes.NewReader(p))
+	dec.UseNumber()
+	err := dec.Decode(&obj)
+	switch {
+	case err != nil:
+		f.err = fmt.Errorf("client: server sent a message that is not a JSON object: %v", err)
+		return f
+	case obj == nil:
+		f.err = errors.New("client: server sent a message that is not a JSON object: null")
+		return f
 	}
-	f[metaKey] = m
+	f.fields = obj
+	if _, err := dec.Token(); err != io.EOF {
+		f.err = errors.New("client: server sent data after the JSON object")
+	} else if !utf8.Valid(p) {
+		f.err = errors.New("client: server sent a message that is not valid UTF-8")
+	}
 	return f
 }
 
 // closeFrame is the Frame that stands for a close from the server.
 func closeFrame(ci *CloseInfo, body []byte) Frame {
-	return Frame{metaKey: &frameMeta{raw: body, close: ci}}
+	return Frame{raw: body, close: ci}
 }
 
 // ServerError is an error frame the server sent where another frame was

@@ -96,27 +96,27 @@ func (c *Conn) Hello(ctx context.Context, token string, dev protocol.Device, use
 		h.User = &user
 	}
 	if err := c.Send(h); err != nil {
-		return nil, err
+		return Frame{}, err
 	}
 	if err := c.acquire(ctx); err != nil {
-		return nil, err
+		return Frame{}, err
 	}
 	defer c.release()
 	var skipped []Frame
 	for {
 		f, err := c.next(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("client: waiting for ready%s: %w", skippedList(skipped), err)
+			return Frame{}, fmt.Errorf("client: waiting for ready%s: %w", skippedList(skipped), err)
 		}
 		if ci := f.Close(); ci != nil {
-			return nil, fmt.Errorf("client: waiting for ready%s: server closed the connection (%s): %w",
+			return Frame{}, fmt.Errorf("client: waiting for ready%s: server closed the connection (%s): %w",
 				skippedList(skipped), ci, io.EOF)
 		}
 		switch f.T() {
 		case protocol.TypeReady:
 			return f, nil
 		case protocol.TypeError:
-			return nil, AsServerError(f)
+			return Frame{}, AsServerError(f)
 		}
 		skipped = append(skipped, f)
 	}
@@ -303,7 +303,7 @@ func (c *Conn) CollectMedia(ctx context.Context, id string) (Frame, []byte, erro
 		func(f Frame) bool { return f.T() == protocol.TypeMedia && f.Str("id") == id },
 		func(f Frame) (bool, error) {
 			part, parts := f.Int("part"), f.Int("parts")
-			if meta == nil {
+			if meta.IsZero() {
 				meta = f
 			}
 			if part != want {

@@ -6,7 +6,6 @@ package dispatch
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -82,7 +81,7 @@ func (d *Dispatcher) send(ctx context.Context, out wire.Output) (acked bool, err
 	default:
 		out.Epoch = owner.Epoch
 	}
-	data, err := json.Marshal(out)
+	data, err := wire.Marshal(out)
 	if err != nil {
 		return false, err
 	}
@@ -103,7 +102,7 @@ func (d *Dispatcher) send(ctx context.Context, out wire.Output) (acked bool, err
 		return false, err
 	}
 	var r wire.Reply
-	if err := json.Unmarshal(reply, &r); err != nil {
+	if err := wire.Unmarshal(reply, &r); err != nil {
 		return false, fmt.Errorf("bad reply from edge: %w", err)
 	}
 	switch {

@@ -2,7 +2,6 @@ package edge
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -43,7 +42,7 @@ func (s *Server) onControl(ctl wire.Control) {
 // otherwise it stays silent so the current owner's answer counts.
 func (s *Server) onDelivery(m *bus.Msg) {
 	var out wire.Output
-	if err := json.Unmarshal(m.Data, &out); err != nil {
+	if err := wire.Unmarshal(m.Data, &out); err != nil {
 		s.log.Warn("unreadable delivery", "subject", m.Subject, "err", err)
 		return
 	}
@@ -72,7 +71,7 @@ func (s *Server) onDelivery(m *bus.Msg) {
 		// Sent to the socket we took over from, or to one that is closing
 		// (drain, takeover): tell the sender to look again.
 		if m.Respond != nil {
-			data, _ := json.Marshal(wire.Reply{Moved: true, Error: "device moved"})
+			data, _ := wire.Marshal(wire.Reply{Moved: true, Error: "device moved"})
 			_ = m.Respond(data) // lost with the bus: the sender's request times out
 		}
 		return
@@ -83,7 +82,7 @@ func (s *Server) onDelivery(m *bus.Msg) {
 		if err != nil {
 			r.Error = err.Error()
 		}
-		data, _ := json.Marshal(r)
+		data, _ := wire.Marshal(r)
 		if m.Respond != nil {
 			_ = m.Respond(data) // lost with the bus: the sender's request times out
 		}
@@ -128,7 +127,7 @@ func (s *Server) answerNoSocket(m *bus.Msg, out wire.Output) {
 	if s.deviceConn(out.Device) != nil || err == nil && (owner.Edge != s.cfg.ID || owner.Epoch != out.Epoch) {
 		r = wire.Reply{Moved: true, Error: "device moved"}
 	}
-	data, _ := json.Marshal(r)
+	data, _ := wire.Marshal(r)
 	_ = m.Respond(data) // a sender that went away needs no answer
 }
 

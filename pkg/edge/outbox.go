@@ -1,7 +1,6 @@
 package edge
 
 import (
-	"encoding/json"
 	"errors"
 	"math"
 	"sync"
@@ -41,7 +40,7 @@ func (c *conn) writeOutbox() {
 		}
 		done, written := a.queue(it.Seq)
 		var out wire.Output
-		switch err := json.Unmarshal(it.Data, &out); {
+		switch err := wire.Unmarshal(it.Data, &out); {
 		case err != nil:
 			c.logger().Warn("dropping unreadable outbox item", "err", err)
 			c.setAvatar("", done) // removed in its turn, after the items before it

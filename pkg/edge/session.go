@@ -2,7 +2,6 @@ package edge
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime/debug"
@@ -206,7 +205,7 @@ func (c *conn) hello(h *protocol.Hello) {
 		return
 	}
 	// Tell other edges: an older socket of this device closes.
-	takeover, _ := json.Marshal(wire.Control{Op: wire.OpTakeover, Device: dev.ID, Epoch: epoch})
+	takeover, _ := wire.Marshal(wire.Control{Op: wire.OpTakeover, Device: dev.ID, Epoch: epoch})
 	if err := s.bus.Publish(ctx, deviceSubject(dev.ID), takeover, nil); err != nil {
 		c.logger().Warn("announcing takeover failed", "err", err)
 	}
@@ -322,7 +321,7 @@ func (s *Server) publishEvent(ctx context.Context, c *conn, ev wire.Event) error
 	ev.Session, ev.Device, ev.UserID, ev.User = c.session, c.device, c.user.id, c.user.name
 	ev.Auth = c.auth
 	ev.TraceParent = telemetry.TraceParent(ctx)
-	data, err := json.Marshal(ev)
+	data, err := wire.Marshal(ev)
 	if err != nil {
 		return err
 	}
@@ -331,7 +330,7 @@ func (s *Server) publishEvent(ctx context.Context, c *conn, ev wire.Event) error
 		return err
 	}
 	var r wire.Reply
-	if err := json.Unmarshal(reply, &r); err != nil {
+	if err := wire.Unmarshal(reply, &r); err != nil {
 		return err
 	}
 	if !r.OK {
@@ -381,7 +380,7 @@ func (c *conn) onMedia(f *protocol.MediaUp) {
 		// not contradict an open upload of the same id; the bytes stay here.
 		part.Data = nil
 	} else {
-		part.Meta, _ = json.Marshal(meta)
+		part.Meta, _ = wire.Marshal(meta)
 	}
 	charged := false
 	if f.Parts > 1 {
@@ -427,7 +426,7 @@ func (c *conn) onMedia(f *protocol.MediaUp) {
 	data := f.Data
 	if f.Parts > 1 {
 		data = up.Data
-		_ = json.Unmarshal(up.Meta, &meta) // written by this edge's json.Marshal
+		_ = wire.Unmarshal(up.Meta, &meta) // written by this edge's json.Marshal
 	}
 	ev := c.newEvent(wire.EventMedia, f.ID)
 	ev.Text = meta.Caption
@@ -456,7 +455,7 @@ func (c *conn) onPromptAnswer(f *protocol.PromptAnswer) {
 	}
 	applied := protocol.ResolveOption(rec.Kind, f.OptionID, f.Text, rec.Choices)
 	var card protocol.Prompt
-	if rec.Kind != protocol.PromptClarify && json.Unmarshal(rec.Data, &card) == nil && len(card.Options) > 0 &&
+	if rec.Kind != protocol.PromptClarify && wire.Unmarshal(rec.Data, &card) == nil && len(card.Options) > 0 &&
 		!protocol.Offered(card.Options, applied) {
 		applied = protocol.SafeOption(rec.Kind) // a button the card did not show
 	}
@@ -484,7 +483,7 @@ func (c *conn) onPromptAnswer(f *protocol.PromptAnswer) {
 // answer could not reach the agent.
 func (c *conn) reshowCard(rec store.PromptRecord) {
 	var card protocol.Prompt
-	if len(rec.Data) == 0 || json.Unmarshal(rec.Data, &card) != nil {
+	if len(rec.Data) == 0 || wire.Unmarshal(rec.Data, &card) != nil {
 		return
 	}
 	card.TimeoutSeconds = max(1, int(time.Until(rec.Expires).Seconds()+0.5))

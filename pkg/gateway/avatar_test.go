@@ -380,7 +380,7 @@ func TestPingPong(t *testing.T) {
 	if err := c.Ping(nil); err != nil {
 		t.Fatal(err)
 	}
-	if f := avNextFrame(t, c); f.T() != protocol.TypePong || f.Has("ts") && f["ts"] != nil {
+	if f := avNextFrame(t, c); f.T() != protocol.TypePong || f.Has("ts") && f.Get("ts") != nil {
 		t.Errorf("ping without ts: got %s, want a pong without ts", f)
 	}
 
@@ -482,10 +482,10 @@ func TestAgentStreamingEdits(t *testing.T) {
 			f.Bool("edit") != w.edit || f.Bool("final") != w.final {
 			t.Errorf("frame %d: %s, want message stream-1 %q edit %v final %v", i, f, w.text, w.edit, w.final)
 		}
-		if _, ok := f["final"].(bool); !ok {
+		if _, ok := f.Get("final").(bool); !ok {
 			t.Errorf("frame %d has no boolean final: %s", i, f)
 		}
-		if ch := f.Map("chunk"); ch == nil || ch.Int("index") != 0 || ch.Int("total") != 1 {
+		if ch := f.Map("chunk"); ch.IsZero() || ch.Int("index") != 0 || ch.Int("total") != 1 {
 			t.Errorf("frame %d chunk: %s, want {index:0,total:1}", i, f)
 		}
 	}
@@ -554,10 +554,10 @@ func TestAgentMediaChunks(t *testing.T) {
 					t.Errorf("chunk %d: id/kind/mime/filename %q %q %q %q", i, f.Str("id"), f.Str("kind"), f.Str("mime"), f.Str("filename"))
 				}
 				if f.Int("part") != i || f.Int("parts") != len(tc.chunks) || f.Bool("final") != (i == len(tc.chunks)-1) {
-					t.Errorf("chunk %d: part %v parts %v final %v, want %d of %d", i, f["part"], f["parts"], f["final"], i, len(tc.chunks))
+					t.Errorf("chunk %d: part %v parts %v final %v, want %d of %d", i, f.Get("part"), f.Get("parts"), f.Get("final"), i, len(tc.chunks))
 				}
 				if f.Int("size") != tc.size {
-					t.Errorf("chunk %d: size %v, want the whole file, %d", i, f["size"], tc.size)
+					t.Errorf("chunk %d: size %v, want the whole file, %d", i, f.Get("size"), tc.size)
 				}
 				if i == 0 && f.Str("caption") != "the report" {
 					t.Errorf("chunk 0: caption %q", f.Str("caption"))

@@ -152,7 +152,7 @@ func dlvMessage(t *testing.T, dev *client.Conn) (string, []client.Frame) {
 			text.Reset()
 			frames = nil
 		}
-		if ch == nil || ch.Int("index") != len(frames) {
+		if ch.IsZero() || ch.Int("index") != len(frames) {
 			t.Fatalf("chunk %d due, got %s", len(frames), f)
 		}
 		frames = append(frames, f)
@@ -188,7 +188,7 @@ func dlvMedia(t *testing.T, dev *client.Conn) (client.Frame, []byte) {
 		default:
 			continue
 		}
-		if meta == nil {
+		if meta.IsZero() {
 			meta = f
 		}
 		if f.Str("id") != meta.Str("id") || f.Int("part") != parts {
@@ -260,7 +260,7 @@ func TestDeliverTextToMobileTarget(t *testing.T) {
 	if f.Str("id") == "" || !f.Bool("final") {
 		t.Fatalf("message frame needs an id and final:true: %s", f)
 	}
-	if ch := f.Map("chunk"); ch == nil || ch.Int("index") != 0 || ch.Int("total") != 1 {
+	if ch := f.Map("chunk"); ch.IsZero() || ch.Int("index") != 0 || ch.Int("total") != 1 {
 		t.Fatalf("chunk = %v, want {index:0,total:1}: %s", ch, f)
 	}
 	dlvOK(t, cron)

@@ -413,7 +413,7 @@ func flConnectWithin(t *testing.T, n *flNode, device string, within time.Duratio
 
 // flDescribe names a frame briefly.
 func flDescribe(f client.Frame) string {
-	if f == nil {
+	if f.IsZero() {
 		return "nothing"
 	}
 	if ci := f.Close(); ci != nil {
@@ -449,7 +449,7 @@ func (p *flPhone) next(d time.Duration) (client.Frame, error) {
 	defer cancel()
 	for {
 		f, err := p.Next(ctx)
-		if f != nil {
+		if !f.IsZero() {
 			p.seen = append(p.seen, flDescribe(f))
 		}
 		if err != nil {

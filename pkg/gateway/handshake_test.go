@@ -60,13 +60,13 @@ func hsCheckError(t testing.TB, f client.Frame, code protocol.Code, fatal bool, 
 	if got := f.Str("code"); got != string(code) {
 		t.Fatalf("%s: error code %q, want %q (frame %s)", what, got, code, f)
 	}
-	if _, ok := f["fatal"].(bool); !ok {
+	if _, ok := f.Get("fatal").(bool); !ok {
 		t.Fatalf("%s: error frame without a boolean fatal: %s", what, f)
 	}
 	if f.Bool("fatal") != fatal {
 		t.Fatalf("%s: error fatal=%v, want %v (frame %s)", what, f.Bool("fatal"), fatal, f)
 	}
-	if _, ok := f["message"].(string); !ok {
+	if _, ok := f.Get("message").(string); !ok {
 		t.Fatalf("%s: error frame without a string message: %s", what, f)
 	}
 }
@@ -208,29 +208,29 @@ func TestHandshakeReadyFrame(t *testing.T) {
 		if ready.T() != "ready" {
 			t.Fatalf("t = %q", ready.T())
 		}
-		if v, ok := ready["v"].(json.Number); !ok || v.String() != "1" {
-			t.Fatalf("v = %#v, want the integer 1", ready["v"])
+		if v, ok := ready.Get("v").(json.Number); !ok || v.String() != "1" {
+			t.Fatalf("v = %#v, want the integer 1", ready.Get("v"))
 		}
 		if got := ready.Str("session"); got != "mobile:"+device {
 			t.Fatalf("session = %q, want %q", got, "mobile:"+device)
 		}
 		dev := ready.Map("device")
-		if dev == nil {
+		if dev.IsZero() {
 			t.Fatalf("device is not an object: %s", ready)
 		}
 		if keys := hsKeys(dev.Fields()); !slices.Equal(keys, []string{"id", "name"}) {
 			t.Fatalf("device has members %v, want {id,name}", keys)
 		}
 		if dev.Str("id") != device || dev.Str("name") != name {
-			t.Fatalf("device = %s, want id %q name %q", ready["device"], device, name)
+			t.Fatalf("device = %s, want id %q name %q", ready.Get("device"), device, name)
 		}
-		if _, ok := ready["avatar_url"].(string); !ok {
+		if _, ok := ready.Get("avatar_url").(string); !ok {
 			t.Fatalf("avatar_url missing or not a string: %s", ready)
 		}
 		if got := ready.Str("avatar_url"); got != avatar {
 			t.Fatalf("avatar_url = %q, want %q", got, avatar)
 		}
-		caps := hsJSON(t, ready["capabilities"])
+		caps := hsJSON(t, ready.Get("capabilities"))
 		if !reflect.DeepEqual(caps, spec["capabilities"]) {
 			got, _ := json.Marshal(caps)
 			want, _ := json.Marshal(spec["capabilities"])

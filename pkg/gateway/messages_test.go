@@ -216,7 +216,7 @@ func mtEdits(t testing.TB, r mtReply) []mtEdit {
 			}
 		}
 		chunk := f.Map("chunk")
-		if chunk == nil || !chunk.Has("index") || !chunk.Has("total") {
+		if chunk.IsZero() || !chunk.Has("index") || !chunk.Has("total") {
 			t.Fatalf("message frame without chunk{index,total}: %s", f)
 		}
 		index, total := chunk.Int("index"), chunk.Int("total")

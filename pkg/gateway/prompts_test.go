@@ -209,11 +209,11 @@ func promptOptions(t testing.TB, card client.Frame) []string {
 		if !ok {
 			t.Fatalf("option %d is not an object: %s", i, card)
 		}
-		opt := client.Frame(m)
+		opt := client.Object(m)
 		if opt.Str("id") == "" || opt.Str("label") == "" {
 			t.Errorf("option %d has no id or label: %v", i, m)
 		}
-		if _, ok := opt["style"].(string); !ok {
+		if _, ok := opt.Get("style").(string); !ok {
 			t.Errorf("option %d has no style string: %v", i, m)
 		}
 		if s := opt.Str("style"); s != "primary" && s != "danger" && s != "" {
@@ -258,7 +258,7 @@ func TestPromptExecApprovalCard(t *testing.T) {
 			if got := card.Str("session"); got != "mobile:tel-card" {
 				t.Errorf("session = %q, want mobile:tel-card", got)
 			}
-			if _, ok := card["timeout_seconds"]; !ok {
+			if !card.Has("timeout_seconds") {
 				t.Errorf("card has no timeout_seconds: %s", card)
 			}
 			if got := card.Int("timeout_seconds"); got != tc.want {
@@ -284,7 +284,7 @@ func TestPromptClarifyAndConfirmCards(t *testing.T) {
 	opts := card.Slice("options")
 	if len(opts) == 3 {
 		for i, want := range []string{"red", "blue"} {
-			if got := client.Frame(opts[i].(map[string]any)).Str("label"); got != want {
+			if got := client.Object(opts[i]).Str("label"); got != want {
 				t.Errorf("clarify option %d label = %q, want %q", i, got, want)
 			}
 		}

@@ -505,7 +505,7 @@ func TestRobustnessGarbageBurst(t *testing.T) {
 		defer cancel()
 		for {
 			f, err := c.Next(ctx)
-			if f != nil {
+			if !f.IsZero() {
 				res.frames = append(res.frames, f)
 			}
 			if err != nil {

@@ -71,7 +71,7 @@ func TestDeliver(t *testing.T) {
 		if f := expect(t, later, protocol.TypePong); f.Int("ts") != 1 {
 			t.Fatalf("pong %s", f)
 		}
-		if f, _ := later.Next(ctxFor(t, 300*time.Millisecond)); f != nil {
+		if f, _ := later.Next(ctxFor(t, 300*time.Millisecond)); !f.IsZero() {
 			t.Fatalf("a device that was offline got %s: deliver must not use the outbox", f)
 		}
 	})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hermes-mobile/gateway/pkg/admin"
 	"github.com/hermes-mobile/gateway/pkg/store"
+	"github.com/hermes-mobile/gateway/pkg/wire"
 )
 
 // Bounds of GET /v1/events.
@@ -167,7 +168,7 @@ func appendSSE(buf *bytes.Buffer, e store.EventEntry) bool {
 	var head struct {
 		Kind string `json:"kind"`
 	}
-	if json.Unmarshal(e.Data, &head) != nil {
+	if wire.Unmarshal(e.Data, &head) != nil {
 		return false
 	}
 	buf.WriteString("id: ")

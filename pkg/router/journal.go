@@ -2,7 +2,6 @@ package router
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -23,7 +22,7 @@ type journalRecord struct {
 	Event   wire.Event `json:"ev"`
 	TraceID string     `json:"tid,omitempty"`
 	SpanID  string     `json:"sid,omitempty"`
-	Flags   byte       `json:"tf,omitempty"`
+	Flags   byte       `json:"tf,omitzero"`
 }
 
 // worker is this router working one device's journal. again is set when
@@ -54,7 +53,7 @@ func (r *Router) enqueue(ctx context.Context, ev wire.Event) error {
 	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 		rec.TraceID, rec.SpanID, rec.Flags = sc.TraceID().String(), sc.SpanID().String(), byte(sc.TraceFlags())
 	}
-	data, err := json.Marshal(rec)
+	data, err := wire.Marshal(rec)
 	if err != nil {
 		return err
 	}
@@ -208,7 +207,7 @@ const (
 // taken the journal).
 func (r *Router) handleEntry(device string, e store.JournalEntry) int {
 	var rec journalRecord
-	if err := json.Unmarshal(e.Data, &rec); err != nil {
+	if err := wire.Unmarshal(e.Data, &rec); err != nil {
 		r.log.Error("dropping an unreadable journal entry", "device", device, "err", err)
 		return entryHandled
 	}

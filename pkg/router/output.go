@@ -2,7 +2,6 @@ package router
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"time"
 
@@ -73,7 +72,7 @@ func (o *output) send(ctx context.Context, out wire.Output) error {
 	// store does not drop an answer to an event the router already took.
 	offline := out
 	offline.Offline = true
-	data, err := json.Marshal(offline)
+	data, err := wire.Marshal(offline)
 	if err != nil {
 		return err
 	}
@@ -101,7 +100,7 @@ func (o *output) send(ctx context.Context, out wire.Output) error {
 	o.r.tel.m.outboxQueued()
 	// The device may have connected between the failed delivery and the
 	// push, and read its outbox before the push: its edge reads it again.
-	nudge, _ := json.Marshal(wire.Control{Op: wire.OpOutbox, Device: o.device})
+	nudge, _ := wire.Marshal(wire.Control{Op: wire.OpOutbox, Device: o.device})
 	nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if err := o.r.bus.Publish(nctx, bus.DeviceSubject(o.device), nudge, nil); err != nil {
@@ -155,7 +154,7 @@ func (o *output) Prompt(ctx context.Context, p agent.Prompt) (string, error) {
 		Command: p.Command, Description: p.Description, Session: protocol.Session(o.device),
 		TimeoutSeconds: int((ttl + time.Second - 1) / time.Second),
 	}
-	data, err := json.Marshal(card)
+	data, err := wire.Marshal(card)
 	if err != nil {
 		return "", err
 	}

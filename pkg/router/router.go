@@ -13,7 +13,6 @@ package router
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -264,7 +263,7 @@ func reply(m *bus.Msg, err error) {
 	if err != nil {
 		rep.Error = err.Error()
 	}
-	data, _ := json.Marshal(rep)
+	data, _ := wire.Marshal(rep)
 	_ = m.Respond(data) // lost with the bus: the edge's request times out
 }
 
@@ -278,7 +277,7 @@ var errOverloaded = errors.New("the router is overloaded; retry")
 // earlier events, never for another device's.
 func (r *Router) onEvent(m *bus.Msg) {
 	var ev wire.Event
-	if err := json.Unmarshal(m.Data, &ev); err != nil || ev.Device == "" {
+	if err := wire.Unmarshal(m.Data, &ev); err != nil || ev.Device == "" {
 		r.log.Warn("unreadable event", "err", err)
 		reply(m, errors.New("unreadable event"))
 		return

@@ -54,7 +54,7 @@ type PromptRef struct {
 	Kind    string `json:"kind"`
 	Option  string `json:"option"`         // the applied option
 	Text    string `json:"text,omitempty"` // custom answer (clarify other)
-	Expired bool   `json:"expired,omitempty"`
+	Expired bool   `json:"expired,omitzero"`
 }
 
 // Output ops.
@@ -85,7 +85,7 @@ const (
 type Control struct {
 	Op     string `json:"op"`
 	Device string `json:"device"`
-	Epoch  int64  `json:"epoch,omitempty"`
+	Epoch  int64  `json:"epoch,omitzero"`
 }
 
 // IsControl reports whether op is a Control op.
@@ -96,29 +96,29 @@ func IsControl(op string) bool { return op == OpTakeover || op == OpOutbox }
 type Output struct {
 	Op         string           `json:"op"`
 	Device     string           `json:"device"`
-	Epoch      int64            `json:"epoch,omitempty"`
+	Epoch      int64            `json:"epoch,omitzero"`
 	ID         string           `json:"id,omitempty"`
 	Text       string           `json:"text,omitempty"`
-	Edit       bool             `json:"edit,omitempty"`
-	Final      bool             `json:"final,omitempty"`
+	Edit       bool             `json:"edit,omitzero"`
+	Final      bool             `json:"final,omitzero"`
 	Media      *MediaRef        `json:"media,omitempty"`
 	Prompt     *protocol.Prompt `json:"prompt,omitempty"`
 	PromptDone *PromptDone      `json:"prompt_done,omitempty"`
-	Stop       bool             `json:"stop,omitempty"`
+	Stop       bool             `json:"stop,omitzero"`
 	State      string           `json:"state,omitempty"`
 	// Offline is set by the outbox when the output waited for the device.
-	Offline bool `json:"offline,omitempty"`
+	Offline bool `json:"offline,omitzero"`
 	// WaitAck asks the edge to answer only once the phone acknowledged the
 	// output (or AckWait passed), also when the phone has not acked on its
 	// socket yet.
-	WaitAck bool `json:"wait_ack,omitempty"`
+	WaitAck bool `json:"wait_ack,omitzero"`
 }
 
 // PromptDone closes a card on the device.
 type PromptDone struct {
 	ID       string `json:"id"`
 	OptionID string `json:"option_id,omitempty"`
-	Expired  bool   `json:"expired,omitempty"`
+	Expired  bool   `json:"expired,omitzero"`
 }
 
 // Reply answers an Output or an Event request.
@@ -128,14 +128,14 @@ type Reply struct {
 	// Moved: this edge holds the device under a newer epoch than the
 	// output's, or its socket of the device is closing; the sender reads
 	// the owner again and resends.
-	Moved bool `json:"moved,omitempty"`
+	Moved bool `json:"moved,omitzero"`
 	// Gone: the output refers to media that no longer exists; resending
 	// cannot help.
-	Gone bool `json:"gone,omitempty"`
+	Gone bool `json:"gone,omitzero"`
 	// Acked: the phone acknowledged the output (its ack frame).
-	Acked bool `json:"acked,omitempty"`
+	Acked bool `json:"acked,omitzero"`
 	// Unacked (with OK): written, but the phone, which acknowledges what
 	// it displays, did not acknowledge it before its socket closed or the
 	// edge's AckWait passed: it may not have it.
-	Unacked bool `json:"unacked,omitempty"`
+	Unacked bool `json:"unacked,omitzero"`
 }

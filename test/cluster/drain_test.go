@@ -444,7 +444,7 @@ func (p *drainPhone) read(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if err != nil && f == nil {
+		if err != nil && f.IsZero() {
 			p.fail(fmt.Errorf("connection ended without a close frame: %w", err))
 			return
 		}

@@ -149,7 +149,7 @@ func drain(conn *client.Conn) []client.Frame {
 	var fs []client.Frame
 	for {
 		f, err := conn.Next(context.Background())
-		if f == nil && err != nil {
+		if f.IsZero() && err != nil {
 			return fs
 		}
 		fs = append(fs, f)

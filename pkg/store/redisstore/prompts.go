@@ -2,10 +2,11 @@ package redisstore
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/go-json-experiment/json"
 
 	"github.com/redis/go-redis/v9"
 
