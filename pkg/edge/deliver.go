@@ -157,19 +157,16 @@ func fenced(op string) bool {
 //
 // The owner is read as the delivery arrives, beside the write (the bus's
 // dispatcher does not wait for it), not after the write: a phone that read
-// the frames and then moved to another edge must not get them twice.
+// the frames and then moved to another edge must not get them twice. The
+// read goes in ownerReads' next batch, which starts after the delivery
+// arrived, never in one already in flight.
 func (s *Server) fenceOwner(c *conn, done func(error)) func(error) {
 	type lookup struct {
 		owner store.Owner
 		err   error
 	}
 	looked := make(chan lookup, 1)
-	s.goFunc(func() {
-		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.OpTimeout)
-		defer cancel()
-		o, err := s.store.DeviceOwner(ctx, c.device)
-		looked <- lookup{o, err}
-	})
+	s.owners.read(c.device, func(o store.Owner, err error) { looked <- lookup{o, err} })
 	return func(err error) {
 		if err != nil {
 			done(err)

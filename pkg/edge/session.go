@@ -200,7 +200,7 @@ func (c *conn) hello(h *protocol.Hello) {
 	// A hello racing ours on another edge may have claimed a newer epoch
 	// and announced it before we subscribed: look once more, now that we
 	// would hear any later announcement.
-	if owner, err := s.store.DeviceOwner(ctx, dev.ID); err == nil && owner.Epoch > epoch {
+	if owner, err := s.owners.get(ctx, dev.ID); err == nil && owner.Epoch > epoch {
 		c.closeWith(closeNormal, "replaced by a newer connection", nil)
 		return
 	}

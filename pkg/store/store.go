@@ -160,6 +160,9 @@ type Owners interface {
 	ClaimDevice(ctx context.Context, device, edge string, ttl time.Duration) (int64, error)
 	// DeviceOwner returns the owner of device; ErrNotFound when none.
 	DeviceOwner(ctx context.Context, device string) (Owner, error)
+	// DeviceOwners returns the owner of each device, in order, in one round
+	// trip: the zero Owner (epoch 0) for a device that has none.
+	DeviceOwners(ctx context.Context, devices []string) ([]Owner, error)
 	// RefreshDevices extends the ownership of each device still held at the
 	// given epoch and returns the devices whose ownership was lost.
 	RefreshDevices(ctx context.Context, owned map[string]int64, ttl time.Duration) ([]string, error)

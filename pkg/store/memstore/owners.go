@@ -72,6 +72,26 @@ func (s *Store) DeviceOwner(ctx context.Context, device string) (store.Owner, er
 	return e.owner, nil
 }
 
+// DeviceOwners returns the owner of each device, in order; the zero Owner
+// for a device that has none.
+func (s *Store) DeviceOwners(ctx context.Context, devices []string) ([]store.Owner, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	o := &s.owners
+	now := s.clock.Now()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.expireLocked(now)
+	owners := make([]store.Owner, len(devices))
+	for i, d := range devices {
+		if e, ok := o.byDevice[d]; ok {
+			owners[i] = e.owner
+		}
+	}
+	return owners, nil
+}
+
 // RefreshDevices extends the ownership of each device still held at the
 // given epoch for ttl and returns the others, sorted.
 func (s *Store) RefreshDevices(ctx context.Context, owned map[string]int64, ttl time.Duration) ([]string, error) {

@@ -92,10 +92,48 @@ func (s *Store) DeviceOwner(ctx context.Context, device string) (store.Owner, er
 	if err != nil {
 		return store.Owner{}, s.redisErr(ctx, "DeviceOwner", err)
 	}
+	return parseOwner("DeviceOwner", v)
+}
+
+// DeviceOwners reads the devices' owner records in one pipeline (not MGET:
+// with a cluster client the keys may live on different nodes); the zero
+// Owner for a device that has none.
+func (s *Store) DeviceOwners(ctx context.Context, devices []string) ([]store.Owner, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, opErr("DeviceOwners", err)
+	}
+	cmds := make([]*redis.StringCmd, len(devices))
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, d := range devices {
+			cmds[i] = p.Get(ctx, s.ownerKey(d))
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, s.redisErr(ctx, "DeviceOwners", err)
+	}
+	owners := make([]store.Owner, len(devices))
+	for i, c := range cmds {
+		v, err := c.Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			return nil, s.redisErr(ctx, "DeviceOwners", err)
+		}
+		if owners[i], err = parseOwner("DeviceOwners", v); err != nil {
+			return nil, err
+		}
+	}
+	return owners, nil
+}
+
+// parseOwner reads an owner record, "<edge>|<epoch>".
+func parseOwner(op, v string) (store.Owner, error) {
 	i := strings.LastIndexByte(v, '|')
 	epoch, err := strconv.ParseInt(v[i+1:], 10, 64)
 	if i < 0 || err != nil {
-		return store.Owner{}, opErr("DeviceOwner", fmt.Errorf("malformed owner record %q", v))
+		return store.Owner{}, opErr(op, fmt.Errorf("malformed owner record %q", v))
 	}
 	return store.Owner{Edge: v[:i], Epoch: epoch}, nil
 }

@@ -35,6 +35,7 @@ func testContextCanceled(t *testing.T, s store.Store) {
 		{"TakeExpired", func() error { _, err := s.TakeExpired(ctx, time.Now(), 10); return err }},
 		{"ClaimDevice", func() error { _, err := s.ClaimDevice(ctx, dev, "edge-1", time.Minute); return err }},
 		{"DeviceOwner", func() error { _, err := s.DeviceOwner(ctx, dev); return err }},
+		{"DeviceOwners", func() error { _, err := s.DeviceOwners(ctx, []string{dev}); return err }},
 		{"RefreshDevices", func() error { _, err := s.RefreshDevices(ctx, map[string]int64{dev: 1}, time.Minute); return err }},
 		{"ReleaseDevice", func() error { return s.ReleaseDevice(ctx, dev, 1) }},
 		{"PushOutbox", func() error { return s.PushOutbox(ctx, dev, []byte("x"), 10, time.Minute) }},

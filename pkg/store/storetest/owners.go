@@ -14,6 +14,7 @@ import (
 var ownerTests = []test{
 	{"ClaimAndOwner", testClaimAndOwner},
 	{"ClaimConcurrent", testClaimDeviceConcurrent},
+	{"OwnersInOneCall", testDeviceOwners},
 	{"ReleaseWithCurrentEpoch", testReleaseWithCurrentEpoch},
 	{"ReleaseUnknown", testReleaseUnknown},
 	{"RefreshKeepsHeld", testRefreshKeepsHeld},
@@ -98,6 +99,27 @@ func testClaimAndOwner(t *testing.T, s store.Store) {
 	}
 	wantOwner(t, s, dev, store.Owner{Edge: "edge-1", Epoch: e3})
 	wantOwner(t, s, other, store.Owner{Edge: "edge-1", Epoch: o1})
+}
+
+// testDeviceOwners reads several owners at once: in the order asked, the
+// zero Owner for a device never claimed or released, the same device twice
+// alike, and nothing for no devices.
+func testDeviceOwners(t *testing.T, s store.Store) {
+	a, b, gone, never := name(t, "a"), name(t, "b"), name(t, "gone"), name(t, "never")
+	ea := claimDevice(t, s, a, "edge-1", time.Minute)
+	eb := claimDevice(t, s, b, "edge-2", time.Minute)
+	releaseDevice(t, s, gone, claimDevice(t, s, gone, "edge-1", time.Minute))
+	got, err := s.DeviceOwners(t.Context(), []string{b, never, a, gone, b})
+	if err != nil {
+		t.Fatalf("DeviceOwners: %v", err)
+	}
+	want := []store.Owner{{Edge: "edge-2", Epoch: eb}, {}, {Edge: "edge-1", Epoch: ea}, {}, {Edge: "edge-2", Epoch: eb}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("DeviceOwners = %+v, want %+v", got, want)
+	}
+	if got, err := s.DeviceOwners(t.Context(), nil); err != nil || len(got) != 0 {
+		t.Fatalf("DeviceOwners(nil) = %+v, %v; want none", got, err)
+	}
 }
 
 // testClaimDeviceConcurrent races claims of one device: every epoch is new,

@@ -1,0 +1,168 @@
+package edge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hermes-mobile/gateway/pkg/store"
+	"github.com/hermes-mobile/gateway/pkg/store/memstore"
+)
+
+// gatedOwners is a memstore whose DeviceOwners records each batch and, for
+// the first one, holds its answer (already read) until open is closed.
+type gatedOwners struct {
+	*memstore.Store
+	entered chan struct{} // closed when the first batch has been read
+	open    chan struct{}
+	fail    error // returned by the batches after the first
+
+	mu      sync.Mutex
+	batches [][]string
+}
+
+func (g *gatedOwners) DeviceOwners(ctx context.Context, devices []string) ([]store.Owner, error) {
+	owners, err := g.Store.DeviceOwners(ctx, devices)
+	g.mu.Lock()
+	g.batches = append(g.batches, slices.Clone(devices))
+	first := len(g.batches) == 1
+	g.mu.Unlock()
+	if first {
+		close(g.entered)
+		<-g.open
+		return owners, err
+	}
+	if g.fail != nil {
+		return nil, g.fail
+	}
+	return owners, err
+}
+
+func (g *gatedOwners) sizes() []int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var n []int
+	for _, b := range g.batches {
+		n = append(n, len(b))
+	}
+	return n
+}
+
+func newGatedReads(t *testing.T) (*ownerReads, *gatedOwners, *sync.WaitGroup) {
+	g := &gatedOwners{Store: memstore.New(memstore.Options{}), entered: make(chan struct{}), open: make(chan struct{})}
+	var wg sync.WaitGroup
+	r := &ownerReads{store: g, ctx: t.Context(), timeout: time.Minute, run: func(f func()) { wg.Go(f) }}
+	t.Cleanup(wg.Wait)
+	return r, g, &wg
+}
+
+// TestOwnerReadsBatchAfterAsking: reads asked for while a batch is in
+// flight go in one next batch, which reads the store after they were
+// asked: a claim made after the first batch was read is seen by the second.
+func TestOwnerReadsBatchAfterAsking(t *testing.T) {
+	r, g, wg := newGatedReads(t)
+	ctx := t.Context()
+	old, err := g.ClaimDevice(ctx, "a", "edge-1", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.ClaimDevice(ctx, "b", "edge-2", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		o   store.Owner
+		err error
+	}
+	results := make(map[string]chan result)
+	read := func(key, device string) {
+		ch := make(chan result, 1)
+		results[key] = ch
+		r.read(device, func(o store.Owner, err error) { ch <- result{o, err} })
+	}
+	read("a1", "a")
+	<-g.entered // the first batch has read a's owner at epoch old
+	newer, err := g.ClaimDevice(ctx, "a", "edge-3", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read("b", "b")
+	read("none", "never-claimed")
+	read("a2", "a")
+	close(g.open)
+	wg.Wait()
+
+	if got := (<-results["a1"]).o; got != (store.Owner{Edge: "edge-1", Epoch: old}) {
+		t.Errorf("first read of a = %+v, want edge-1 at %d", got, old)
+	}
+	if got := (<-results["a2"]).o; got != (store.Owner{Edge: "edge-3", Epoch: newer}) {
+		t.Errorf("read of a asked during the first batch = %+v, want the claim made meanwhile, edge-3 at %d", got, newer)
+	}
+	if got := <-results["b"]; got.err != nil || got.o.Edge != "edge-2" {
+		t.Errorf("read of b = %+v, %v", got.o, got.err)
+	}
+	if got := <-results["none"]; !errors.Is(got.err, store.ErrNotFound) {
+		t.Errorf("read of a device never claimed = %+v, %v; want ErrNotFound", got.o, got.err)
+	}
+	if want := [][]string{{"a"}, {"b", "never-claimed", "a"}}; !slices.EqualFunc(g.batches, want, slices.Equal) {
+		t.Errorf("batches = %q, want %q", g.batches, want)
+	}
+}
+
+// TestOwnerReadsBatchBound: at most maxOwnerBatch devices go in one store
+// call; exactly that many take one call, one more a second.
+func TestOwnerReadsBatchBound(t *testing.T) {
+	for _, n := range []int{maxOwnerBatch, maxOwnerBatch + 1} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			r, g, wg := newGatedReads(t)
+			var answered sync.WaitGroup
+			answer := func(store.Owner, error) { answered.Done() }
+			answered.Add(1 + n)
+			r.read("first", answer)
+			<-g.entered
+			for i := range n {
+				r.read(fmt.Sprint("d", i), answer)
+			}
+			close(g.open)
+			answered.Wait()
+			wg.Wait()
+			want := []int{1, maxOwnerBatch}
+			if n > maxOwnerBatch {
+				want = append(want, n-maxOwnerBatch)
+			}
+			if got := g.sizes(); !slices.Equal(got, want) {
+				t.Errorf("batch sizes = %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+// TestOwnerReadsError: a failed batch fails every read in it, and the
+// reads after it are sent again.
+func TestOwnerReadsError(t *testing.T) {
+	r, g, wg := newGatedReads(t)
+	g.fail = errors.New("store away")
+	errs := make(chan error, 3)
+	r.read("x", func(_ store.Owner, err error) { errs <- err })
+	<-g.entered
+	r.read("y", func(_ store.Owner, err error) { errs <- err })
+	r.read("z", func(_ store.Owner, err error) { errs <- err })
+	close(g.open)
+	wg.Wait()
+	if err := <-errs; !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("first read = %v, want ErrNotFound", err)
+	}
+	for range 2 {
+		if err := <-errs; !errors.Is(err, g.fail) {
+			t.Errorf("read in the failed batch = %v, want %v", err, g.fail)
+		}
+	}
+	g.fail = nil
+	got, err := r.get(t.Context(), "x")
+	if !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("read after the failure = %+v, %v; want a new batch answering ErrNotFound", got, err)
+	}
+}
