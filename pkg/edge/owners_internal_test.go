@@ -3,7 +3,6 @@ package edge
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -42,20 +41,10 @@ func (g *gatedOwners) DeviceOwners(ctx context.Context, devices []string) ([]sto
 	return owners, err
 }
 
-func (g *gatedOwners) sizes() []int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	var n []int
-	for _, b := range g.batches {
-		n = append(n, len(b))
-	}
-	return n
-}
-
 func newGatedReads(t *testing.T) (*ownerReads, *gatedOwners, *sync.WaitGroup) {
 	g := &gatedOwners{Store: memstore.New(memstore.Options{}), entered: make(chan struct{}), open: make(chan struct{})}
 	var wg sync.WaitGroup
-	r := &ownerReads{store: g, ctx: t.Context(), timeout: time.Minute, run: func(f func()) { wg.Go(f) }}
+	r := newOwnerReads(t.Context(), g, time.Minute, func(f func()) { wg.Go(f) })
 	t.Cleanup(wg.Wait)
 	return r, g, &wg
 }
@@ -109,34 +98,6 @@ func TestOwnerReadsBatchAfterAsking(t *testing.T) {
 	}
 	if want := [][]string{{"a"}, {"b", "never-claimed", "a"}}; !slices.EqualFunc(g.batches, want, slices.Equal) {
 		t.Errorf("batches = %q, want %q", g.batches, want)
-	}
-}
-
-// TestOwnerReadsBatchBound: at most maxOwnerBatch devices go in one store
-// call; exactly that many take one call, one more a second.
-func TestOwnerReadsBatchBound(t *testing.T) {
-	for _, n := range []int{maxOwnerBatch, maxOwnerBatch + 1} {
-		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			r, g, wg := newGatedReads(t)
-			var answered sync.WaitGroup
-			answer := func(store.Owner, error) { answered.Done() }
-			answered.Add(1 + n)
-			r.read("first", answer)
-			<-g.entered
-			for i := range n {
-				r.read(fmt.Sprint("d", i), answer)
-			}
-			close(g.open)
-			answered.Wait()
-			wg.Wait()
-			want := []int{1, maxOwnerBatch}
-			if n > maxOwnerBatch {
-				want = append(want, n-maxOwnerBatch)
-			}
-			if got := g.sizes(); !slices.Equal(got, want) {
-				t.Errorf("batch sizes = %v, want %v", got, want)
-			}
-		})
 	}
 }
 

@@ -193,7 +193,7 @@ type Server struct {
 	auth   *authenticator
 	poller *poller // nil: every connection gets a reading goroutine
 	sender *dispatch.Dispatcher
-	owners ownerReads // the fence's and the hello's owner reads, batched
+	owners *ownerReads // the fence's and the hello's owner reads, batched
 	tel    edgeTelemetry
 
 	// Byte budgets of the whole edge; see Config.MaxReadBytes and the rest.
@@ -259,7 +259,7 @@ func New(cfg Config, st store.Store, b bus.Bus, log *slog.Logger) *Server {
 		s.poller = p
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.owners = ownerReads{store: st, ctx: s.ctx, timeout: cfg.OpTimeout, run: s.goFunc}
+	s.owners = newOwnerReads(s.ctx, st, cfg.OpTimeout, s.goFunc)
 	s.goFunc(s.heartbeat)
 	s.goFunc(s.keepalive)
 	s.goFunc(s.helloSweep)
