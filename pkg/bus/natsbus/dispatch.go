@@ -154,8 +154,10 @@ func (b *Bus) subscribe(subject, queue string, h bus.Handler) (bus.Subscription,
 	sh.mu.Unlock()
 	// Return once the server has the interest: a caller that subscribes and
 	// then tells others it listens (an edge sending ready) must be reachable.
-	// While disconnected the subscription is sent on reconnect instead.
-	if err := b.nc.FlushTimeout(flushWait); err != nil {
+	// While disconnected the subscription is sent on reconnect instead. The
+	// round trip is shared by the subscriptions made meanwhile (a PING sent
+	// after their SUBs, whose PONG confirms them all).
+	if err := b.flushes.Do(struct{}{}); err != nil {
 		b.log.Debug("subscription not confirmed by the server yet", "subject", subject, "err", err)
 	}
 	return &subscription{b: b, sh: sh, ns: ns}, nil

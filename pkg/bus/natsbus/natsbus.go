@@ -64,6 +64,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hermes-mobile/gateway/internal/batch"
+
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
@@ -125,9 +127,12 @@ type Bus struct {
 	inproc *server.Server // server reached in-process, or nil
 
 	shards []*shard
-	quit   chan struct{}  // closed by Close: dispatchers return
-	wg     sync.WaitGroup // dispatchers
-	closed chan struct{}  // closed by nats.go's ClosedHandler
+	// flushes confirms new subscriptions with the server: one round trip
+	// (PING/PONG) for every subscription made while the previous was out.
+	flushes batch.Batcher[struct{}, error]
+	quit    chan struct{}  // closed by Close: dispatchers return
+	wg      sync.WaitGroup // dispatchers
+	closed  chan struct{}  // closed by nats.go's ClosedHandler
 
 	closeOnce sync.Once
 	closing   atomic.Bool // Close began: the disconnect that follows is ours
@@ -193,6 +198,14 @@ func dial(url string, inproc *server.Server, opts Options) (*Bus, error) {
 		metrics: opts.Telemetry.Metrics(),
 	}
 	b.shards = newShards(opts.Dispatchers, opts.Pending)
+	b.flushes.Run = func(in []struct{}) []error {
+		err := b.nc.FlushTimeout(flushWait)
+		out := make([]error, len(in))
+		for i := range out {
+			out[i] = err
+		}
+		return out
+	}
 
 	nopts := []nats.Option{
 		nats.Name(name),
