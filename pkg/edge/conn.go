@@ -68,12 +68,13 @@ const (
 type connFlags uint8
 
 const (
-	flagHelloed connFlags = 1 << iota // hello accepted
-	flagReady                         // the outbox was flushed: deliveries go straight out
-	flagAcking                        // the phone has sent an ack: deliveries wait for its acks
-	flagWriting                       // a flush goroutine is writing the queue
-	flagClosing                       // a close frame is queued; nothing else is accepted
-	flagClosed                        // torn down
+	flagHelloed  connFlags = 1 << iota // hello accepted
+	flagReady                          // the outbox was flushed: deliveries go straight out
+	flagAcking                         // the phone has sent an ack: deliveries wait for its acks
+	flagWriting                        // a flush goroutine is writing the queue
+	flagClosing                        // a close frame is queued; nothing else is accepted
+	flagClosed                         // torn down
+	flagUploaded                       // a part went to the store: teardown drops the connection's uploads
 )
 
 func (f *connFlags) set(b connFlags)   { *f |= b }
@@ -107,7 +108,7 @@ type conn struct {
 	session   string
 	epoch     atomic.Int64 // changes only when the heartbeat re-claims a lost record
 	deliverOK bool
-	cron      *cronQueue                // a deliverOK connection's deliver frames
+	cron      *cronQueue                // deliver frames in flight; made on the first, under handleMu
 	user      struct{ id, name string } // what hello.user claims: display only
 	auth      string                    // which token authenticated device (wire.Event.Auth)
 	devName   string

@@ -177,9 +177,6 @@ func (c *conn) hello(h *protocol.Hello) {
 	c.user.id, c.user.name = h.User.ID, h.User.Name
 	c.auth = s.auth.kind(g, dev.ID)
 	c.deliverOK = g.deliver || c.client.IsLoopback()
-	if c.deliverOK {
-		c.cron = newCronQueue()
-	}
 	c.mu.Lock()
 	c.flags.set(flagHelloed)
 	closing := c.flags.is(flagClosing)
@@ -392,6 +389,9 @@ func (c *conn) onMedia(f *protocol.MediaUp) {
 			return
 		}
 	}
+	c.mu.Lock()
+	c.flags.set(flagUploaded)
+	c.mu.Unlock()
 	up, err := c.srv.store.PutPart(ctx, part, store.UploadLimits{
 		MaxOpen: protocol.MaxOpenUploads, MaxFileBytes: protocol.MaxMediaBytes, MaxBytes: protocol.MaxUploadBufferBytes,
 	})
@@ -519,6 +519,9 @@ func (c *conn) onDeliver(f *protocol.Deliver) {
 	if f.Media != nil {
 		size += len(f.Media.Data)
 	}
+	if c.cron == nil { // made on the first deliver frame: most connections never send one
+		c.cron = newCronQueue()
+	}
 	err := c.cron.push(c.srv.ctx, c.srv.goFunc, target, size, func() { c.deliver(f, id, target) })
 	if err != nil { // the edge is closing
 		c.sendError(protocol.NewError(protocol.CodeInternalError, "deliver "+id+": the gateway is shutting down; deliver it again"))
@@ -568,8 +571,13 @@ func (c *conn) deliver(f *protocol.Deliver, id, target string) {
 func (c *conn) releaseState() {
 	ctx, cancel := c.opContext()
 	defer cancel()
-	if err := c.srv.store.DropUploads(ctx, c.device, c.id); err != nil {
-		c.logger().Warn("freeing uploads failed", "err", err)
+	c.mu.Lock()
+	uploaded := c.flags.is(flagUploaded)
+	c.mu.Unlock()
+	if uploaded { // most connections never upload: no store round trip for them
+		if err := c.srv.store.DropUploads(ctx, c.device, c.id); err != nil {
+			c.logger().Warn("freeing uploads failed", "err", err)
+		}
 	}
 	if c.srv.deviceConn(c.device) == nil {
 		if err := c.srv.store.ReleaseDevice(ctx, c.device, c.epoch.Load()); err != nil {
