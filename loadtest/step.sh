@@ -14,6 +14,8 @@
 # after the load generator starts, take CPU profiles of the router and of
 # the first edge for PROFILE_SECONDS (default 20) into PROFILE_DIR
 # (router.pprof, edge1.pprof); read them with `go tool pprof -top FILE`.
+# Over the same window it counts the cores used by each process on the
+# path (services, load generator, Redis, NATS) into PROFILE_DIR/cpu.txt.
 # STEP_LOGS=<dir> keeps the services' logs.
 # EDGE_BIN=<file> ROUTER_BIN=<file> run those binaries instead of building
 # the edge and the router (e.g. an earlier commit's, to compare in one run).
@@ -83,6 +85,30 @@ EDGES="$EDGE1,$EDGE2"
 if [ "${STEP_EDGES:-2}" = 1 ]; then EDGES="$EDGE1"; fi
 echo "floor $FLOOR, edges $EDGES, router $ROUTER (REDIS_PREFIX=$REDIS_PREFIX NATS_PREFIX=$NATS_PREFIX)" >&2
 
+# cpu_times: "name ticks" of every process on the path of an operation:
+# the services, the load generator, Redis and NATS.
+cpu_times() {
+  local name pid
+  ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0; }
+  for name in floor edge1 edge2 router; do
+    echo "$name $(ticks "$(eval echo "\$PID_$name")")"
+  done
+  for name in loadtest redis-server nats-server; do
+    for pid in $(pgrep -x "$name"); do
+      if [ "$pid" != "$PID_floor" ]; then echo "$name $(ticks "$pid")"; fi
+    done
+  done
+}
+
+# cpu_share BEFORE AFTER SECONDS: the cores each process used in between.
+cpu_share() {
+  local hz
+  hz="$(getconf CLK_TCK)"
+  echo "cores used over ${3}s (of $(nproc)):"
+  paste -d' ' <(echo "$1") <(echo "$2") |
+    awk -v hz="$hz" -v t="$3" '$1 == $3 { n[$1] += ($4 - $2) / hz / t } END { for (k in n) { printf "  %-13s %.2f\n", k, n[k]; s += n[k] }; printf "  %-13s %.2f\n", "total", s }'
+}
+
 if [ -n "${PROFILE_AT:-}" ]; then
   secs="${PROFILE_SECONDS:-20}"
   dir="${PROFILE_DIR:?PROFILE_DIR is needed with PROFILE_AT}"
@@ -90,9 +116,11 @@ if [ -n "${PROFILE_AT:-}" ]; then
   (
     sleep "$PROFILE_AT"
     echo "$(date +%T) profiling the router and edge 1 for ${secs}s" >&2
+    before="$(cpu_times)"
     curl -fsS -o "$dir/router.pprof" "$ADMIN_ROUTER/debug/pprof/profile?seconds=$secs" &
     curl -fsS -o "$dir/edge1.pprof" "$ADMIN_EDGE1/debug/pprof/profile?seconds=$secs" &
     wait
+    cpu_share "$before" "$(cpu_times)" "$secs" | tee "$dir/cpu.txt" >&2
   ) &
   PROFILER=$!
 fi
