@@ -116,11 +116,12 @@ if [ -n "${PROFILE_AT:-}" ]; then
   (
     sleep "$PROFILE_AT"
     echo "$(date +%T) profiling the router and edge 1 for ${secs}s" >&2
-    before="$(cpu_times)"
+    before="$(cpu_times)" t0="$(date +%s.%N)"
     curl -fsS -o "$dir/router.pprof" "$ADMIN_ROUTER/debug/pprof/profile?seconds=$secs" &
     curl -fsS -o "$dir/edge1.pprof" "$ADMIN_EDGE1/debug/pprof/profile?seconds=$secs" &
     wait
-    cpu_share "$before" "$(cpu_times)" "$secs" | tee "$dir/cpu.txt" >&2
+    after="$(cpu_times)" t1="$(date +%s.%N)"
+    cpu_share "$before" "$after" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')" | tee "$dir/cpu.txt" >&2
   ) &
   PROFILER=$!
 fi
