@@ -95,7 +95,7 @@ cpu_times() {
   done
   for name in loadtest redis-server nats-server; do
     for pid in $(pgrep -x "$name"); do
-      if [ "$pid" != "$PID_floor" ]; then echo "$name $(ticks "$pid")"; fi
+      if [ "$pid" != "$(eval echo "\$PID_floor")" ]; then echo "$name $(ticks "$pid")"; fi
     done
   done
 }
