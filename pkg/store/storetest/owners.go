@@ -117,6 +117,11 @@ func testDeviceOwners(t *testing.T, s store.Store) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("DeviceOwners = %+v, want %+v", got, want)
 	}
+	for dev, want := range map[string]store.Owner{a: {Edge: "edge-1", Epoch: ea}, never: {}} {
+		if got, err := s.DeviceOwners(t.Context(), []string{dev}); err != nil || !slices.Equal(got, []store.Owner{want}) {
+			t.Fatalf("DeviceOwners(%s) = %+v, %v; want [%+v]", dev, got, err, want)
+		}
+	}
 	if got, err := s.DeviceOwners(t.Context(), nil); err != nil || len(got) != 0 {
 		t.Fatalf("DeviceOwners(nil) = %+v, %v; want none", got, err)
 	}
