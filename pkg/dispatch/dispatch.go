@@ -63,6 +63,23 @@ func (d *Dispatcher) SendAcked(ctx context.Context, out wire.Output) (acked bool
 
 var errMoved = errors.New("device moved")
 
+// Publish sends out to out.Device without waiting for an answer and
+// without reading its owner: for moments (typing, avatar states), which
+// are neither retried nor kept, so an agent does not wait a round trip for
+// them. With epoch 0 the edge holding the device writes it, whatever its
+// epoch. It reaches the edge before whatever this Dispatcher sends the
+// device afterwards (NATS keeps the order of one connection's messages),
+// so a typing indicator comes before the message. Nobody hears it when the
+// device is offline.
+func (d *Dispatcher) Publish(ctx context.Context, out wire.Output) error {
+	out.Epoch = 0
+	data, err := wire.Marshal(out)
+	if err != nil {
+		return err
+	}
+	return d.Bus.Publish(ctx, bus.DeviceSubject(out.Device), data, nil)
+}
+
 func (d *Dispatcher) send(ctx context.Context, out wire.Output) (acked bool, err error) {
 	owner, err := d.owner(ctx, out.Device)
 	defer func() {

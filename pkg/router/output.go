@@ -33,10 +33,18 @@ var _ agent.Output = (*output)(nil)
 // the device is offline. While the bus or the store fails, it retries with
 // backoff for RetryFor, then keeps the output in the outbox too: a reply is
 // not lost to an outage. Typing and avatar states are moments, not
-// messages: they are neither retried nor kept.
+// messages: they are published without waiting, neither retried nor kept.
 func (o *output) send(ctx context.Context, out wire.Output) error {
 	out.Device = o.device
-	moment := out.Op == wire.OpTyping || out.Op == wire.OpAvatar
+	if out.Op == wire.OpTyping || out.Op == wire.OpAvatar {
+		sctx, span := o.r.tel.start(ctx, "router.deliver", out.Op)
+		err := o.r.sender.Publish(sctx, out)
+		telemetry.EndSpan(span, err)
+		if err != nil {
+			o.r.log.Debug("a typing or avatar state was not sent", "device", o.device, "err", err)
+		}
+		return nil
+	}
 	deadline := time.Now().Add(o.r.cfg.RetryFor)
 	wait := retry.New(100*time.Millisecond, 2*time.Second)
 	for {
@@ -54,17 +62,11 @@ func (o *output) send(ctx context.Context, out wire.Output) error {
 		if errors.Is(err, dispatch.ErrGone) {
 			return err // no outbox: it would fail again on the next connect
 		}
-		if moment {
-			return nil
-		}
 		if ctx.Err() != nil || time.Now().After(deadline) {
 			o.r.log.Warn("delivery keeps failing; keeping the output in the outbox", "device", o.device, "err", err)
 			break
 		}
 		wait.Wait(ctx)
-	}
-	if moment {
-		return nil
 	}
 	// Kept in the outbox. While the store cannot be reached the output can
 	// be neither delivered nor kept: with hold, both are tried again, with

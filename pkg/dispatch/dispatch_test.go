@@ -1,0 +1,65 @@
+package dispatch_test
+
+import (
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hermes-mobile/gateway/pkg/bus"
+	"github.com/hermes-mobile/gateway/pkg/bus/natsbus"
+	"github.com/hermes-mobile/gateway/pkg/dispatch"
+	"github.com/hermes-mobile/gateway/pkg/store/memstore"
+	"github.com/hermes-mobile/gateway/pkg/wire"
+)
+
+// TestPublishComesBeforeLaterSends: a moment published without waiting
+// reaches the device's subscriber before an output sent after it, with
+// epoch 0 (whichever edge holds the device writes it, with no owner read),
+// while the Send carries the owner's epoch and waits for the answer.
+func TestPublishComesBeforeLaterSends(t *testing.T) {
+	b, err := natsbus.Embedded(natsbus.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	st := memstore.New(memstore.Options{})
+	epoch, err := st.ClaimDevice(t.Context(), "d1", "edge-1", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var got []wire.Output
+	sub, err := b.Subscribe(bus.DeviceSubject("d1"), func(m *bus.Msg) {
+		var out wire.Output
+		if err := json.Unmarshal(m.Data, &out); err != nil {
+			t.Error(err)
+		}
+		mu.Lock()
+		got = append(got, out)
+		mu.Unlock()
+		if m.Respond != nil {
+			ok, _ := json.Marshal(wire.Reply{OK: true})
+			_ = m.Respond(ok)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	d := &dispatch.Dispatcher{Owners: st, Bus: b}
+	if err := d.Publish(t.Context(), wire.Output{Op: wire.OpTyping, Device: "d1"}); err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	if err := d.Send(t.Context(), wire.Output{Op: wire.OpMessage, Device: "d1", ID: "m1", Text: "hi", Final: true}); err != nil {
+		t.Fatalf("Send: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 2 || got[0].Op != wire.OpTyping || got[1].Op != wire.OpMessage {
+		t.Fatalf("the subscriber got %+v, want typing then the message", got)
+	}
+	if got[0].Epoch != 0 || got[1].Epoch != epoch {
+		t.Fatalf("epochs %d and %d, want 0 for the moment and %d for the message", got[0].Epoch, got[1].Epoch, epoch)
+	}
+}
