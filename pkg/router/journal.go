@@ -41,7 +41,7 @@ func (r *Router) takeJournals(ctx context.Context) {
 	}
 	for _, d := range devs {
 		r.log.Info("took over a device's journal", "device", d)
-		r.work(d)
+		r.work(d, nil)
 	}
 }
 
@@ -60,22 +60,24 @@ func (r *Router) enqueue(ctx context.Context, ev wire.Event) error {
 	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	lim := store.JournalLimits{MaxLen: r.cfg.SessionQueue, Lease: r.cfg.JournalLease, TTL: r.cfg.JournalTTL}
-	leased, err := r.store.AppendJournal(actx, ev.Device, r.id, data, lim)
+	a, err := r.store.AppendJournal(actx, ev.Device, r.id, data, lim)
 	if errors.Is(err, store.ErrJournalFull) {
 		return errBusy
 	}
 	if err != nil {
 		return err
 	}
-	if leased {
-		r.work(ev.Device)
+	if a.Leased {
+		r.work(ev.Device, a.Head)
 	}
 	return nil
 }
 
 // work makes sure a worker runs device's journal, whose lease this router
-// holds. While Close runs it releases the lease instead.
-func (r *Router) work(device string) {
+// holds. While Close runs it releases the lease instead. head, when known
+// (the append that took the lease read it), is what a new worker handles
+// first, without reading it again; a worker already running reads on.
+func (r *Router) work(device string, head *store.JournalEntry) {
 	r.mu.Lock()
 	if w := r.working[device]; w != nil {
 		w.again = true
@@ -89,13 +91,13 @@ func (r *Router) work(device string) {
 	}
 	w := &worker{}
 	r.working[device] = w
-	r.wg.Go(func() { r.runJournal(device, w) })
+	r.wg.Go(func() { r.runJournal(device, w, head) })
 	r.mu.Unlock()
 }
 
 // runJournal handles device's entries in order until the journal is empty
 // (which releases the lease), the lease is lost, or Close begins.
-func (r *Router) runJournal(device string, w *worker) {
+func (r *Router) runJournal(device string, w *worker, head *store.JournalEntry) {
 	defer r.stopWorker(device, w, true)
 	var done int64 // the entry handled last, removed by the next read
 	for {
@@ -106,7 +108,16 @@ func (r *Router) runJournal(device string, w *worker) {
 			r.release(device, done)
 			return
 		}
-		e, ok, err := r.next(device, done)
+		var (
+			e   store.JournalEntry
+			ok  = true
+			err error
+		)
+		if head != nil {
+			e, head = *head, nil
+		} else {
+			e, ok, err = r.next(device, done)
+		}
 		if err != nil {
 			// An append that found the lease ours, or took it (the journal
 			// was forgotten: a Redis restart), while next failed asked for

@@ -45,6 +45,15 @@ type JournalEntry struct {
 	Takeovers int
 }
 
+// Appended is what AppendJournal reports.
+type Appended struct {
+	// Leased: the owner holds the lease after the append.
+	Leased bool
+	// Head, when the append took the lease, is the oldest entry, with its
+	// Takeovers; nil when the lease was held already (its worker reads on).
+	Head *JournalEntry
+}
+
 // Journal keeps each device's events for a built-in agent durably until
 // they are handled, one worker at a time per device.
 //
@@ -68,10 +77,12 @@ type Journal interface {
 	// changes). In the same atomic step it gives the lease to owner for
 	// lim.Lease if the lease is free (counting a takeover of the oldest
 	// entry when the lease had expired). It reports whether owner holds the
-	// lease after the call (taken now, or held already). lim.MaxLen below 1
+	// lease after the call (taken now, or held already), and when the call
+	// took it, the journal's oldest entry as NextJournal with done 0 would
+	// return it, so that a new worker starts without reading it. lim.MaxLen below 1
 	// refuses every append; a lim.Lease or lim.TTL that is not positive is
 	// an error.
-	AppendJournal(ctx context.Context, device, owner string, data []byte, lim JournalLimits) (leased bool, err error)
+	AppendJournal(ctx context.Context, device, owner string, data []byte, lim JournalLimits) (Appended, error)
 	// NextJournal is the holder's step: it removes the entry done if it is
 	// still the oldest (done 0 removes nothing), then returns the oldest
 	// entry, with its Takeovers, and extends owner's lease to lease from now. When the journal is

@@ -48,12 +48,12 @@ type journals struct {
 }
 
 // AppendJournal implements store.Journal.
-func (s *Store) AppendJournal(ctx context.Context, device, owner string, data []byte, lim store.JournalLimits) (bool, error) {
+func (s *Store) AppendJournal(ctx context.Context, device, owner string, data []byte, lim store.JournalLimits) (store.Appended, error) {
 	if err := ctx.Err(); err != nil {
-		return false, err
+		return store.Appended{}, err
 	}
 	if lim.Lease <= 0 || lim.TTL <= 0 {
-		return false, errBadTTL
+		return store.Appended{}, errBadTTL
 	}
 	data = bytes.Clone(data)
 	q := &s.journals
@@ -62,7 +62,7 @@ func (s *Store) AppendJournal(ctx context.Context, device, owner string, data []
 	defer q.mu.Unlock()
 	j := q.getLocked(device, now)
 	if len(j.entries) >= lim.MaxLen {
-		return j.held(owner, now), store.ErrJournalFull
+		return store.Appended{Leased: j.held(owner, now)}, store.ErrJournalFull
 	}
 	if q.byDevice == nil {
 		q.byDevice = make(map[string]*devJournal)
@@ -71,10 +71,12 @@ func (s *Store) AppendJournal(ctx context.Context, device, owner string, data []
 	q.seq++
 	j.entries = append(j.entries, store.JournalEntry{Seq: q.seq, Data: data})
 	j.expires = now.Add(lim.TTL)
-	if j.free(now) {
-		j.take(owner, now, now.Add(lim.Lease))
+	if !j.free(now) {
+		return store.Appended{Leased: j.held(owner, now)}, nil
 	}
-	return j.held(owner, now), nil
+	j.take(owner, now, now.Add(lim.Lease))
+	e := j.entries[0]
+	return store.Appended{Leased: true, Head: &store.JournalEntry{Seq: e.Seq, Data: bytes.Clone(e.Data), Takeovers: j.takeovers}}, nil
 }
 
 // getLocked returns device's live journal, or a new empty one (not yet

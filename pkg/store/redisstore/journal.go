@@ -50,7 +50,8 @@ end
 // free lease, counting a takeover of the head if the lease had expired.
 // Seqs grow across the journal's lives (see the comment in the script).
 // KEYS: log, meta, due. ARGV: entry, max, owner, lease ms, ttl ms, device.
-// Reply: {appended 0|1, held 0|1}.
+// Reply: {appended 0|1, held 0|1}, and when it took the lease also the
+// head's seq, entry and takeovers.
 var appendJournalScript = redis.NewScript(journalNow + journalLease + `
 local mine, free, lapsed = held(ARGV[3])
 if redis.call('LLEN', KEYS[1]) >= tonumber(ARGV[2]) then
@@ -82,12 +83,17 @@ if free then
 		redis.call('HINCRBY', KEYS[2], 'takeovers', 1)
 	end
 	lease(ARGV[3], ARGV[4], ARGV[6])
-	mine = true
 end
 if redis.call('PTTL', KEYS[3]) < tonumber(ARGV[5]) then
 	redis.call('PEXPIRE', KEYS[3], ARGV[5])
 end
-return {1, mine and 1 or 0}
+if not free then
+	return {1, mine and 1 or 0}
+end
+local head = redis.call('LINDEX', KEYS[1], 0)
+local sep = string.find(head, '|', 1, true)
+local takeovers = tonumber(redis.call('HGET', KEYS[2], 'takeovers')) or 0
+return {1, 1, tonumber(string.sub(head, 1, sep - 1)), string.sub(head, sep + 1), takeovers}
 `)
 
 // nextJournalScript removes the done entry if it is the head (and with it
@@ -189,30 +195,53 @@ func (s *Store) journalKeys(device string) []string {
 }
 
 // AppendJournal implements store.Journal.
-func (s *Store) AppendJournal(ctx context.Context, device, owner string, data []byte, lim store.JournalLimits) (bool, error) {
+func (s *Store) AppendJournal(ctx context.Context, device, owner string, data []byte, lim store.JournalLimits) (store.Appended, error) {
 	if err := ctx.Err(); err != nil {
-		return false, opErr("AppendJournal", err)
+		return store.Appended{}, opErr("AppendJournal", err)
 	}
 	if lim.Lease <= 0 || lim.TTL <= 0 {
-		return false, errBadTTL
+		return store.Appended{}, errBadTTL
 	}
 	r, err := appendJournalScript.Run(ctx, s.rdb, s.journalKeys(device),
 		data, lim.MaxLen, owner, ms(lim.Lease), ms(lim.TTL), device).Slice()
 	if err != nil {
-		return false, s.redisErr(ctx, "AppendJournal", err)
+		return store.Appended{}, s.redisErr(ctx, "AppendJournal", err)
 	}
 	appended, err := replyInt(r, 0)
 	if err != nil {
-		return false, opErr("AppendJournal", err)
+		return store.Appended{}, opErr("AppendJournal", err)
 	}
 	mine, err := replyInt(r, 1)
 	if err != nil {
-		return false, opErr("AppendJournal", err)
+		return store.Appended{}, opErr("AppendJournal", err)
 	}
+	a := store.Appended{Leased: mine == 1}
 	if appended == 0 {
-		return mine == 1, store.ErrJournalFull
+		return a, store.ErrJournalFull
 	}
-	return mine == 1, nil
+	if len(r) > 2 {
+		if a.Head, err = journalEntry(r[2:]); err != nil {
+			return store.Appended{}, opErr("AppendJournal", err)
+		}
+	}
+	return a, nil
+}
+
+// journalEntry reads a script's {seq, entry, takeovers}.
+func journalEntry(r []any) (*store.JournalEntry, error) {
+	seq, err := replyInt(r, 0)
+	if err != nil {
+		return nil, err
+	}
+	data, err := replyBytes(r, 1)
+	if err != nil {
+		return nil, err
+	}
+	takeovers, err := replyInt(r, 2)
+	if err != nil {
+		return nil, err
+	}
+	return &store.JournalEntry{Seq: seq, Data: data, Takeovers: int(takeovers)}, nil
 }
 
 // NextJournal implements store.Journal.
@@ -238,19 +267,11 @@ func (s *Store) NextJournal(ctx context.Context, device, owner string, done int6
 	case 1:
 		return store.JournalEntry{}, false, nil
 	}
-	seq, err := replyInt(r, 1)
+	e, err := journalEntry(r[1:])
 	if err != nil {
 		return store.JournalEntry{}, false, opErr("NextJournal", err)
 	}
-	data, err := replyBytes(r, 2)
-	if err != nil {
-		return store.JournalEntry{}, false, opErr("NextJournal", err)
-	}
-	takeovers, err := replyInt(r, 3)
-	if err != nil {
-		return store.JournalEntry{}, false, opErr("NextJournal", err)
-	}
-	return store.JournalEntry{Seq: seq, Data: data, Takeovers: int(takeovers)}, true, nil
+	return *e, true, nil
 }
 
 // RenewJournal implements store.Journal.

@@ -22,6 +22,7 @@ var journalTests = []test{
 	{"DevicesIndependent", testJournalDevicesIndependent},
 	{"TTL", testJournalTTL},
 	{"Leases", testJournalLeases},
+	{"AppendReportsHead", testJournalAppendReportsHead},
 }
 
 // jlim is a roomy journal: the lease outlives every test.
@@ -29,11 +30,11 @@ var jlim = store.JournalLimits{MaxLen: 100, Lease: time.Minute, TTL: time.Hour}
 
 func appendJ(t *testing.T, s store.Store, device, owner, data string, lim store.JournalLimits) bool {
 	t.Helper()
-	leased, err := s.AppendJournal(t.Context(), device, owner, []byte(data), lim)
+	a, err := s.AppendJournal(t.Context(), device, owner, []byte(data), lim)
 	if err != nil {
 		t.Fatalf("AppendJournal(%q, %q): %v", owner, data, err)
 	}
-	return leased
+	return a.Leased
 }
 
 func nextJ(t *testing.T, s store.Store, device, owner string, done int64) (store.JournalEntry, bool) {
@@ -102,6 +103,37 @@ func testJournalOrder(t *testing.T, s store.Store) {
 	}
 }
 
+// testJournalAppendReportsHead: the append that takes the lease reports the
+// head as NextJournal with done 0 returns it, the oldest entry, not the one
+// appended; appends that find the lease held, by the caller or another,
+// report no head.
+func testJournalAppendReportsHead(t *testing.T, s store.Store) {
+	dev := name(t, "dev")
+	a, err := s.AppendJournal(t.Context(), dev, "r1", []byte("first"), jlim)
+	if err != nil || !a.Leased || a.Head == nil || string(a.Head.Data) != "first" || a.Head.Takeovers != 0 {
+		t.Fatalf("first append = %+v (head %+v), %v; want the lease and head first", a, a.Head, err)
+	}
+	first := a.Head.Seq
+	for _, owner := range []string{"r1", "r2"} {
+		got, err := s.AppendJournal(t.Context(), dev, owner, []byte("more by "+owner), jlim)
+		if err != nil || got.Leased != (owner == "r1") || got.Head != nil {
+			t.Fatalf("append by %s with the lease held by r1 = %+v (head %+v), %v", owner, got, got.Head, err)
+		}
+	}
+	if e, ok := nextJ(t, s, dev, "r1", 0); !ok || e.Seq != first || string(e.Data) != "first" {
+		t.Fatalf("NextJournal = %+v, %v; want the head the append reported, seq %d", e, ok, first)
+	}
+	// Released with entries left: the next append takes the lease and
+	// reports the oldest of them.
+	if err := s.ReleaseJournal(t.Context(), dev, "r1"); err != nil {
+		t.Fatal(err)
+	}
+	a, err = s.AppendJournal(t.Context(), dev, "r3", []byte("last"), jlim)
+	if err != nil || !a.Leased || a.Head == nil || a.Head.Seq != first || string(a.Head.Data) != "first" {
+		t.Fatalf("append after the release = %+v (head %+v), %v; want the lease and head first", a, a.Head, err)
+	}
+}
+
 // testJournalBound: MaxLen entries are accepted, one more is refused until
 // an entry is done.
 func testJournalBound(t *testing.T, s store.Store) {
@@ -111,11 +143,11 @@ func testJournalBound(t *testing.T, s store.Store) {
 	for i := range 3 {
 		appendJ(t, s, dev, "r1", fmt.Sprint(i), lim)
 	}
-	leased, err := s.AppendJournal(t.Context(), dev, "r1", []byte("3"), lim)
+	a, err := s.AppendJournal(t.Context(), dev, "r1", []byte("3"), lim)
 	if !errors.Is(err, store.ErrJournalFull) {
 		t.Fatalf("append past MaxLen = %v, want ErrJournalFull", err)
 	}
-	if !leased {
+	if !a.Leased {
 		t.Error("a refused append reports the lease as not held by its holder")
 	}
 	e, _ := nextJ(t, s, dev, "r1", 0)
@@ -239,12 +271,12 @@ func testJournalReleaseRacesAppend(t *testing.T, s store.Store) {
 		owner := fmt.Sprintf("r%d", g)
 		wg.Go(func() {
 			for i := range each {
-				leased, err := s.AppendJournal(t.Context(), dev, owner, []byte(fmt.Sprintf("%d:%03d", g, i)), lim)
+				a, err := s.AppendJournal(t.Context(), dev, owner, []byte(fmt.Sprintf("%d:%03d", g, i)), lim)
 				if err != nil {
 					t.Errorf("AppendJournal: %v", err)
 					return
 				}
-				if !leased {
+				if !a.Leased {
 					continue
 				}
 				var done int64
@@ -526,10 +558,17 @@ func testJournalTakeovers(t *testing.T, s store.Store) {
 
 	// r3 stops renewing: an append that takes the lease counts too.
 	time.Sleep(lease + 200*time.Millisecond)
-	if !appendJ(t, s, dev, "r4", "c", lim) {
-		t.Fatal("an append did not take the expired lease")
+	took, err := s.AppendJournal(t.Context(), dev, "r4", []byte("c"), lim)
+	if err != nil || !took.Leased {
+		t.Fatalf("an append did not take the expired lease: %+v, %v", took, err)
+	}
+	if h := took.Head; h == nil || string(h.Data) != "a" || h.Takeovers != 2 {
+		t.Fatalf("the append that took the lease reported head %+v, want a with 2 takeovers", h)
 	}
 	a := head("r4", 0, "a", 2)
+	if a != took.Head.Seq {
+		t.Fatalf("the append reported head seq %d, NextJournal %d", took.Head.Seq, a)
+	}
 
 	// Another device's count is its own.
 	e, ok, err := s.NextJournal(t.Context(), other, "r1", 0, time.Minute)
