@@ -1,0 +1,35 @@
+# shellcheck shell=bash
+# Shared by the scripts that run the gateway as processes on this machine
+# (loadtest/step.sh, loadtest/memory.sh, .ci/loadtest.sh); sourced, after
+# the script sets WORK (a directory for the logs) and PIDS (an array).
+
+# random: 32 hex digits.
+random() { od -An -N16 -tx1 /dev/urandom | tr -d ' \n'; }
+
+# start NAME VAR=value... COMMAND: runs COMMAND in the background with its
+# log in $WORK/NAME.log, its pid in PIDS and in PID_NAME.
+start() {
+  local name="$1"; shift
+  env "$@" >"$WORK/$name.log" 2>&1 &
+  PIDS+=("$!")
+  eval "PID_$name=$!"
+}
+
+# url_of NAME MSG: waits for the JSON log line of NAME whose msg is MSG and
+# prints its url; fails after 15 s or when the process exits.
+url_of() {
+  local name="$1" msg="$2" pid line
+  pid="$(eval echo "\$PID_$name")"
+  for _ in $(seq 1 150); do
+    line="$(grep -m1 "\"msg\":\"$msg\"" "$WORK/$name.log" || true)"
+    if [ -n "$line" ]; then
+      sed -E 's/.*"url":"([^"]*)".*/\1/' <<<"$line"
+      return 0
+    fi
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "$name: no \"$msg\" log line; its log:" >&2
+  cat "$WORK/$name.log" >&2
+  return 1
+}
