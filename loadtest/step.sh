@@ -25,6 +25,8 @@ export PATH="/usr/local/go/bin:$PATH:/usr/sbin"
 
 WORK="$(mktemp -d)"
 PIDS=()
+# shellcheck source=loadtest/services.sh
+source loadtest/services.sh
 cleanup() {
   for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
@@ -38,38 +40,12 @@ if [ -n "${EDGE_BIN:-}" ]; then cp "$EDGE_BIN" "$WORK/edge"; else go build -o "$
 if [ -n "${ROUTER_BIN:-}" ]; then cp "$ROUTER_BIN" "$WORK/router"; else go build -o "$WORK/router" ./services/router; fi
 go build -o "$WORK/loadtest" ./loadtest
 
-random() { od -An -N16 -tx1 /dev/urandom | tr -d ' \n'; }
 ID="st$(random | cut -c1-10)"
 TOKEN="$(random)"
 DELIVER_TOKEN="$(random)"
 export NATS_URL=nats://127.0.0.1:4222 REDIS_URL=redis://127.0.0.1:6379
 export REDIS_PREFIX="$ID:" NATS_PREFIX="$ID."
 export MOBILE_ADMIN_LISTEN=127.0.0.1:0 MOBILE_DRAIN_WINDOW=2 MOBILE_PPROF=on
-
-start() {
-  local name="$1"; shift
-  env "$@" >"$WORK/$name.log" 2>&1 &
-  PIDS+=("$!")
-  eval "PID_$name=$!"
-}
-
-# url_of NAME MSG: the url of NAME's JSON log line whose msg is MSG.
-url_of() {
-  local name="$1" msg="$2" pid line
-  pid="$(eval echo "\$PID_$name")"
-  for _ in $(seq 1 150); do
-    line="$(grep -m1 "\"msg\":\"$msg\"" "$WORK/$name.log" || true)"
-    if [ -n "$line" ]; then
-      sed -E 's/.*"url":"([^"]*)".*/\1/' <<<"$line"
-      return 0
-    fi
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  echo "$name: no \"$msg\" log line; its log:" >&2
-  cat "$WORK/$name.log" >&2
-  return 1
-}
 
 start floor MOBILE_TOKEN="$TOKEN" "$WORK/loadtest" floor
 start edge1 MOBILE_TOKEN="$TOKEN" MOBILE_ROUTER=off MOBILE_LISTEN=127.0.0.1:0 "$WORK/edge"
