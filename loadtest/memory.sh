@@ -82,10 +82,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "== building" >&2
-if [ -n "${EDGE_BIN:-}" ]; then cp "$EDGE_BIN" "$WORK/edge"; else go build -o "$WORK/edge" ./services/edge; fi
-if [ -n "${ROUTER_BIN:-}" ]; then cp "$ROUTER_BIN" "$WORK/router"; else go build -o "$WORK/router" ./services/router; fi
-go build -o "$WORK/loadtest" ./loadtest
+build_binaries
 
 ID="mm$(random | cut -c1-10)"
 TOKEN="$(random)"

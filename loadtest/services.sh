@@ -6,6 +6,16 @@
 # random: 32 hex digits.
 random() { od -An -N16 -tx1 /dev/urandom | tr -d ' \n'; }
 
+# build_binaries: the edge, the router and the load generator into $WORK
+# (no -race); EDGE_BIN and ROUTER_BIN, when set, are copied instead (e.g.
+# an earlier commit's, to compare in one run).
+build_binaries() {
+  echo "== building" >&2
+  if [ -n "${EDGE_BIN:-}" ]; then cp "$EDGE_BIN" "$WORK/edge"; else go build -o "$WORK/edge" ./services/edge; fi
+  if [ -n "${ROUTER_BIN:-}" ]; then cp "$ROUTER_BIN" "$WORK/router"; else go build -o "$WORK/router" ./services/router; fi
+  go build -o "$WORK/loadtest" ./loadtest
+}
+
 # start NAME VAR=value... COMMAND: runs COMMAND in the background with its
 # log in $WORK/NAME.log, its pid in PIDS and in PID_NAME.
 start() {
