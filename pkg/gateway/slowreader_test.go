@@ -90,11 +90,14 @@ func srNext(t *testing.T, r *wsutil.Reader) map[string]any {
 }
 
 // TestSlowReaderGetsWholeFile: the echo of an 8 MiB file is about 11 MiB
-// of frames; read at 4 MiB/s at most it takes over twice WriteTimeout,
+// of frames; read at 1.3 MiB/s at most it takes over twice WriteTimeout,
 // and still arrives whole.
 func TestSlowReaderGetsWholeFile(t *testing.T) {
 	t.Parallel() // waits on a slow or stalled reader, not on the CPU
-	const writeTimeout = time.Second
+	// 3 s: a phone goroutine starved for a second (-race, packages in
+	// parallel on 2 cores) is no stalled reader. The reader below is slowed
+	// to match, so the file still takes more than two WriteTimeouts.
+	const writeTimeout = 3 * time.Second
 	n := startNode(t, func(c *gateway.Config) { c.Edge.WriteTimeout = writeTimeout })
 	nc, r := srDial(t, n, "tel-slow")
 	data := mdBytes(mdMax, 7)
@@ -102,8 +105,9 @@ func TestSlowReaderGetsWholeFile(t *testing.T) {
 		"mime": "application/octet-stream", "filename": "big.bin"}, data)); err != nil {
 		t.Fatalf("upload: %v", err)
 	}
-	// From here on the phone reads 64 KiB per 16 ms at most.
-	r.Source = &srConn{Conn: nc, chunk: 64 << 10, pause: 16 * time.Millisecond}
+	// From here on the phone reads 64 KiB per 48 ms at most: the 11 MiB of
+	// the echo take at least 8.6 s.
+	r.Source = &srConn{Conn: nc, chunk: 64 << 10, pause: 48 * time.Millisecond}
 	start := time.Now()
 	got := 0
 	for got < len(data) {
