@@ -161,18 +161,13 @@ func fenced(op string) bool {
 // read goes in ownerReads' next batch, which starts after the delivery
 // arrived, never in one already in flight.
 func (s *Server) fenceOwner(c *conn, done func(error)) func(error) {
-	type lookup struct {
-		owner store.Owner
-		err   error
-	}
-	looked := make(chan lookup, 1)
-	s.owners.read(c.device, func(o store.Owner, err error) { looked <- lookup{o, err} })
+	looked := s.owners.read(c.device)
 	return func(err error) {
 		if err != nil {
 			done(err)
 			return
 		}
-		judge := func(l lookup) {
+		judge := func(l ownerResult) {
 			switch {
 			case l.err == nil && l.owner.Epoch <= c.epoch.Load(),
 				errors.Is(l.err, store.ErrNotFound) && !c.isClosing(): // the record was lost; nobody claimed since

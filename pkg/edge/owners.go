@@ -28,8 +28,7 @@ type ownerResult struct {
 // newOwnerReads reads from st, each group within timeout of ctx; run
 // starts the groups' goroutine.
 func newOwnerReads(ctx context.Context, st store.Owners, timeout time.Duration, run func(func())) *ownerReads {
-	r := &ownerReads{}
-	r.b = batch.Batcher[string, ownerResult]{Max: maxOwnerBatch, Go: run, Run: func(devices []string) []ownerResult {
+	return &ownerReads{b: batch.Batcher[string, ownerResult]{Max: maxOwnerBatch, Go: run, Run: func(devices []string) []ownerResult {
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		owners, err := st.DeviceOwners(ctx, devices)
@@ -45,22 +44,21 @@ func newOwnerReads(ctx context.Context, st store.Owners, timeout time.Duration, 
 			}
 		}
 		return res
-	}}
-	return r
+	}}}
 }
 
-// read looks device's owner up and calls done with it, or with
-// store.ErrNotFound when it has none. done must not block.
-func (r *ownerReads) read(device string, done func(store.Owner, error)) {
-	r.b.Add(device, func(res ownerResult) { done(res.owner, res.err) })
+// read looks device's owner up; the channel gets it, or store.ErrNotFound
+// when it has none.
+func (r *ownerReads) read(device string) <-chan ownerResult {
+	got := make(chan ownerResult, 1)
+	r.b.Add(device, func(res ownerResult) { got <- res })
+	return got
 }
 
 // get is read that waits for the answer, or for ctx.
 func (r *ownerReads) get(ctx context.Context, device string) (store.Owner, error) {
-	got := make(chan ownerResult, 1)
-	r.b.Add(device, func(res ownerResult) { got <- res })
 	select {
-	case res := <-got:
+	case res := <-r.read(device):
 		return res.owner, res.err
 	case <-ctx.Done():
 		return store.Owner{}, ctx.Err()

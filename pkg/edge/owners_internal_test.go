@@ -62,16 +62,8 @@ func TestOwnerReadsBatchAfterAsking(t *testing.T) {
 	if _, err := g.ClaimDevice(ctx, "b", "edge-2", time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	type result struct {
-		o   store.Owner
-		err error
-	}
-	results := make(map[string]chan result)
-	read := func(key, device string) {
-		ch := make(chan result, 1)
-		results[key] = ch
-		r.read(device, func(o store.Owner, err error) { ch <- result{o, err} })
-	}
+	results := make(map[string]<-chan ownerResult)
+	read := func(key, device string) { results[key] = r.read(device) }
 	read("a1", "a")
 	<-g.entered // the first batch has read a's owner at epoch old
 	newer, err := g.ClaimDevice(ctx, "a", "edge-3", time.Minute)
@@ -84,17 +76,17 @@ func TestOwnerReadsBatchAfterAsking(t *testing.T) {
 	close(g.open)
 	wg.Wait()
 
-	if got := (<-results["a1"]).o; got != (store.Owner{Edge: "edge-1", Epoch: old}) {
+	if got := (<-results["a1"]).owner; got != (store.Owner{Edge: "edge-1", Epoch: old}) {
 		t.Errorf("first read of a = %+v, want edge-1 at %d", got, old)
 	}
-	if got := (<-results["a2"]).o; got != (store.Owner{Edge: "edge-3", Epoch: newer}) {
+	if got := (<-results["a2"]).owner; got != (store.Owner{Edge: "edge-3", Epoch: newer}) {
 		t.Errorf("read of a asked during the first batch = %+v, want the claim made meanwhile, edge-3 at %d", got, newer)
 	}
-	if got := <-results["b"]; got.err != nil || got.o.Edge != "edge-2" {
-		t.Errorf("read of b = %+v, %v", got.o, got.err)
+	if got := <-results["b"]; got.err != nil || got.owner.Edge != "edge-2" {
+		t.Errorf("read of b = %+v, %v", got.owner, got.err)
 	}
 	if got := <-results["none"]; !errors.Is(got.err, store.ErrNotFound) {
-		t.Errorf("read of a device never claimed = %+v, %v; want ErrNotFound", got.o, got.err)
+		t.Errorf("read of a device never claimed = %+v, %v; want ErrNotFound", got.owner, got.err)
 	}
 	if want := [][]string{{"a"}, {"b", "never-claimed", "a"}}; !slices.EqualFunc(g.batches, want, slices.Equal) {
 		t.Errorf("batches = %q, want %q", g.batches, want)
@@ -106,19 +98,17 @@ func TestOwnerReadsBatchAfterAsking(t *testing.T) {
 func TestOwnerReadsError(t *testing.T) {
 	r, g, wg := newGatedReads(t)
 	g.fail = errors.New("store away")
-	errs := make(chan error, 3)
-	r.read("x", func(_ store.Owner, err error) { errs <- err })
+	x := r.read("x")
 	<-g.entered
-	r.read("y", func(_ store.Owner, err error) { errs <- err })
-	r.read("z", func(_ store.Owner, err error) { errs <- err })
+	y, z := r.read("y"), r.read("z")
 	close(g.open)
 	wg.Wait()
-	if err := <-errs; !errors.Is(err, store.ErrNotFound) {
-		t.Errorf("first read = %v, want ErrNotFound", err)
+	if res := <-x; !errors.Is(res.err, store.ErrNotFound) {
+		t.Errorf("first read = %v, want ErrNotFound", res.err)
 	}
-	for range 2 {
-		if err := <-errs; !errors.Is(err, g.fail) {
-			t.Errorf("read in the failed batch = %v, want %v", err, g.fail)
+	for _, ch := range []<-chan ownerResult{y, z} {
+		if res := <-ch; !errors.Is(res.err, g.fail) {
+			t.Errorf("read in the failed batch = %v, want %v", res.err, g.fail)
 		}
 	}
 	g.fail = nil
