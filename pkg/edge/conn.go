@@ -333,7 +333,8 @@ func (c *conn) isClosing() bool {
 }
 
 // readMessage reads one WebSocket message (answering control frames on the
-// way) and hands it to handle. A framing error or an oversized message
+// way) and hands it to handle; a control frame between messages is read
+// alone. A framing error or an oversized message
 // queues the close and returns nil: readAvailable sees the connection
 // closing and discards the rest until the close frame is out.
 func (c *conn) readMessage(br *bufio.Reader) error {
@@ -358,6 +359,14 @@ func (c *conn) readMessage(br *bufio.Reader) error {
 		if h.OpCode.IsControl() {
 			if closed, err := c.control(br, h); closed || err != nil {
 				return err
+			}
+			if !state.Fragmented() {
+				// Between messages: back to readAvailable, which waits
+				// for the next byte without a deadline (and, with epoll,
+				// without a goroutine). Waiting here for the next header
+				// would hold both and cut an idle phone that only
+				// answers pings after ReadTimeout.
+				return nil
 			}
 			continue
 		}

@@ -106,11 +106,26 @@ func readServerFrame(t *testing.T, nc net.Conn) (ws.Header, []byte) {
 	return h, p
 }
 
-// TestKeepalive: with a short ping interval, a socket that never answers the
-// edge's pings is closed, and one that answers them stays open and works.
+// TestKeepalive holds idle sockets for several read timeouts, with the
+// defaults' ratios scaled down (ReadTimeout = 2 × PingInterval, three silent
+// intervals close a socket): one that never answers the edge's pings is
+// closed; one that only answers them, and one that sends its own WebSocket
+// ping every two thirds of an interval (OkHttp's 20 s against the edge's
+// 30 s), stay open and still work. Neither sends a data frame after hello,
+// so only control frames keep them: a read deadline that ran on past a
+// control frame cut both after about two read timeouts.
 func TestKeepalive(t *testing.T) {
-	const interval = 100 * time.Millisecond
-	n := hsNode(t, func(cfg *gateway.Config) { cfg.Edge.PingInterval = interval })
+	const interval = 500 * time.Millisecond
+	def := edge.DefaultConfig()
+	if def.ReadTimeout != 2*def.PingInterval || def.PingMisses != 2 {
+		t.Fatalf("defaults changed (ReadTimeout %v, PingInterval %v, PingMisses %d): scale this test's to match",
+			def.ReadTimeout, def.PingInterval, def.PingMisses)
+	}
+	readTimeout := interval * (def.ReadTimeout / def.PingInterval)
+	n := hsNode(t, func(cfg *gateway.Config) {
+		cfg.Edge.PingInterval = interval
+		cfg.Edge.ReadTimeout = readTimeout
+	})
 
 	hello := func(r *rbRaw, device string) {
 		r.write(ws.OpText, true, []byte(`{"t":"hello","token":"`+testToken+`","device":{"id":"`+device+`"}}`))
@@ -120,40 +135,68 @@ func TestKeepalive(t *testing.T) {
 	}
 	silent := rbDialRaw(t, n)
 	hello(silent, "tel-silent")
-	alive := rbDialRaw(t, n)
-	hello(alive, "tel-alive")
+	answerer := rbDialRaw(t, n)
+	hello(answerer, "tel-answerer")
+	pinger := rbDialRaw(t, n)
+	hello(pinger, "tel-pinger")
 
-	// The alive client answers every ping in the background.
-	pings := make(chan struct{}, 1000)
-	aliveErr := make(chan error, 1)
+	// Both live clients read in the background, answer the edge's pings
+	// and report each control frame they get, until the app-level pong
+	// that ends the test (or an error).
+	type event struct {
+		op  ws.OpCode
+		err error // set: the socket ended
+	}
+	listen := func(r *rbRaw) <-chan event {
+		events := make(chan event, 1000)
+		go func() {
+			for {
+				r.nc.SetReadDeadline(time.Now().Add(30 * time.Second))
+				h, err := ws.ReadHeader(r.br)
+				if err != nil {
+					events <- event{err: err}
+					return
+				}
+				p := make([]byte, h.Length)
+				if _, err := io.ReadFull(r.br, p); err != nil {
+					events <- event{err: err}
+					return
+				}
+				if h.OpCode == ws.OpPing {
+					// One Write a frame: the pinger's ticker writes too.
+					if _, err := r.nc.Write(ws.MustCompileFrame(ws.MaskFrame(ws.NewPongFrame(p)))); err != nil {
+						events <- event{err: err}
+						return
+					}
+				}
+				if h.OpCode == ws.OpText && string(p) != `{"t":"pong","ts":"still"}` {
+					events <- event{err: fmt.Errorf("unexpected frame %q", p)}
+					return
+				}
+				events <- event{op: h.OpCode}
+				if h.OpCode == ws.OpText {
+					return
+				}
+			}
+		}()
+		return events
+	}
+	answered, pinged := listen(answerer), listen(pinger)
+	stopPinging := make(chan struct{})
+	pingerDone := make(chan struct{})
 	go func() {
+		defer close(pingerDone)
+		tick := time.NewTicker(interval * 2 / 3)
+		defer tick.Stop()
 		for {
-			alive.nc.SetReadDeadline(time.Now().Add(30 * time.Second))
-			h, err := ws.ReadHeader(alive.br)
-			if err != nil {
-				aliveErr <- err
+			select {
+			case <-stopPinging:
 				return
-			}
-			p := make([]byte, h.Length)
-			if _, err := io.ReadFull(alive.br, p); err != nil {
-				aliveErr <- err
-				return
-			}
-			switch h.OpCode {
-			case ws.OpPing:
-				if err := ws.WriteFrame(alive.nc, ws.MaskFrame(ws.NewPongFrame(p))); err != nil {
-					aliveErr <- err
+			case <-tick.C:
+				pinger.nc.SetWriteDeadline(time.Now().Add(5 * time.Second))
+				if _, err := pinger.nc.Write(ws.MustCompileFrame(ws.MaskFrame(ws.NewPingFrame([]byte("okhttp"))))); err != nil {
 					return
 				}
-				pings <- struct{}{}
-			case ws.OpText:
-				if string(p) == `{"t":"pong","ts":"still"}` {
-					aliveErr <- nil
-					return
-				}
-			default:
-				aliveErr <- fmt.Errorf("unexpected frame %v", h.OpCode)
-				return
 			}
 		}
 	}()
@@ -179,24 +222,44 @@ func TestKeepalive(t *testing.T) {
 	if silentPings == 0 {
 		t.Fatal("the silent socket was closed without being pinged")
 	}
-	// The answering socket outlives it: it is pinged past the point where
-	// the silent one was dropped (1+PingMisses intervals), and stays open.
-	deadline := time.After(10 * time.Second)
-	for got := 0; got < 5; {
-		select {
-		case <-pings:
-			got++
-		case err := <-aliveErr:
-			t.Fatalf("the socket that answers pings ended after %d pings: %v", got, err)
-		case <-deadline:
-			t.Fatalf("the socket that answers pings got %d pings in 10 s", got)
+
+	// Held for several read timeouts, counted in what the clients saw: the
+	// answerer is pinged once per one or two intervals, so five pings span
+	// at least two read timeouts past the silent one's end; the pinger's
+	// pongs come every two thirds of an interval, twelve of them over
+	// four read timeouts.
+	wait := func(events <-chan event, op ws.OpCode, want int, who string) {
+		t.Helper()
+		deadline := time.After(20 * readTimeout)
+		for got := 0; got < want; {
+			select {
+			case e := <-events:
+				if e.err != nil {
+					t.Fatalf("the %s was cut after %d of the %d frames awaited: %v", who, got, want, e.err)
+				}
+				if e.op == op {
+					got++
+				}
+			case <-deadline:
+				t.Fatalf("the %s got %d of the %d frames awaited in %v", who, got, want, 20*readTimeout)
+			}
 		}
 	}
-	alive.write(ws.OpText, true, []byte(`{"t":"ping","ts":"still"}`))
-	if err := <-aliveErr; err != nil {
-		t.Fatalf("the socket that answers pings: %v", err)
+	wait(answered, ws.OpPing, 5, "socket that only answers pings")
+	wait(pinged, ws.OpPong, 12, "socket that sends its own pings")
+	close(stopPinging)
+	<-pingerDone
+
+	// Both still work.
+	for _, c := range []struct {
+		r      *rbRaw
+		events <-chan event
+		who    string
+	}{{answerer, answered, "answerer"}, {pinger, pinged, "pinger"}} {
+		c.r.write(ws.OpText, true, []byte(`{"t":"ping","ts":"still"}`))
+		wait(c.events, ws.OpText, 1, c.who)
 	}
-	hsWaitConns(t, n, 1)
+	hsWaitConns(t, n, 2)
 }
 
 func isReset(err error) bool {
