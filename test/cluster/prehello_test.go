@@ -29,7 +29,8 @@ const (
 	// baseline (about 30 MiB), the 16 MiB hello budget and the goroutines
 	// and readers of the sockets that budget lets wait mid-message (1,365 at
 	// about 24 KiB), with the Go runtime's headroom. Before the hello
-	// budget the header-only attack took 340 MiB and the slow one 151 MiB.
+	// budget the header-only attack took 404 MiB and the slow one 297 MiB
+	// here (docs/security.md).
 	preHelloRSSBound = 128 << 20
 	// attackAddrs spreads the attack over this many source addresses
 	// (127.0.1.x), none of them with more than the per-address cap of 256
