@@ -7,6 +7,20 @@ import "sync/atomic"
 // chart's 1 GiB memory limit.
 const DefaultBudgetBytes = 256 << 20
 
+// Defaults of the hello phase (Config.MaxHelloBytes, MaxHelloConns and
+// MaxHelloConnsPerAddr). A hello arrives in one segment and is read at
+// once, so a phone is in the hello phase for a round trip to the store:
+// 10,000 sockets is a reconnect storm of several thousand phones a second.
+// 16 MiB is what 4,096 sockets each stalled with a 4 KiB reader hold, or
+// 1,365 with a whole 8 KiB message besides. 256 per address leaves room
+// for a carrier's NAT, while an attacker needs 40 addresses to fill the
+// edge-wide cap.
+const (
+	DefaultHelloBytes        = 16 << 20
+	DefaultHelloConns        = 10_000
+	DefaultHelloConnsPerAddr = 256
+)
+
 // queueFloor is what a connection may always queue, over MaxQueuedBytes or
 // not: a phone that reads is never cut off for what other sockets hold.
 const queueFloor = 1 << 20

@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,17 +33,29 @@ const (
 	handshakeTimeout = 10 * time.Second
 	lingerTimeout    = 2 * time.Second // after our close frame, for the peer's
 	smallBufSize     = 16 << 10        // pooled read buffer, enough for most frames
-	readChunk        = 1 << 20         // large payloads grow by this much at a time
-	// MaxPreHelloBytes bounds a message before hello (a hello is under
-	// 2 KB): a larger one is a fatal too_big, refused on its header alone,
-	// so an unauthenticated socket cannot make the edge buffer 16 MiB.
-	MaxPreHelloBytes = 64 << 10
+	readChunk        = 1 << 20         // large payloads grow by at most this much at a time
+	readerSize       = 4096            // the pooled bufio.Reader of a socket being read
+	// minGrowth is the first allocation of a message read outside the
+	// pooled buffer (before hello): a buffer then doubles as bytes arrive.
+	minGrowth = 512
+	// MaxPreHelloBytes bounds a message before hello: a larger one is a
+	// fatal too_big, refused on its header alone. A hello is a few hundred
+	// bytes; its six device and user strings at their 120-character bound,
+	// four bytes each, and a 1 KiB token come to about 4 KiB, so 8 KiB is
+	// twice the largest useful hello.
+	MaxPreHelloBytes = 8 << 10
 )
 
 var (
-	readers  = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4096) }}
+	readers  = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, readerSize) }}
 	smallBuf = sync.Pool{New: func() any { b := make([]byte, 0, smallBufSize); return &b }}
 )
+
+// errHelloPhaseFull refuses an upgrade past MaxHelloConns or
+// MaxHelloConnsPerAddr: 503, and the client retries a second later.
+var errHelloPhaseFull = ws.RejectConnectionError(ws.RejectionStatus(503),
+	ws.RejectionReason("too many connections are saying hello; retry later"),
+	ws.RejectionHeader(ws.HandshakeHeaderString("Retry-After: 1\r\n")))
 
 var (
 	// errClientClosed: the peer sent a close frame; our answer is queued and
@@ -171,6 +182,8 @@ func (s *Server) handshake(nc net.Conn) {
 	header := []byte(s.forwardedHeader())
 	var fwd, host, proto []byte
 	forwarded := false // any forwarding header, for the untrusted-peer warning
+	var client netip.Addr
+	admitted := false // counted in the hello phase (admitHello)
 	u := ws.Upgrader{
 		OnRequest: func(uri []byte) error {
 			path, _, _ := bytes.Cut(uri, []byte("?"))
@@ -198,23 +211,39 @@ func (s *Server) handshake(nc net.Conn) {
 			}
 			return nil
 		},
+		// The request is read: the client is known. A socket past the
+		// hello-phase caps is refused here, before it costs a conn.
+		OnBeforeUpgrade: func() (ws.HandshakeHeader, error) {
+			client = peer
+			if trusted {
+				client = s.clientFromHeaders(string(fwd))
+			}
+			if !s.admitHello(client) {
+				s.tel.m.acceptFailed(acceptStageHello)
+				return nil, errHelloPhaseFull
+			}
+			admitted = true
+			return nil, nil
+		},
 	}
 	cr := &countingReader{r: rc}
 	if _, err := u.Upgrade(cr); err != nil {
 		s.log.Debug("upgrade failed", "peer", peer, "err", err)
-		if cr.n > 0 {
+		if cr.n > 0 && err != errHelloPhaseFull {
 			// A connection that sent nothing at all is a TCP health
 			// check, not a failure.
 			s.tel.m.acceptFailed(acceptStageUpgrade)
+		}
+		if admitted {
+			s.mu.Lock()
+			s.leaveHelloPhaseLocked(client)
+			s.mu.Unlock()
 		}
 		nc.Close()
 		return
 	}
 	nc.SetDeadline(time.Time{})
-	client := peer
-	if trusted {
-		client = s.clientFromHeaders(string(fwd))
-	} else if forwarded && peer.IsLoopback() {
+	if !trusted && forwarded && peer.IsLoopback() {
 		s.warnUntrustedForwarding(peer)
 	}
 	c := &conn{srv: s, nc: nc, client: client, avatar: protocol.AvatarIdle, dead: make(chan struct{})}
@@ -222,6 +251,7 @@ func (s *Server) handshake(nc net.Conn) {
 	c.seen()
 	s.mu.Lock()
 	if s.closed || s.draining {
+		s.leaveHelloPhaseLocked(client)
 		s.mu.Unlock()
 		nc.Close()
 		return
@@ -317,13 +347,15 @@ func (c *conn) readAvailable() error {
 
 // discard swallows what the peer still sends after our close frame, so the
 // close frame is not lost to a reset, until the peer closes or the linger
-// deadline passes.
+// deadline passes. It takes what has arrived and returns: a closing socket
+// waits in epoll, not in a goroutine (the teardown after lingerTimeout
+// closes it).
 func (c *conn) discard(br *bufio.Reader) error {
-	_, err := io.Copy(io.Discard, br)
-	if err == nil {
-		err = io.EOF
+	if _, err := br.Peek(1); err != nil {
+		return err
 	}
-	return err
+	br.Discard(br.Buffered())
+	return nil
 }
 
 func (c *conn) isClosing() bool {
@@ -337,12 +369,27 @@ func (c *conn) isClosing() bool {
 // alone. A framing error or an oversized message
 // queues the close and returns nil: readAvailable sees the connection
 // closing and discards the rest until the close frame is out.
+//
+// Memory follows the bytes that came, never a declared length: after hello
+// a message starts in the pooled 16 KiB buffer and past it grows as its
+// bytes arrive (see grow), each growth taken from the edge's read budget.
+// Before hello the socket has no pooled buffer: its message grows from
+// nothing, and the pooled reader it holds and every growth are taken from
+// the smaller budget of unauthenticated sockets (Config.MaxHelloBytes).
 func (c *conn) readMessage(br *bufio.Reader) error {
-	bp := smallBuf.Get().(*[]byte)
-	defer smallBuf.Put(bp)
-	msg := (*bp)[:0]
-	var reserved int64 // taken from the read budget for msg
-	defer func() { c.srv.reading.release(reserved) }()
+	m := msgReader{c: c, limit: protocol.MaxFrameBytes, budget: &c.srv.reading}
+	defer func() { m.budget.release(m.reserved) }()
+	if !c.isHelloed() {
+		m.limit, m.budget = MaxPreHelloBytes, &c.srv.helloBytes
+		// The reader is held for as long as the message takes to come.
+		if !m.take(readerSize) {
+			return nil
+		}
+	} else {
+		bp := smallBuf.Get().(*[]byte)
+		defer smallBuf.Put(bp)
+		m.msg, m.pooled = (*bp)[:0], bp
+	}
 	state := ws.StateServerSide
 	for {
 		h, err := ws.ReadHeader(br)
@@ -370,24 +417,15 @@ func (c *conn) readMessage(br *bufio.Reader) error {
 			}
 			continue
 		}
-		limit, what := int64(protocol.MaxFrameBytes), "frame is larger than 16 MiB"
-		if !c.isHelloed() {
-			limit, what = MaxPreHelloBytes, "a message before hello is larger than 64 KiB"
-		}
-		want := int64(len(msg)) + h.Length
-		if want > limit {
+		if int64(len(m.msg))+h.Length > m.limit {
+			what := "frame is larger than 16 MiB"
+			if m.budget == &c.srv.helloBytes {
+				what = "a message before hello is larger than 8 KiB"
+			}
 			c.fatal(protocol.NewFatal(protocol.CodeTooBig, what))
 			return nil
 		}
-		if want > smallBufSize && want > reserved {
-			if !c.srv.reading.take(want - reserved) {
-				c.logger().Warn("refusing a message: the edge's read budget is spent", "bytes", want, "budget", c.srv.cfg.MaxReadBytes)
-				c.fatal(protocol.NewFatal(protocol.CodeInternalError, "the gateway is reading too many large messages; reconnect and send it again"))
-				return nil
-			}
-			reserved = want
-		}
-		if msg, err = readPayload(br, msg, h); err != nil {
+		if ok, err := m.readPayload(br, h); !ok || err != nil {
 			return err
 		}
 		if h.Fin {
@@ -395,15 +433,92 @@ func (c *conn) readMessage(br *bufio.Reader) error {
 		}
 		state = state.Set(ws.StateFragmented)
 	}
-	if cap(msg) == smallBufSize {
-		*bp = msg // keep the pooled buffer (it did not grow)
+	if m.pooled != nil && cap(m.msg) == smallBufSize {
+		*m.pooled = m.msg // keep the pooled buffer (it did not grow)
 	}
 	c.handleMu.Lock()
 	defer c.handleMu.Unlock()
 	if !c.isClosing() { // after our close frame nothing more is taken
-		c.handle(msg)
+		c.handle(m.msg)
 	}
 	return nil
+}
+
+// msgReader is one message being read and what it holds of a budget.
+type msgReader struct {
+	c        *conn
+	msg      []byte
+	pooled   *[]byte // the pooled buffer msg started in (nil before hello)
+	limit    int64   // the message's bound
+	budget   *budget // the read budget, or before hello the hello budget
+	reserved int64   // taken from budget
+}
+
+// take reserves n more bytes of m's budget; when they do not fit, the
+// connection gets a fatal internal_error and take reports false.
+func (m *msgReader) take(n int64) bool {
+	if m.budget.take(n) {
+		m.reserved += n
+		return true
+	}
+	c := m.c
+	if m.budget == &c.srv.helloBytes {
+		c.logger().Warn("refusing a message before hello: the budget of unauthenticated sockets is spent", "budget", c.srv.cfg.MaxHelloBytes)
+		c.fatal(protocol.NewFatal(protocol.CodeInternalError, "the gateway is reading too many connections' hellos; reconnect later"))
+		return false
+	}
+	c.logger().Warn("refusing a message: the edge's read budget is spent", "bytes", len(m.msg)+int(n), "budget", c.srv.cfg.MaxReadBytes)
+	c.fatal(protocol.NewFatal(protocol.CodeInternalError, "the gateway is reading too many large messages; reconnect and send it again"))
+	return false
+}
+
+// readPayload appends h's payload to m.msg, unmasked, as its bytes arrive:
+// the buffer grows only when full, never past what h declares. ok is false
+// when the budget refused a growth (the connection is closing).
+func (m *msgReader) readPayload(br *bufio.Reader, h ws.Header) (ok bool, err error) {
+	remaining := int(h.Length)
+	offset := 0
+	for remaining > 0 {
+		if len(m.msg) == cap(m.msg) && !m.grow(remaining) {
+			return false, nil
+		}
+		p := m.msg[len(m.msg) : len(m.msg)+min(remaining, cap(m.msg)-len(m.msg))]
+		n, err := br.Read(p)
+		ws.Cipher(p[:n], h.Mask, offset)
+		m.msg = m.msg[:len(m.msg)+n]
+		offset += n
+		remaining -= n
+		if err != nil && remaining > 0 {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// grow makes room in the full buffer m.msg for more of a payload that has
+// remaining bytes to come: twice the buffer (at least minGrowth, at most
+// readChunk more), never more than remaining, so that a buffer is at most
+// twice what the peer sent. The budget then holds the new buffer's size
+// (the pooled buffer is never counted).
+func (m *msgReader) grow(remaining int) bool {
+	n := min(remaining, min(max(cap(m.msg), minGrowth), readChunk))
+	size := int64(len(m.msg) + n)
+	if !m.take(size - m.outside()) {
+		return false
+	}
+	msg := make([]byte, len(m.msg), size) // the old buffer is garbage now
+	copy(msg, m.msg)
+	m.msg = msg
+	return true
+}
+
+// outside is what m.msg holds of the budget: nothing while it is the
+// pooled buffer (or none yet), its capacity once it grew.
+func (m *msgReader) outside() int64 {
+	if cap(m.msg) == 0 || (m.pooled != nil && cap(m.msg) == smallBufSize) {
+		return 0
+	}
+	return int64(cap(m.msg))
 }
 
 // logger is the connection's logger, made when it logs: one kept per
@@ -448,26 +563,6 @@ func (c *conn) control(br *bufio.Reader, h ws.Header) (closed bool, err error) {
 		c.enqueue(out.Bytes(), nil)
 	}
 	return false, nil
-}
-
-// readPayload appends h's payload to msg, unmasked. Large payloads grow the
-// buffer as bytes arrive, so memory follows what the peer really sent.
-func readPayload(r io.Reader, msg []byte, h ws.Header) ([]byte, error) {
-	remaining := int(h.Length)
-	offset := 0
-	for remaining > 0 {
-		n := min(remaining, readChunk)
-		msg = slices.Grow(msg, n)
-		p := msg[len(msg) : len(msg)+n]
-		if _, err := io.ReadFull(r, p); err != nil {
-			return msg, err
-		}
-		ws.Cipher(p, h.Mask, offset)
-		msg = msg[:len(msg)+n]
-		offset += n
-		remaining -= n
-	}
-	return msg, nil
 }
 
 // protocolError fails the connection (RFC 6455 7.1.7): close 1002, written

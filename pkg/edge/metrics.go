@@ -40,7 +40,7 @@ type metrics struct {
 	byCode   telemetry.LabelSet // error code → {code=…}
 	byResult telemetry.LabelSet // "ok" or an error code → {result=…}
 	byReason telemetry.LabelSet // slowReaderQueueFull, slowReaderStalled → {reason=…}
-	byStage  telemetry.LabelSet // acceptStageAccept, acceptStageUpgrade → {stage=…}
+	byStage  telemetry.LabelSet // acceptStageAccept, acceptStageUpgrade, acceptStageHello → {stage=…}
 	// closeOpts[i][by] are the options of closeCodes[i] (the last one
 	// "other") closed by the edge (by 0) or the peer (by 1).
 	closeOpts [][2][]metric.AddOption
@@ -80,8 +80,9 @@ const (
 
 // Stages a connection can fail at before it is open (the stage label).
 const (
-	acceptStageAccept  = "accept"  // the listener's Accept failed (out of files, …)
-	acceptStageUpgrade = "upgrade" // the HTTP request was no valid WebSocket upgrade of /ws, or did not complete in time
+	acceptStageAccept  = "accept"           // the listener's Accept failed (out of files, …)
+	acceptStageUpgrade = "upgrade"          // the HTTP request was no valid WebSocket upgrade of /ws, or did not complete in time
+	acceptStageHello   = "hello_phase_full" // refused (503): MaxHelloConns or MaxHelloConnsPerAddr sockets await hello
 )
 
 // closeCodes are the code label values (RFC 6455 7.4.1): the codes the
@@ -155,7 +156,7 @@ func newMetrics(m metric.Meter) *metrics {
 	x.byCode = telemetry.NewLabelSet("code", errorCodes...)
 	x.byResult = telemetry.NewLabelSet("result", append([]string{handshakeOK}, errorCodes...)...)
 	x.byReason = telemetry.NewLabelSet("reason", slowReaderQueueFull, slowReaderStalled)
-	x.byStage = telemetry.NewLabelSet("stage", acceptStageAccept, acceptStageUpgrade)
+	x.byStage = telemetry.NewLabelSet("stage", acceptStageAccept, acceptStageUpgrade, acceptStageHello)
 	x.closeOpts = make([][2][]metric.AddOption, len(closeCodes)+1)
 	for i := range x.closeOpts {
 		code := "other"

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -71,6 +72,19 @@ type Config struct {
 	// with a fatal internal_error (close 1008): the phone reconnects and
 	// sends it again, and sockets reading small frames are not affected.
 	MaxReadBytes int64
+	// MaxHelloBytes bounds what the sockets that have not said hello hold
+	// while a message of theirs is read, across the edge (16 MiB): the
+	// pooled 4 KiB reader and the message's buffer, as its bytes arrive. A
+	// socket whose next bytes do not fit gets a fatal internal_error (close
+	// 1008). Authenticated sockets never draw from it.
+	MaxHelloBytes int64
+	// MaxHelloConns bounds the sockets in the hello phase (upgraded, no
+	// hello accepted yet) across the edge (10,000), and
+	// MaxHelloConnsPerAddr those from one client address, after the
+	// trusted-proxy rules (256). Past either, an upgrade is refused with
+	// HTTP 503 and Retry-After; a socket that said hello no longer counts.
+	MaxHelloConns        int
+	MaxHelloConnsPerAddr int
 	// MaxQueuedBytes bounds the bytes queued outbound, across the edge
 	// (256 MiB). Past it, a frame for a connection that already has more
 	// than 1 MiB queued closes that connection as a slow reader (its
@@ -134,7 +148,8 @@ func (c Config) Validate() error {
 		}
 	}
 	for name, n := range map[string]int64{"MaxOutboundBytes": int64(c.MaxOutboundBytes), "MaxReadBytes": c.MaxReadBytes,
-		"MaxQueuedBytes": c.MaxQueuedBytes, "MaxUploadBytes": c.MaxUploadBytes, "PingMisses": int64(c.PingMisses)} {
+		"MaxQueuedBytes": c.MaxQueuedBytes, "MaxUploadBytes": c.MaxUploadBytes, "PingMisses": int64(c.PingMisses),
+		"MaxHelloBytes": c.MaxHelloBytes, "MaxHelloConns": int64(c.MaxHelloConns), "MaxHelloConnsPerAddr": int64(c.MaxHelloConnsPerAddr)} {
 		if n < 0 {
 			errs = append(errs, fmt.Errorf("edge: %s is negative (%d)", name, n))
 		}
@@ -179,6 +194,15 @@ func (c *Config) setDefaults() {
 			*b = DefaultBudgetBytes
 		}
 	}
+	if c.MaxHelloBytes <= 0 {
+		c.MaxHelloBytes = DefaultHelloBytes
+	}
+	if c.MaxHelloConns <= 0 {
+		c.MaxHelloConns = DefaultHelloConns
+	}
+	if c.MaxHelloConnsPerAddr <= 0 {
+		c.MaxHelloConnsPerAddr = DefaultHelloConnsPerAddr
+	}
 	if c.ID == "" {
 		c.ID = "edge-" + ids.Hex(4)
 	}
@@ -198,6 +222,7 @@ type Server struct {
 
 	// Byte budgets of the whole edge; see Config.MaxReadBytes and the rest.
 	reading, queued, uploading budget
+	helloBytes                 budget // Config.MaxHelloBytes
 
 	ctx     context.Context // cancelled by Close
 	cancel  context.CancelFunc
@@ -211,8 +236,13 @@ type Server struct {
 	// awaiting holds the connections that have not said hello, with the
 	// time (since start) they must have by; helloSweep enforces it.
 	awaiting map[*conn]time.Duration
-	lns      []net.Listener
-	closed   bool
+	// helloing counts the sockets in the hello phase (admitted by
+	// admitHello, not yet let go by leaveHello): all, and by client
+	// address.
+	helloing       int
+	helloingByAddr map[netip.Addr]int
+	lns            []net.Listener
+	closed         bool
 	// draining (under mu): Drain began; no new connections are taken.
 	draining bool
 	// releasing counts the store clean-ups of closed connections, so
@@ -240,20 +270,22 @@ func New(cfg Config, st store.Store, b bus.Bus, log *slog.Logger) *Server {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{
-		reading:   budget{limit: cfg.MaxReadBytes},
-		queued:    budget{limit: cfg.MaxQueuedBytes},
-		uploading: budget{limit: cfg.MaxUploadBytes},
-		cfg:       cfg,
-		log:       log.With("edge", cfg.ID),
-		store:     st,
-		bus:       b,
-		auth:      newAuthenticator(cfg.Auth),
-		sender:    &dispatch.Dispatcher{Owners: st, Bus: b, Cache: &dispatch.OwnerCache{}},
-		tel:       newEdgeTelemetry(cfg.Telemetry),
-		devices:   make(map[string]*deviceSlot),
-		conns:     make(map[*conn]struct{}),
-		awaiting:  make(map[*conn]time.Duration),
-		start:     time.Now(),
+		reading:        budget{limit: cfg.MaxReadBytes},
+		queued:         budget{limit: cfg.MaxQueuedBytes},
+		uploading:      budget{limit: cfg.MaxUploadBytes},
+		helloBytes:     budget{limit: cfg.MaxHelloBytes},
+		helloingByAddr: make(map[netip.Addr]int),
+		cfg:            cfg,
+		log:            log.With("edge", cfg.ID),
+		store:          st,
+		bus:            b,
+		auth:           newAuthenticator(cfg.Auth),
+		sender:         &dispatch.Dispatcher{Owners: st, Bus: b, Cache: &dispatch.OwnerCache{}},
+		tel:            newEdgeTelemetry(cfg.Telemetry),
+		devices:        make(map[string]*deviceSlot),
+		conns:          make(map[*conn]struct{}),
+		awaiting:       make(map[*conn]time.Duration),
+		start:          time.Now(),
 	}
 	if p, err := sharedPoller(); err == nil {
 		s.poller = p
@@ -573,7 +605,7 @@ func (s *Server) helloSweep() {
 		for c, by := range s.awaiting {
 			if now >= by {
 				late = append(late, c)
-				delete(s.awaiting, c)
+				s.leaveHelloLocked(c)
 			}
 		}
 		s.mu.Unlock()
@@ -588,8 +620,50 @@ func (s *Server) helloSweep() {
 // helloDone takes c off the connections awaiting hello.
 func (s *Server) helloDone(c *conn) {
 	s.mu.Lock()
-	delete(s.awaiting, c)
+	s.leaveHelloLocked(c)
 	s.mu.Unlock()
+}
+
+// leaveHelloLocked takes c off the connections awaiting hello and out of
+// the hello-phase counts, once; s.mu is held.
+func (s *Server) leaveHelloLocked(c *conn) {
+	if _, ok := s.awaiting[c]; ok {
+		delete(s.awaiting, c)
+		s.leaveHelloPhaseLocked(c.client)
+	}
+}
+
+// admitHello counts a new socket from client into the hello phase, unless
+// the edge already holds MaxHelloConns such sockets or client
+// MaxHelloConnsPerAddr of them. Each socket admitted is let go by
+// leaveHelloPhaseLocked exactly once.
+func (s *Server) admitHello(client netip.Addr) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.helloing >= s.cfg.MaxHelloConns || s.helloingByAddr[client] >= s.cfg.MaxHelloConnsPerAddr {
+		return false
+	}
+	s.helloing++
+	s.helloingByAddr[client]++
+	return true
+}
+
+// leaveHelloPhaseLocked undoes one admitHello of client; s.mu is held.
+func (s *Server) leaveHelloPhaseLocked(client netip.Addr) {
+	s.helloing--
+	if n := s.helloingByAddr[client] - 1; n > 0 {
+		s.helloingByAddr[client] = n
+	} else {
+		delete(s.helloingByAddr, client)
+	}
+}
+
+// HelloPhase reports the sockets in the hello phase now, and the bytes
+// their messages hold of MaxHelloBytes.
+func (s *Server) HelloPhase() (conns int, bytes int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.helloing, s.helloBytes.inUse()
 }
 
 // recover handles a device whose owner record no longer holds our epoch.

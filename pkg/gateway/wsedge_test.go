@@ -33,8 +33,8 @@ func paddedHello(device string, size int) []byte {
 // edge.MaxPreHelloBytes is read; one byte more is a fatal too_big with close
 // 1008, decided on the frame header, before any of its payload is read.
 func TestPreHelloSizeLimit(t *testing.T) {
-	if edge.MaxPreHelloBytes != 64<<10 {
-		t.Fatalf("MaxPreHelloBytes = %d, docs/limits.md says 64 KiB", edge.MaxPreHelloBytes)
+	if edge.MaxPreHelloBytes != 8<<10 {
+		t.Fatalf("MaxPreHelloBytes = %d, docs/limits.md says 8 KiB", edge.MaxPreHelloBytes)
 	}
 	n := hsNode(t, nil)
 
@@ -43,20 +43,20 @@ func TestPreHelloSizeLimit(t *testing.T) {
 		if err := c.SendRaw(paddedHello("tel-prehello-exact", edge.MaxPreHelloBytes)); err != nil {
 			t.Fatal(err)
 		}
-		if f := hsNext(t, c, "64 KiB hello"); f.T() != protocol.TypeReady {
-			t.Fatalf("a hello of exactly 64 KiB was answered with %s, want ready", f)
+		if f := hsNext(t, c, "8 KiB hello"); f.T() != protocol.TypeReady {
+			t.Fatalf("a hello of exactly 8 KiB was answered with %s, want ready", f)
 		}
 	})
 	t.Run("one byte more is too_big", func(t *testing.T) {
 		c := n.dial(t)
 		sent := rbSend(func() error { return c.SendRaw(paddedHello("tel-prehello-over", edge.MaxPreHelloBytes+1)) })
-		hsExpectFatal(t, c, protocol.CodeTooBig, "64 KiB + 1 before hello")
+		hsExpectFatal(t, c, protocol.CodeTooBig, "8 KiB + 1 before hello")
 		<-sent
 	})
 	t.Run("fragments count together", func(t *testing.T) {
 		c := n.dial(t)
 		sent := rbSend(func() error { return c.SendFragmented(paddedHello("tel-prehello-frag", edge.MaxPreHelloBytes+1), 3) })
-		hsExpectFatal(t, c, protocol.CodeTooBig, "64 KiB + 1 in fragments before hello")
+		hsExpectFatal(t, c, protocol.CodeTooBig, "8 KiB + 1 in fragments before hello")
 		<-sent
 	})
 	t.Run("a 16 MiB header is refused before its payload", func(t *testing.T) {

@@ -61,9 +61,17 @@ type APIConfig struct {
 	// MaxHeaderBytes bounds a request's headers (16 KiB); larger ones get
 	// 431.
 	MaxHeaderBytes int
-	// MaxConns bounds the connections served at once (1024); more wait in
-	// the listen backlog until one closes.
+	// MaxConns bounds the connections served at once (1024). When they
+	// are all open, a new one takes the place of the connection that has
+	// been idle longest without ever presenting a valid token, which is
+	// closed; with none such, it waits in the listen backlog until one
+	// closes.
 	MaxConns int
+	// AnonIdleTimeout is how long a keep-alive connection that has never
+	// presented a valid token stays open between requests (5 s; one that
+	// did keeps the server's 2 minutes): health checks and strangers
+	// cannot hold the connection limit.
+	AnonIdleTimeout time.Duration
 }
 
 func (c *APIConfig) setDefaults() {
@@ -93,6 +101,9 @@ func (c *APIConfig) setDefaults() {
 	}
 	if c.MaxConns <= 0 {
 		c.MaxConns = 1024
+	}
+	if c.AnonIdleTimeout <= 0 {
+		c.AnonIdleTimeout = 5 * time.Second
 	}
 }
 
@@ -240,6 +251,9 @@ func (a *API) authorize(req *http.Request, acc access) error {
 	isDeliver, isAgent := a.deliverTokens.Has(d), a.agentTokens.Has(d)
 	switch {
 	case acc == deliverOnly && isDeliver, acc == agentOnly && isAgent:
+		if c, ok := req.Context().Value(connKey{}).(*limitConn); ok {
+			c.authed.Store(true)
+		}
 		return nil
 	case isDeliver || isAgent:
 		return apiErr(http.StatusForbidden, protocol.CodeForbidden, "this token may not call this endpoint")
@@ -399,15 +413,34 @@ func (a *API) Server(errLog *log.Logger) *http.Server {
 		ErrorLog:          errLog,
 		// No ReadTimeout or WriteTimeout: event streams last. Bodies have
 		// BodyTimeout; each write of a stream has WriteTimeout.
+		// The connection of a request is where authorize marks a valid
+		// token; ConnState tells which connections are idle.
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if lc, ok := c.(*limitConn); ok {
+				return context.WithValue(ctx, connKey{}, lc)
+			}
+			return ctx
+		},
+		ConnState: func(c net.Conn, st http.ConnState) {
+			if lc, ok := c.(*limitConn); ok {
+				lc.setState(st)
+			}
+		},
 	}
 	srv.RegisterOnShutdown(a.Close)
 	return srv
 }
 
+// connKey is the request context's key of its *limitConn.
+type connKey struct{}
+
 // Listener wraps ln so that at most MaxConns of its connections are open
-// at once: Accept waits for one to close.
+// at once. When all are, Accept closes the connection idle longest of
+// those that never presented a valid token, and takes its place; with none
+// such it waits for one to close.
 func (a *API) Listener(ln net.Listener) net.Listener {
-	return &limitListener{Listener: ln, sem: make(chan struct{}, a.cfg.MaxConns), done: make(chan struct{})}
+	return &limitListener{Listener: ln, sem: make(chan struct{}, a.cfg.MaxConns), done: make(chan struct{}),
+		anonIdle: a.cfg.AnonIdleTimeout, conns: make(map[*limitConn]struct{})}
 }
 
 type limitListener struct {
@@ -415,20 +448,53 @@ type limitListener struct {
 	sem       chan struct{}
 	done      chan struct{}
 	closeOnce sync.Once
+	anonIdle  time.Duration
+
+	mu    sync.Mutex
+	conns map[*limitConn]struct{} // open ones
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
 	select {
 	case l.sem <- struct{}{}:
-	case <-l.done:
-		return nil, net.ErrClosed
+	default:
+		l.evict()
+		select {
+		case l.sem <- struct{}{}:
+		case <-l.done:
+			return nil, net.ErrClosed
+		}
 	}
 	c, err := l.Listener.Accept()
 	if err != nil {
 		<-l.sem
 		return nil, err
 	}
-	return &limitConn{Conn: c, release: func() { <-l.sem }}, nil
+	lc := &limitConn{Conn: c, l: l}
+	l.mu.Lock()
+	l.conns[lc] = struct{}{}
+	l.mu.Unlock()
+	return lc, nil
+}
+
+// evict closes the connection idle longest among those that never
+// presented a valid token, if there is one: its slot frees at once.
+func (l *limitListener) evict() {
+	var oldest *limitConn
+	var since int64
+	l.mu.Lock()
+	for c := range l.conns {
+		if c.authed.Load() {
+			continue
+		}
+		if s := c.idleSince.Load(); s != 0 && (oldest == nil || s < since) {
+			oldest, since = c, s
+		}
+	}
+	l.mu.Unlock()
+	if oldest != nil {
+		oldest.Close()
+	}
 }
 
 func (l *limitListener) Close() error {
@@ -438,12 +504,42 @@ func (l *limitListener) Close() error {
 
 type limitConn struct {
 	net.Conn
-	once    sync.Once
-	release func()
+	l      *limitListener
+	once   sync.Once
+	authed atomic.Bool // a request on it presented a valid token
+	// idleSince is when it went idle between requests (UnixNano), 0 while
+	// a request is read or served.
+	idleSince atomic.Int64
+}
+
+func (c *limitConn) setState(st http.ConnState) {
+	switch st {
+	case http.StateIdle:
+		c.idleSince.Store(time.Now().UnixNano())
+	case http.StateActive:
+		c.idleSince.Store(0)
+	}
+}
+
+// SetReadDeadline shortens the server's keep-alive wait (set just after
+// the connection went idle) to AnonIdleTimeout while the connection has
+// never presented a valid token.
+func (c *limitConn) SetReadDeadline(t time.Time) error {
+	if !t.IsZero() && c.idleSince.Load() != 0 && !c.authed.Load() {
+		if limit := time.Now().Add(c.l.anonIdle); t.After(limit) {
+			t = limit
+		}
+	}
+	return c.Conn.SetReadDeadline(t)
 }
 
 func (c *limitConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(c.release)
+	c.once.Do(func() {
+		c.l.mu.Lock()
+		delete(c.l.conns, c)
+		c.l.mu.Unlock()
+		<-c.l.sem
+	})
 	return err
 }

@@ -7,10 +7,12 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/router"
 )
 
@@ -122,5 +124,64 @@ func TestAPIConnectionCap(t *testing.T) {
 	held[0].Close()
 	if resp := readResponse(t, third, br, 10*time.Second); resp.StatusCode != http.StatusOK {
 		t.Fatalf("third connection after one closed: %d", resp.StatusCode)
+	}
+}
+
+// TestAPIStrangersCannotHoldConnections: with the default 1,024
+// connections, 1,023 held idle after one GET /healthz each (no token) do
+// not keep the agent or cron out: an agent call and a deliver, each on a
+// connection of its own kept open, are served while the 1,023 are held.
+func TestAPIStrangersCannotHoldConnections(t *testing.T) {
+	e := startSingle(t, apiConfig(nil))
+	dev := device("strangers")
+	phone := e.phone(t, dev)
+	for range 1023 {
+		c := rawConn(t, e)
+		io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+		if resp := readResponse(t, c, bufio.NewReader(c), 10*time.Second); resp.StatusCode != http.StatusOK {
+			t.Fatalf("healthz: %d", resp.StatusCode)
+		}
+	}
+	post := func(path, token, body string) int {
+		c := rawConn(t, e) // kept open: it holds its place in the limit
+		io.WriteString(c, "POST "+path+" HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "+token+
+			"\r\nContent-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(body))+"\r\n\r\n"+body)
+		return readResponse(t, c, bufio.NewReader(c), 10*time.Second).StatusCode
+	}
+	if code := post("/v1/sessions/"+protocol.Session(dev)+"/messages", agentToken, `{"id":"a-1","text":"from the agent"}`); code != http.StatusOK {
+		t.Fatalf("the agent's call: %d", code)
+	}
+	if code := post("/v1/deliver", deliverToken, `{"id":"c-1","target":"`+dev+`","text":"from cron"}`); code != http.StatusOK {
+		t.Fatalf("the cron call: %d", code)
+	}
+	for _, want := range []string{"from the agent", "from cron"} {
+		if f := expect(t, phone, protocol.TypeMessage); f.Str("text") != want {
+			t.Fatalf("the phone got %s, want %q", f, want)
+		}
+	}
+}
+
+// TestAPIAnonIdleTimeout: a keep-alive connection that never presented a
+// valid token is closed after AnonIdleTimeout between requests; one that
+// did stays open past it.
+func TestAPIAnonIdleTimeout(t *testing.T) {
+	const idle = 300 * time.Millisecond
+	e := startSingle(t, apiConfig(func(c *router.APIConfig) { c.AnonIdleTimeout = idle }))
+	anon, authed := rawConn(t, e), rawConn(t, e)
+	anonR, authedR := bufio.NewReader(anon), bufio.NewReader(authed)
+	io.WriteString(anon, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+	readResponse(t, anon, anonR, 10*time.Second)
+	io.WriteString(authed, "GET /v1/events?wait=0 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "+agentToken+"\r\n\r\n")
+	if resp := readResponse(t, authed, authedR, 10*time.Second); resp.StatusCode != http.StatusOK {
+		t.Fatalf("events: %d", resp.StatusCode)
+	}
+	start := time.Now()
+	wantClosed(t, anon, anonR, 10*time.Second)
+	if took := time.Since(start); took < idle*8/10 {
+		t.Fatalf("the anonymous connection closed after %v, before AnonIdleTimeout %v", took, idle)
+	}
+	authed.SetReadDeadline(time.Now().Add(3 * idle))
+	if _, err := authedR.ReadByte(); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("the connection that presented a token was closed after %v (%v)", time.Since(start), err)
 	}
 }

@@ -70,6 +70,7 @@ func TestFlagDefaults(t *testing.T) {
 		adminListen:     "127.0.0.1:8789", pprof: "off", drainWindow: 10 * time.Second, maxBlob: 1 << 30, blobTTL: 15 * time.Minute,
 		edgeCfg: edge.Config{PingInterval: 30 * time.Second,
 			MaxReadBytes: 256 << 20, MaxQueuedBytes: 256 << 20, MaxUploadBytes: 256 << 20,
+			MaxHelloBytes: 16 << 20, MaxHelloConns: 10_000, MaxHelloConnsPerAddr: 256,
 			MaxOutboundBytes: 32 << 20, WriteTimeout: 10 * time.Second, ReadTimeout: time.Minute, OwnerTTL: 30 * time.Second,
 			AckWait: 10 * time.Second},
 		routerCfg: router.Config{PromptTTL: protocol.DefaultPromptTTL, OutboxMax: 256, SessionQueue: 1000, OutboxTTL: 10 * time.Minute, JournalLease: 15 * time.Second},
