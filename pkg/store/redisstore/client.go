@@ -23,10 +23,10 @@ const (
 	ModeSentinel = "sentinel"
 )
 
-// newClient makes the client of url for mode with the settings every Store
+// NewClient makes the client of url for mode with the settings every Store
 // needs (see Options.URL): the caller's context bounds each call, a refused
 // dial fails at once, and no command is retried unless the URL says so.
-func newClient(mode, url string) (redis.UniversalClient, error) {
+func NewClient(mode, url string) (redis.UniversalClient, error) {
 	switch mode {
 	case "", ModeSingle:
 		o, err := redis.ParseURL(url)

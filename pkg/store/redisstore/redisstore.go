@@ -9,10 +9,13 @@
 // TakeExpired, ClaimDevice, RefreshDevices (one script per device, pipelined),
 // ReleaseDevice, PushOutbox, PeekOutbox, AckOutbox, AppendHistory and the blob
 // accounting of PutBlob.
-// The keys one script touches share a Redis Cluster hash tag ({device},
-// {prompts} or {blobs}), so the layout is ready for Redis Cluster through
-// Options.Client; only a single Redis server is tested. Device ids must not be
-// empty on Redis Cluster (an empty hash tag does not group keys).
+// The keys one script touches share a Redis Cluster hash tag: the device's
+// ({D}), or on a cluster client one of the Shards of the journals, the
+// cards and the blob accounting (see Shards; on a single server the one
+// tag {journals}, {prompts} or {blobs}). Options.Mode selects a single
+// server, a Redis Cluster or a Sentinel-watched primary; all three are
+// tested. Device ids must not be empty on Redis Cluster (an empty hash tag
+// does not group keys).
 //
 // # Keys
 //
@@ -211,7 +214,7 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		if opts.URL == "" {
 			return nil, errors.New("redisstore: neither URL nor Client is set")
 		}
-		rdb, err := newClient(opts.Mode, opts.URL)
+		rdb, err := NewClient(opts.Mode, opts.URL)
 		if err != nil {
 			return nil, fmt.Errorf("redisstore: %w", err)
 		}
