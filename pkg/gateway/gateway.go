@@ -41,6 +41,9 @@ type Config struct {
 	NATSPrefix string
 	// RedisURL is an external Redis (REDIS_URL); empty keeps state in memory.
 	RedisURL string
+	// RedisMode says what RedisURL names (REDIS_MODE): single (empty),
+	// cluster or sentinel; see redisstore.Options.Mode.
+	RedisMode string
 	// RedisPrefix starts every Redis key (REDIS_PREFIX, "hermes:").
 	RedisPrefix string
 	// MaxBlobBytes bounds the media kept for the agent, in the store
@@ -105,9 +108,14 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err e
 			g.Close()
 		}
 	}()
+	switch cfg.RedisMode {
+	case "", redisstore.ModeSingle, redisstore.ModeCluster, redisstore.ModeSentinel:
+	default:
+		return nil, fmt.Errorf("REDIS_MODE: %q is not single, cluster or sentinel", cfg.RedisMode)
+	}
 	if cfg.RedisURL != "" {
 		redisstore.SetLogger(log)
-		rs, err := redisstore.New(ctx, redisstore.Options{URL: cfg.RedisURL, Prefix: cfg.RedisPrefix, Clock: cfg.Clock, MaxBlobBytes: blobBytes(cfg.MaxBlobBytes), Telemetry: cfg.Telemetry})
+		rs, err := redisstore.New(ctx, redisstore.Options{URL: cfg.RedisURL, Mode: cfg.RedisMode, Prefix: cfg.RedisPrefix, Clock: cfg.Clock, MaxBlobBytes: blobBytes(cfg.MaxBlobBytes), Telemetry: cfg.Telemetry})
 		if err != nil {
 			return nil, fmt.Errorf("REDIS_URL: %w", err)
 		}

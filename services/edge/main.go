@@ -28,20 +28,20 @@ import (
 
 // flags is the command line; every flag falls back to its env var.
 type flags struct {
-	token, extraTokens, deliverTokens                        config.Secret
-	listen, allowedDevices                                   string
-	homeDevice, avatarURL, trustedProxies, natsURL, redisURL string
-	forwardedHeader                                          string
-	redisPrefix, natsPrefix                                  string
-	router, logLevel, webClient                              string
-	adminListen                                              string
-	pprof                                                    string
-	drainWindow                                              time.Duration
-	maxBlob                                                  int64
-	blobTTL                                                  time.Duration
-	edgeCfg                                                  edge.Config   // its tuning flags
-	routerCfg                                                router.Config // its tuning flags
-	agent                                                    agent.Choice
+	token, extraTokens, deliverTokens                                   config.Secret
+	listen, allowedDevices                                              string
+	homeDevice, avatarURL, trustedProxies, natsURL, redisURL, redisMode string
+	forwardedHeader                                                     string
+	redisPrefix, natsPrefix                                             string
+	router, logLevel, webClient                                         string
+	adminListen                                                         string
+	pprof                                                               string
+	drainWindow                                                         time.Duration
+	maxBlob                                                             int64
+	blobTTL                                                             time.Duration
+	edgeCfg                                                             edge.Config   // its tuning flags
+	routerCfg                                                           router.Config // its tuning flags
+	agent                                                               agent.Choice
 }
 
 func (f *flags) register(fs *flag.FlagSet) {
@@ -57,6 +57,7 @@ func (f *flags) register(fs *flag.FlagSet) {
 	config.String(fs, &f.natsURL, "nats-url", "NATS_URL", "", "external NATS; empty embeds one in the process")
 	config.String(fs, &f.natsPrefix, "nats-prefix", "NATS_PREFIX", "", "prefix of every NATS subject, e.g. gw1. (lets several gateways share one NATS)")
 	config.String(fs, &f.redisURL, "redis-url", "REDIS_URL", "", "external Redis; empty keeps state in memory")
+	config.String(fs, &f.redisMode, "redis-mode", "REDIS_MODE", "single", "what REDIS_URL names: single (one server), cluster (a Redis Cluster: redis://host:port?addr=host:port&addr=…) or sentinel (redis://sentinel:26379?master_name=NAME&addr=…&password=…)")
 	config.String(fs, &f.redisPrefix, "redis-prefix", "REDIS_PREFIX", "hermes:", "prefix of every Redis key")
 	config.String(fs, &f.webClient, "web-client", "MOBILE_WEB_CLIENT", "auto", "serve the browser client at / on the WebSocket address: on, off, or auto (on without NATS_URL)")
 	config.String(fs, &f.router, "router", "MOBILE_ROUTER", "auto", "run a router with AGENT here: on, off, or auto (on without NATS_URL)")
@@ -156,7 +157,7 @@ func drain(g *gateway.Gateway, adm *admin.Server, window time.Duration, log *slo
 }
 
 func (f flags) gatewayConfig() (gateway.Config, error) {
-	cfg := gateway.Config{Listen: f.listen, NATSURL: f.natsURL, RedisURL: f.redisURL, RedisPrefix: f.redisPrefix, NATSPrefix: f.natsPrefix,
+	cfg := gateway.Config{Listen: f.listen, NATSURL: f.natsURL, RedisURL: f.redisURL, RedisMode: f.redisMode, RedisPrefix: f.redisPrefix, NATSPrefix: f.natsPrefix,
 		MaxBlobBytes: f.maxBlob}
 	if f.token == "" && (f.natsURL != "" || f.redisURL != "") {
 		// A token made up by one process is not the others' (nor the next

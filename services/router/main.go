@@ -33,14 +33,14 @@ import (
 
 // flags is the command line; every flag falls back to its env var.
 type flags struct {
-	listen, natsURL, natsPrefix     string
-	redisURL, redisPrefix           string
-	deliverTokens, agentTokens      config.Secret
-	homeDevice, eventsMax, logLevel string
-	adminListen, pprof              string
-	maxBlob                         int64
-	blobTTL                         time.Duration
-	router                          router.Config // its tuning flags
+	listen, natsURL, natsPrefix      string
+	redisURL, redisMode, redisPrefix string
+	deliverTokens, agentTokens       config.Secret
+	homeDevice, eventsMax, logLevel  string
+	adminListen, pprof               string
+	maxBlob                          int64
+	blobTTL                          time.Duration
+	router                           router.Config // its tuning flags
 
 	agent agent.Choice
 }
@@ -50,6 +50,7 @@ func (f *flags) register(fs *flag.FlagSet) {
 	config.String(fs, &f.natsURL, "nats-url", "NATS_URL", "", "the cluster's NATS (required)")
 	config.String(fs, &f.natsPrefix, "nats-prefix", "NATS_PREFIX", "", "prefix of every NATS subject, as the cluster's edges have it (e.g. gw1.)")
 	config.String(fs, &f.redisURL, "redis-url", "REDIS_URL", "", "the cluster's Redis, redis://[user:pass@]host:port[/db] (required)")
+	config.String(fs, &f.redisMode, "redis-mode", "REDIS_MODE", "single", "what REDIS_URL names: single (one server), cluster (a Redis Cluster: redis://host:port?addr=host:port&addr=…) or sentinel (redis://sentinel:26379?master_name=NAME&addr=…&password=…)")
 	config.String(fs, &f.redisPrefix, "redis-prefix", "REDIS_PREFIX", "hermes:", "prefix of every Redis key")
 	config.SecretVar(fs, &f.deliverTokens, "deliver-tokens", "MOBILE_DELIVER_TOKENS", "`tokens` that may call POST /v1/deliver, comma-separated")
 	config.SecretVar(fs, &f.agentTokens, "agent-tokens", "MOBILE_AGENT_TOKENS", "`tokens` of the agent link (sessions, events, blobs), comma-separated")
@@ -149,7 +150,7 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) (err error) {
 	}
 	g, err := gateway.Start(ctx, gateway.Config{
 		Name: "hermes-router", NoEdge: true, Router: true,
-		NATSURL: f.natsURL, NATSPrefix: f.natsPrefix, RedisURL: f.redisURL, RedisPrefix: f.redisPrefix,
+		NATSURL: f.natsURL, NATSPrefix: f.natsPrefix, RedisURL: f.redisURL, RedisMode: f.redisMode, RedisPrefix: f.redisPrefix,
 		MaxBlobBytes: f.maxBlob, NewAgent: agent.Named(s.agent, s.openai, s.eventsMax),
 		APIListen: f.listen, API: s.api, RouterCfg: s.router, Telemetry: adm.Tel,
 	}, log)

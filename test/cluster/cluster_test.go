@@ -4,6 +4,7 @@ package cluster
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -29,6 +30,9 @@ type cluster struct {
 	t                               *testing.T
 	opts                            options
 	nats, redis, prefix             string
+	redisMode                       string   // REDIS_MODE; empty: single
+	natsServers                     []string // with a NATS cluster: one URL per server (see natsFor)
+	natsPrefix                      string   // NATS_PREFIX: the NATS cluster is shared by the tests of a run
 	token, deliverToken, agentToken string
 
 	mu        sync.Mutex
@@ -72,8 +76,16 @@ func newCluster(t *testing.T, o options) *cluster {
 		agentToken:   "agent-" + randomHex(12),
 		edges:        make(map[string]*edgeProc),
 	}
-	c.nats = natsURL(t)
-	dropRedisKeys(t, c.redis, c.prefix)
+	if b := backends(); b.redisURL != "" {
+		// Run by TestClusteredBackends: its Redis Cluster or Sentinel and
+		// its NATS cluster, fresh for the run.
+		c.redis, c.redisMode, c.natsServers = b.redisURL, b.redisMode, b.natsURLs
+		c.nats = c.natsServers[0]
+		c.natsPrefix = "t" + randomHex(6) + "."
+	} else {
+		c.nats = natsURL(t)
+		dropRedisKeys(t, c.redis, c.prefix)
+	}
 	if o.routerBusDelay > 0 {
 		c.routerLink = slowLink(t, strings.TrimPrefix(c.nats, "nats://"), o.routerBusDelay)
 	}
@@ -90,9 +102,9 @@ func newCluster(t *testing.T, o options) *cluster {
 		results <- started{name, p, url, err}
 	}
 	for _, name := range edges {
-		go launchOne("edge-"+name, bins.edge, "gateway listening", c.edgeEnv())
+		go launchOne("edge-"+name, bins.edge, "gateway listening", append(c.edgeEnv(), c.natsFor("edge-"+name)...))
 	}
-	go launchOne("router", bins.router, "router listening", c.routerEnv())
+	go launchOne("router", bins.router, "router listening", append(c.routerEnv(), c.natsFor("router")...))
 	var errs []error
 	for range len(edges) + 1 {
 		r := <-results
@@ -118,12 +130,12 @@ func newCluster(t *testing.T, o options) *cluster {
 // startProbe connects the test to the cluster's store and bus, as a router.
 func (c *cluster) startProbe(t *testing.T) {
 	t.Helper()
-	st, err := redisstore.New(testCtx(t), redisstore.Options{URL: c.redis, Prefix: c.prefix})
+	st, err := redisstore.New(testCtx(t), redisstore.Options{URL: c.redis, Mode: c.redisMode, Prefix: c.prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	b, err := natsbus.Connect(c.nats, natsbus.Options{Name: "cluster-test"})
+	b, err := natsbus.Connect(c.nats, natsbus.Options{Name: "cluster-test", SubjectPrefix: c.natsPrefix})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,11 +174,34 @@ func (c *cluster) common() []string {
 		"NATS_URL=" + c.nats,
 		"REDIS_URL=" + c.redis,
 		"REDIS_PREFIX=" + c.prefix,
+		"REDIS_MODE=" + cmp.Or(c.redisMode, "single"),
+		"NATS_PREFIX=" + c.natsPrefix,
 		"MOBILE_DELIVER_TOKENS=" + c.deliverToken,
 		"MOBILE_PROMPT_TTL=" + ttl,
 		"MOBILE_LOG_LEVEL=debug",
 		"MOBILE_ADMIN_LISTEN=127.0.0.1:0",
 	}
+}
+
+// natsFor is the NATS_URL setting that puts process name on a server of
+// its own when the bus is a NATS cluster (edge A on the first server, B on
+// the second, the router on the third, others by their name's length), so
+// that what crosses nodes crosses the cluster's routes too. Nothing
+// without one.
+func (c *cluster) natsFor(name string) []string {
+	if len(c.natsServers) == 0 || c.routerLink != nil {
+		return nil
+	}
+	i := len(name)
+	switch name {
+	case "edge-A":
+		i = 0
+	case "edge-B":
+		i = 1
+	case "router":
+		i = 2
+	}
+	return []string{"NATS_URL=" + c.natsServers[i%len(c.natsServers)]}
 }
 
 func (c *cluster) edgeEnv() []string {
@@ -193,7 +228,8 @@ func (c *cluster) routerEnv() []string {
 // overrides) the usual settings.
 func (c *cluster) startEdge(t *testing.T, name string, env ...string) *edgeProc {
 	t.Helper()
-	p, url := startProc(t, "edge-"+name, bins.edge, nil, append(c.edgeEnv(), env...), logMsg("gateway listening"))
+	env = append(append(c.edgeEnv(), c.natsFor("edge-"+name)...), env...)
+	p, url := startProc(t, "edge-"+name, bins.edge, nil, env, logMsg("gateway listening"))
 	e := &edgeProc{p, url}
 	c.mu.Lock()
 	c.edges[name] = e

@@ -15,10 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/hermes-mobile/gateway/pkg/client"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
+	"github.com/hermes-mobile/gateway/pkg/store/redisstore"
 )
 
 // Shape of TestGracefulDrain.
@@ -299,11 +298,10 @@ func startAdminEdge(t *testing.T, c *cluster, name string, env ...string) (*edge
 
 // outboxOf describes what the device's outbox holds, for a failure message.
 func outboxOf(c *cluster, dev string) string {
-	opts, err := redis.ParseURL(c.redis)
+	rdb, err := redisstore.NewClient(c.redisMode, c.redis)
 	if err != nil {
 		return err.Error()
 	}
-	rdb := redis.NewClient(opts)
 	defer rdb.Close()
 	items, err := rdb.LRange(context.Background(), c.prefix+"outbox:{"+dev+"}", 0, -1).Result()
 	if err != nil {

@@ -9,10 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/hermes-mobile/gateway/pkg/client"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
+	"github.com/hermes-mobile/gateway/pkg/store/redisstore"
 )
 
 // TestEdgeKilledMidFlush: edge A dies by SIGKILL while it writes a phone's
@@ -61,11 +60,10 @@ func TestEdgeKilledMidFlush(t *testing.T) {
 // outboxLen is the number of items in dev's outbox in Redis.
 func outboxLen(t *testing.T, c *cluster, dev string) int64 {
 	t.Helper()
-	opts, err := redis.ParseURL(c.redis)
+	rdb, err := redisstore.NewClient(c.redisMode, c.redis)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rdb := redis.NewClient(opts)
 	defer rdb.Close()
 	n, err := rdb.LLen(context.Background(), c.prefix+"outbox:{"+dev+"}").Result()
 	if err != nil {

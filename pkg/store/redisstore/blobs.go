@@ -71,24 +71,13 @@ func (s *Store) PutBlob(ctx context.Context, data []byte, ttl time.Duration) (st
 	// NX: a key is 128 random bits, but a collision must not overwrite.
 	set := redis.SetArgs{Mode: "NX", TTL: time.Duration(ms(ttl)) * time.Millisecond}
 	var member string
+	var shard int
 	if s.maxBlobBytes > 0 {
 		member = strconv.Itoa(len(data)) + ":" + key
-		r, err := reserveBlobScript.Run(ctx, s.rdb, []string{s.blobDueKey(), s.blobBytesKey()},
-			member, len(data), ms(ttl), s.maxBlobBytes).Slice()
-		if err != nil {
-			return "", s.redisErr(ctx, "PutBlob", err)
-		}
-		ok, err1 := replyInt(r, 0)
-		total, err2 := replyInt(r, 1)
-		if err := errors.Join(err1, err2); err != nil {
-			return "", opErr("PutBlob", err)
-		}
-		if ok != 1 {
-			return "", fmt.Errorf("%w: %d blob bytes, limit %d", store.ErrFull, total, s.maxBlobBytes)
-		}
-		deadline, err := replyInt(r, 2)
-		if err != nil {
-			return "", opErr("PutBlob", err)
+		var deadline int64
+		var err error
+		if shard, deadline, err = s.reserveBlob(ctx, key, member, len(data), ttl); err != nil {
+			return "", err
 		}
 		// The blob expires when the accounting forgets it.
 		set.TTL, set.ExpireAt = 0, time.UnixMilli(deadline)
@@ -97,7 +86,7 @@ func (s *Store) PutBlob(ctx context.Context, data []byte, ttl time.Duration) (st
 	if err != nil {
 		if member != "" {
 			// Best effort: a reservation not taken back ends with its ttl.
-			unreserveBlobScript.Run(ctx, s.rdb, []string{s.blobDueKey(), s.blobBytesKey()}, member, len(data))
+			unreserveBlobScript.Run(ctx, s.rdb, []string{s.blobDueKey(shard), s.blobBytesKey(shard)}, member, len(data))
 		}
 		if errors.Is(err, redis.Nil) {
 			return "", opErr("PutBlob", errors.New("random blob key already in use"))
@@ -105,6 +94,42 @@ func (s *Store) PutBlob(ctx context.Context, data []byte, ttl time.Duration) (st
 		return "", s.redisErr(ctx, "PutBlob", err)
 	}
 	return key, nil
+}
+
+// reserveBlob counts a blob of size bytes in a shard of the accounting. On
+// a single server the one shard holds MaxBlobBytes; on Redis Cluster each
+// of the Shards may hold MaxBlobBytes/Shards (rounded up), so together they
+// never hold more than MaxBlobBytes plus Shards-1 bytes, and a blob larger
+// than a shard's part is refused. The blob's own shard is asked first, then
+// the others in turn; only when none has room is the blob refused. It returns the shard and the blob's
+// deadline (Redis clock, unix ms).
+func (s *Store) reserveBlob(ctx context.Context, key, member string, size int, ttl time.Duration) (shard int, deadline int64, err error) {
+	n := len(s.tags.blobs)
+	limit := (s.maxBlobBytes + int64(n) - 1) / int64(n)
+	first := s.tags.blobs.of(key)
+	var total int64
+	for i := range n {
+		shard = (first + i) % n
+		r, err := reserveBlobScript.Run(ctx, s.rdb, []string{s.blobDueKey(shard), s.blobBytesKey(shard)},
+			member, size, ms(ttl), limit).Slice()
+		if err != nil {
+			return 0, 0, s.redisErr(ctx, "PutBlob", err)
+		}
+		ok, err1 := replyInt(r, 0)
+		n, err2 := replyInt(r, 1)
+		if err := errors.Join(err1, err2); err != nil {
+			return 0, 0, opErr("PutBlob", err)
+		}
+		if ok == 1 {
+			deadline, err := replyInt(r, 2)
+			if err != nil {
+				return 0, 0, opErr("PutBlob", err)
+			}
+			return shard, deadline, nil
+		}
+		total += n - int64(size)
+	}
+	return 0, 0, fmt.Errorf("%w: %d blob bytes, limit %d", store.ErrFull, total+int64(size), s.maxBlobBytes)
 }
 
 // newBlobKey returns 128 random bits in hex.

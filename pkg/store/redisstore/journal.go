@@ -10,13 +10,14 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/store"
 )
 
-// The journal keys share the hash tag {journals}, so the index and every
-// journal can be changed by one script. Lease deadlines are Redis TIME in
-// ms; a lease is held while its "until" is in the future.
+// A device's journal keys share the hash tag T of its shard (see Shards:
+// {journals} on a single server), so the shard's index and every journal in
+// it can be changed by one script. Lease deadlines are Redis TIME in ms; a
+// lease is held while its "until" is in the future.
 //
-//	P {journals}:log:<D>   list  "<seq>|<entry>", oldest first; PX the TTL of its last append
-//	P {journals}:meta:<D>  hash  "seq" (the last Seq), "owner", "until", "takeovers" (of the head); PX as the log
-//	P {journals}:due       zset  D scored by its lease deadline (0: free, with entries); PX its longest journal's
+//	P T:log:<D>   list  "<seq>|<entry>", oldest first; PX the TTL of its last append
+//	P T:meta:<D>  hash  "seq" (the last Seq), "owner", "until", "takeovers" (of the head); PX as the log
+//	P T:due       zset  D scored by its lease deadline (0: free, with entries); PX its longest journal's
 
 // journalNow is the Redis clock in ms, the first lines of every journal
 // script.
@@ -185,13 +186,20 @@ end
 return out
 `)
 
-func (s *Store) journalLogPrefix() string  { return s.prefix + "{journals}:log:" }
-func (s *Store) journalMetaPrefix() string { return s.prefix + "{journals}:meta:" }
-func (s *Store) journalDueKey() string     { return s.prefix + "{journals}:due" }
+func (s *Store) journalLogPrefix(shard int) string {
+	return s.prefix + s.tags.journals[shard] + ":log:"
+}
+func (s *Store) journalMetaPrefix(shard int) string {
+	return s.prefix + s.tags.journals[shard] + ":meta:"
+}
+func (s *Store) journalDueKey(shard int) string {
+	return s.prefix + s.tags.journals[shard] + ":due"
+}
 
 // journalKeys are the KEYS of the per-device journal scripts.
 func (s *Store) journalKeys(device string) []string {
-	return []string{s.journalLogPrefix() + device, s.journalMetaPrefix() + device, s.journalDueKey()}
+	sh := s.tags.journals.of(device)
+	return []string{s.journalLogPrefix(sh) + device, s.journalMetaPrefix(sh) + device, s.journalDueKey(sh)}
 }
 
 // AppendJournal implements store.Journal.
@@ -303,7 +311,12 @@ func (s *Store) ReleaseJournal(ctx context.Context, device, owner string) error 
 	return nil
 }
 
-// TakeJournals implements store.Journal.
+// TakeJournals implements store.Journal. With shards it looks at every
+// shard's index in one pipelined round trip and then runs the taking script
+// on the shards that have a due lease, one after another, until max are
+// taken; an idle sweep costs one round trip. The look uses this host's clock against the
+// Redis clock of the deadlines, so a clock behind Redis's sees a lapsed
+// lease that much later (a released one, scored 0, at once).
 func (s *Store) TakeJournals(ctx context.Context, owner string, lease time.Duration, max int) ([]string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, opErr("TakeJournals", err)
@@ -314,10 +327,60 @@ func (s *Store) TakeJournals(ctx context.Context, owner string, lease time.Durat
 	if max < 1 {
 		return nil, nil
 	}
-	r, err := takeJournalsScript.Run(ctx, s.rdb, []string{s.journalDueKey()},
-		owner, ms(lease), max, s.journalLogPrefix(), s.journalMetaPrefix()).StringSlice()
+	now := strconv.FormatInt(time.Now().UnixMilli(), 10)
+	due, err := s.dueIndexes(ctx, shardKeys(len(s.tags.journals), s.journalDueKey), now)
 	if err != nil {
 		return nil, s.redisErr(ctx, "TakeJournals", err)
 	}
-	return r, nil
+	var out []string
+	for _, sh := range due {
+		r, err := takeJournalsScript.Run(ctx, s.rdb, []string{s.journalDueKey(sh)},
+			owner, ms(lease), max-len(out), s.journalLogPrefix(sh), s.journalMetaPrefix(sh)).StringSlice()
+		if err != nil {
+			return out, s.redisErr(ctx, "TakeJournals", err)
+		}
+		out = append(out, r...)
+		if len(out) >= max {
+			break
+		}
+	}
+	return out, nil
+}
+
+// dueIndexes returns the positions in keys of the zsets that have a member
+// scored up to max, looked at in one pipelined round trip. The order starts
+// at a position that turns with every call, so that a max smaller than what
+// is due does not always favour the first keys.
+func (s *Store) dueIndexes(ctx context.Context, keys []string, max string) ([]int, error) {
+	if len(keys) == 1 {
+		return []int{0}, nil // the script itself looks: no round trip more
+	}
+	counts := make([]*redis.IntCmd, len(keys))
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range keys {
+			counts[i] = p.ZCount(ctx, k, "-inf", max)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	start := int(s.turn.Add(1) % uint64(len(keys)))
+	var due []int
+	for i := range keys {
+		j := (start + i) % len(keys)
+		if counts[j].Val() > 0 {
+			due = append(due, j)
+		}
+	}
+	return due, nil
+}
+
+// shardKeys is key(shard) for each of n shards.
+func shardKeys(n int, key func(int) string) []string {
+	keys := make([]string, n)
+	for sh := range keys {
+		keys[sh] = key(sh)
+	}
+	return keys
 }

@@ -76,7 +76,8 @@ func (s *Store) PutPrompt(ctx context.Context, p store.PromptRecord) error {
 		return opErr("PutPrompt", err)
 	}
 	ttl := max(time.Until(p.Expires), 0) + s.promptGrace
-	err = putPromptScript.Run(ctx, s.rdb, []string{s.cardKeyPrefix() + p.ID, s.dueKey()},
+	sh := s.tags.prompts.of(p.ID)
+	err = putPromptScript.Run(ctx, s.rdb, []string{s.cardKeyPrefix(sh) + p.ID, s.dueKey(sh)},
 		p.ID, p.Device, micros(p.Expires), rec, ms(ttl)).Err()
 	if err != nil {
 		return s.redisErr(ctx, "PutPrompt", err)
@@ -91,7 +92,8 @@ func (s *Store) TakePrompt(ctx context.Context, id, device string) (store.Prompt
 	if err := ctx.Err(); err != nil {
 		return store.PromptRecord{}, opErr("TakePrompt", err)
 	}
-	r, err := takePromptScript.Run(ctx, s.rdb, []string{s.cardKeyPrefix() + id, s.dueKey()},
+	sh := s.tags.prompts.of(id)
+	r, err := takePromptScript.Run(ctx, s.rdb, []string{s.cardKeyPrefix(sh) + id, s.dueKey(sh)},
 		id, device, micros(s.clock.Now())).Slice()
 	if err != nil {
 		return store.PromptRecord{}, s.redisErr(ctx, "TakePrompt", err)
@@ -123,18 +125,28 @@ func (s *Store) TakeExpired(ctx context.Context, now time.Time, max int) ([]stor
 	if max < 1 {
 		return nil, nil
 	}
-	r, err := takeExpiredScript.Run(ctx, s.rdb, []string{s.dueKey()}, micros(now), max, s.cardKeyPrefix()).Slice()
+	at := micros(now)
+	due, err := s.dueIndexes(ctx, shardKeys(len(s.tags.prompts), s.dueKey), at)
 	if err != nil {
 		return nil, s.redisErr(ctx, "TakeExpired", err)
 	}
 	var out []store.PromptRecord
-	for i := range r {
-		b, err := replyBytes(r, i)
+	for _, sh := range due {
+		r, err := takeExpiredScript.Run(ctx, s.rdb, []string{s.dueKey(sh)}, at, max-len(out), s.cardKeyPrefix(sh)).Slice()
 		if err != nil {
-			continue
+			return out, s.redisErr(ctx, "TakeExpired", err)
 		}
-		if rec, err := decodePrompt(b); err == nil {
-			out = append(out, rec)
+		for i := range r {
+			b, err := replyBytes(r, i)
+			if err != nil {
+				continue
+			}
+			if rec, err := decodePrompt(b); err == nil {
+				out = append(out, rec)
+			}
+		}
+		if len(out) >= max {
+			break
 		}
 	}
 	return out, nil

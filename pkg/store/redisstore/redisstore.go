@@ -9,10 +9,13 @@
 // TakeExpired, ClaimDevice, RefreshDevices (one script per device, pipelined),
 // ReleaseDevice, PushOutbox, PeekOutbox, AckOutbox, AppendHistory and the blob
 // accounting of PutBlob.
-// The keys one script touches share a Redis Cluster hash tag ({device},
-// {prompts} or {blobs}), so the layout is ready for Redis Cluster through
-// Options.Client; only a single Redis server is tested. Device ids must not be
-// empty on Redis Cluster (an empty hash tag does not group keys).
+// The keys one script touches share a Redis Cluster hash tag: the device's
+// ({D}), or on a cluster client one of the Shards of the journals, the
+// cards and the blob accounting (see Shards; on a single server the one
+// tag {journals}, {prompts} or {blobs}). Options.Mode selects a single
+// server, a Redis Cluster or a Sentinel-watched primary; all three are
+// tested. Device ids must not be empty on Redis Cluster (an empty hash tag
+// does not group keys).
 //
 // # Keys
 //
@@ -97,6 +100,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/extra/redisotel/v9"
@@ -128,6 +132,9 @@ type Options struct {
 	// 2 s of redialing; and, unless the URL sets max_retries, no command
 	// retries (see the package comment).
 	URL string
+	// Mode says what URL names: ModeSingle (the default when empty),
+	// ModeCluster or ModeSentinel; see each for its URL's form.
+	Mode string
 	// Client, when set, is used instead of URL, as it is configured, and is
 	// not closed by Close. It may be a cluster client; see the package
 	// comment.
@@ -167,6 +174,8 @@ type Store struct {
 	uploadTTL    time.Duration
 	promptGrace  time.Duration
 	clock        clock.Clock
+	tags         layout        // the hash tags of the shared state: serverLayout or clusterLayout
+	turn         atomic.Uint64 // where the next sweep of the shards starts
 
 	metrics     *telemetry.Metrics // nil-safe
 	stopObserve func() error
@@ -199,21 +208,17 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		uploadTTL:    opts.UploadTTL,
 		promptGrace:  opts.PromptGrace,
 		clock:        clock.Or(opts.Clock),
+		tags:         serverLayout,
 	}
 	if s.rdb == nil {
 		if opts.URL == "" {
 			return nil, errors.New("redisstore: neither URL nor Client is set")
 		}
-		ro, err := redis.ParseURL(opts.URL)
+		rdb, err := NewClient(opts.Mode, opts.URL)
 		if err != nil {
 			return nil, fmt.Errorf("redisstore: %w", err)
 		}
-		ro.ContextTimeoutEnabled = true
-		ro.DialerRetries = 1
-		if ro.MaxRetries == 0 {
-			ro.MaxRetries = -1 // none; 0 would mean go-redis's default, 3
-		}
-		s.rdb, s.ownClient = redis.NewClient(ro), true
+		s.rdb, s.ownClient = rdb, true
 		if opts.Telemetry.Tracing() {
 			// Command names and timings only: arguments hold message
 			// texts, files and device ids, which spans never carry.
@@ -223,6 +228,9 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 				return nil, opErr("New: tracing", err)
 			}
 		}
+	}
+	if _, ok := s.rdb.(*redis.ClusterClient); ok {
+		s.tags = clusterLayout
 	}
 	if err := ctx.Err(); err != nil {
 		s.Close()
@@ -275,14 +283,18 @@ func uploadName(conn, id string) string { return connPrefix(conn) + id }
 // connPrefix is how the upload names of conn begin.
 func connPrefix(conn string) string { return strconv.Itoa(len(conn)) + ":" + conn + ":" }
 
-func (s *Store) cardKeyPrefix() string     { return s.prefix + "{prompts}:card:" }
-func (s *Store) dueKey() string            { return s.prefix + "{prompts}:due" }
+func (s *Store) cardKeyPrefix(shard int) string {
+	return s.prefix + s.tags.prompts[shard] + ":card:"
+}
+func (s *Store) dueKey(shard int) string   { return s.prefix + s.tags.prompts[shard] + ":due" }
 func (s *Store) ownerKey(d string) string  { return s.prefix + "owner:{" + d + "}" }
 func (s *Store) epochKey(d string) string  { return s.prefix + "epoch:{" + d + "}" }
 func (s *Store) outboxKey(d string) string { return s.prefix + "outbox:{" + d + "}" }
 func (s *Store) blobKey(key string) string { return s.prefix + "blob:" + key }
-func (s *Store) blobDueKey() string        { return s.prefix + "{blobs}:due" }
-func (s *Store) blobBytesKey() string      { return s.prefix + "{blobs}:bytes" }
+func (s *Store) blobDueKey(shard int) string {
+	return s.prefix + s.tags.blobs[shard] + ":due"
+}
+func (s *Store) blobBytesKey(shard int) string { return s.prefix + s.tags.blobs[shard] + ":bytes" }
 
 // ms returns d in whole milliseconds, rounded up, for PX and PEXPIRE.
 func ms(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }

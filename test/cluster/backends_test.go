@@ -1,0 +1,212 @@
+//go:build unix
+
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"encoding/json"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hermes-mobile/gateway/internal/testsvc"
+)
+
+// The cross-node behaviour on the store and bus a deployment grows into:
+// TestClusteredBackends starts them and runs the behaviour tests again in a
+// child test process pointed at them through these variables.
+const (
+	envRedisMode = "CLUSTER_TEST_REDIS_MODE"
+	envRedisURL  = "CLUSTER_TEST_REDIS_URL"
+	envNATSURLs  = "CLUSTER_TEST_NATS_URLS" // comma-separated, one per server
+)
+
+// crossNode are the tests TestClusteredBackends runs on each backend: a
+// card answered on another edge, the outbox after a reconnect on another
+// edge, and delivery through the router's API. TestTakeoverAcrossEdges and
+// TestDedupAcrossEdges are not among them yet: with the edges on different
+// NATS servers a delivery begun right after the new socket's ready can
+// still reach the old socket, and a reply can reach the new socket's outbox
+// twice (see docs/operations.md, "Redis Cluster, Sentinel and a NATS
+// cluster").
+const crossNode = "^(TestCardAnsweredOnOtherEdge|TestEdgeKilledMidFlush|TestDeliverThroughRouter)$"
+const crossNodeTests = 3
+
+type backendEnv struct {
+	redisMode, redisURL string
+	natsURLs            []string
+}
+
+// backends is what the parent TestClusteredBackends set, or nothing.
+var backends = sync.OnceValue(func() backendEnv {
+	b := backendEnv{redisMode: os.Getenv(envRedisMode), redisURL: os.Getenv(envRedisURL)}
+	if u := os.Getenv(envNATSURLs); u != "" {
+		b.natsURLs = strings.Split(u, ",")
+	}
+	return b
+})
+
+// TestClusteredBackends runs the cross-node tests with every edge and the
+// router on a different server of a 3-node NATS cluster, and the state on a
+// Redis Cluster of 3 masters (each with a replica), then on a master found
+// through Redis Sentinel.
+func TestClusteredBackends(t *testing.T) {
+	if backends().redisURL != "" {
+		t.Skip("already the child run")
+	}
+	if testing.Short() {
+		t.Skip("starts a Redis Cluster, Sentinels and a NATS cluster")
+	}
+	nats := startNATSCluster(t, 3)
+	t.Run("RedisCluster", func(t *testing.T) {
+		rc := testsvc.StartRedisCluster(t, 3, 1)
+		runCrossNode(t, "cluster", rc.URL(), nats)
+	})
+	t.Run("Sentinel", func(t *testing.T) {
+		runCrossNode(t, "sentinel", startSentinels(t), nats)
+	})
+}
+
+// runCrossNode runs crossNode in a child process of this test binary.
+func runCrossNode(t *testing.T, mode, redisURL string, nats []string) {
+	args := []string{"-test.run", crossNode, "-test.count=1", "-test.v"}
+	if d, ok := t.Deadline(); ok {
+		args = append(args, "-test.timeout="+time.Until(d).Round(time.Second).String())
+	}
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), envRedisMode+"="+mode, envRedisURL+"="+redisURL, envNATSURLs+"="+strings.Join(nats, ","))
+	out, err := cmd.CombinedOutput()
+	passed := strings.Count(string(out), "--- PASS: ")
+	if err != nil || passed < crossNodeTests {
+		t.Fatalf("the cross-node tests on REDIS_MODE=%s and a NATS cluster: %v, %d passed\n%s", mode, err, passed, out)
+	}
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(l, "--- ") || strings.HasPrefix(l, "ok") {
+			t.Log(l)
+		}
+	}
+}
+
+// startNATSCluster starts n nats-servers joined by routes, and returns
+// their client URLs once each sees the others.
+func startNATSCluster(t *testing.T, n int) []string {
+	t.Helper()
+	bin := findBinary("nats-server", "/usr/sbin/nats-server", "/usr/local/bin/nats-server")
+	if bin == "" {
+		unavailable(t, "NATS cluster", "put nats-server on PATH (apt-get install nats-server)")
+	}
+	type ports struct{ client, route, monitor int }
+	var ps []ports
+	for range n {
+		var p ports
+		for _, q := range []*int{&p.client, &p.route, &p.monitor} {
+			v, err := testsvc.FreePort()
+			if err != nil {
+				t.Fatal(err)
+			}
+			*q = v
+		}
+		ps = append(ps, p)
+	}
+	var routes, urls []string
+	for _, p := range ps {
+		routes = append(routes, "nats://127.0.0.1:"+strconv.Itoa(p.route))
+		urls = append(urls, "nats://127.0.0.1:"+strconv.Itoa(p.client))
+	}
+	for i, p := range ps {
+		args := []string{"-a", "127.0.0.1", "-p", strconv.Itoa(p.client), "-m", strconv.Itoa(p.monitor),
+			"-n", "nats-" + strconv.Itoa(i), "--cluster_name", "hermes-test",
+			"--cluster", routes[i], "--routes", strings.Join(routes, ",")}
+		startProc(t, "nats-"+strconv.Itoa(i), bin, args, nil, func(line string) (string, bool) {
+			return "", strings.Contains(line, "Server is ready")
+		})
+	}
+	for i, p := range ps {
+		testsvc.WaitFor(t, 30*time.Second, fmt.Sprintf("nats-%d to route to the %d others", i, n-1), func() bool {
+			resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(p.monitor) + "/routez")
+			if err != nil {
+				return false
+			}
+			defer resp.Body.Close()
+			var rz struct {
+				Routes []struct {
+					RemoteID string `json:"remote_id"`
+				} `json:"routes"`
+			}
+			if json.NewDecoder(resp.Body).Decode(&rz) != nil {
+				return false
+			}
+			peers := map[string]bool{}
+			for _, r := range rz.Routes {
+				peers[r.RemoteID] = true
+			}
+			return len(peers) == n-1
+		})
+	}
+	return urls
+}
+
+// startSentinels starts a master, a replica and three sentinels (quorum 2)
+// watching it, and returns the sentinel URL REDIS_MODE=sentinel takes.
+func startSentinels(t *testing.T) string {
+	t.Helper()
+	server := findBinary("redis-server", "/usr/bin/redis-server")
+	sentinel := findBinary("redis-sentinel", "/usr/bin/redis-sentinel")
+	if server == "" || sentinel == "" {
+		unavailable(t, "Redis Sentinel", "put redis-server and redis-sentinel on PATH (apt-get install redis-server redis-sentinel)")
+	}
+	dir := t.TempDir()
+	port := func() int {
+		p, err := testsvc.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	redisReady := func(line string) (string, bool) { return "", strings.Contains(line, "Ready to accept connections") }
+	master := port()
+	startProc(t, "redis-master", server, []string{"--port", strconv.Itoa(master), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir}, nil, redisReady)
+	replica := port()
+	startProc(t, "redis-replica", server, []string{"--port", strconv.Itoa(replica), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir,
+		"--replicaof", "127.0.0.1", strconv.Itoa(master)}, nil, redisReady)
+	var addrs []string
+	for i := range 3 {
+		p := port()
+		conf := filepath.Join(dir, fmt.Sprintf("sentinel-%d.conf", i))
+		body := fmt.Sprintf("port %d\nbind 127.0.0.1\nsentinel monitor hermes 127.0.0.1 %d 2\nsentinel down-after-milliseconds hermes 2000\nsentinel failover-timeout hermes 10000\n", p, master)
+		if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		startProc(t, fmt.Sprintf("sentinel-%d", i), sentinel, []string{conf}, nil, func(line string) (string, bool) {
+			return "", strings.Contains(line, "+monitor master hermes")
+		})
+		addrs = append(addrs, "127.0.0.1:"+strconv.Itoa(p))
+	}
+	// The sentinels know the master; wait until each also knows the replica
+	// and the other sentinels, as a failover would need.
+	for _, a := range addrs {
+		testsvc.WaitFor(t, 30*time.Second, "sentinel "+a+" to see the replica and the other sentinels", func() bool {
+			sc := redis.NewSentinelClient(&redis.Options{Addr: a, MaxRetries: -1})
+			defer sc.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			m, err := sc.Master(ctx, "hermes").Result()
+			return err == nil && m["num-slaves"] == "1" && m["num-other-sentinels"] == "2"
+		})
+	}
+	u := "redis://" + addrs[0] + "?master_name=hermes"
+	for _, a := range addrs[1:] {
+		u += "&addr=" + a
+	}
+	return u
+}
