@@ -164,7 +164,10 @@ func (c *conn) hello(h *protocol.Hello) {
 	s.helloDone(c)
 	ctx, cancel := c.opContext()
 	defer cancel()
-	epoch, err := s.store.ClaimDevice(ctx, dev.ID, s.cfg.ID, s.cfg.OwnerTTL)
+	// The claim also says whether the device acked on an earlier socket:
+	// then what this socket writes, from the outbox on, counts only once
+	// acked.
+	epoch, acks, err := s.store.ClaimDeviceAcks(ctx, dev.ID, s.cfg.ID, s.cfg.OwnerTTL)
 	if err != nil {
 		c.logger().Warn("claiming device failed", "device", dev.ID, "err", err)
 		c.fatal(protocol.NewError(protocol.CodeInternalError, "gateway storage unavailable; reconnect later"))
@@ -179,6 +182,9 @@ func (c *conn) hello(h *protocol.Hello) {
 	c.deliverOK = g.deliver || c.client.IsLoopback()
 	c.mu.Lock()
 	c.flags.set(flagHelloed)
+	if acks {
+		c.flags.set(flagAcking)
+	}
 	closing := c.flags.is(flagClosing)
 	c.mu.Unlock()
 	if closing {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/agent"
 	"github.com/hermes-mobile/gateway/pkg/client"
 	"github.com/hermes-mobile/gateway/pkg/dispatch"
@@ -117,6 +118,91 @@ func TestAckUnackedGoesBackToOutbox(t *testing.T) {
 	q.CloseNow()
 	waitOffline(t, n, "tel-noacks")
 	wantOutboxItems(t, n, "tel-noacks", 0)
+}
+
+// TestAckKnownFromTheFirstFrame: a phone that acked on an earlier socket
+// is known to ack on its next one from the first frame, on the memory and
+// the Redis store. Its outbox, flushed right after ready to a phone that
+// drops it unread (the socket closes without an ack), is not delivered: it
+// stays in the outbox and comes again on the next socket, before the
+// answers to what the phone sends there.
+func TestAckKnownFromTheFirstFrame(t *testing.T) {
+	t.Parallel()
+	for _, st := range []struct {
+		name   string
+		mutate func(*gateway.Config)
+	}{
+		{"memory", func(*gateway.Config) {}},
+		{"redis", func(cfg *gateway.Config) { cfg.RedisURL, cfg.RedisPrefix = testsvc.RedisURL(t), randomPrefix() }},
+	} {
+		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
+			n, _ := ackNode(t, func(cfg *gateway.Config) {
+				cfg.Edge.AckWait = dispatch.DefaultTimeout - time.Second // as long as it may be
+				st.mutate(cfg)
+			})
+			const dev = "tel-first"
+			// Socket 1: the phone acks r-m1 (the gateway learns it acks),
+			// then leaves before acking r-m2, which goes to the outbox.
+			c1, _ := n.connect(t, dev)
+			if err := c1.Text("m1", "first"); err != nil {
+				t.Fatal(err)
+			}
+			ackRead(t, c1, "r-m1")
+			if err := c1.Ack("r-m1"); err != nil {
+				t.Fatal(err)
+			}
+			if err := c1.Text("m2", "second"); err != nil {
+				t.Fatal(err)
+			}
+			ackRead(t, c1, "r-m2")
+			c1.CloseNow()
+			waitOutboxItems(t, n, dev, 1)
+
+			// Socket 2: the outbox's r-m2 is written right after ready; the
+			// phone drops it unread.
+			c2, _ := n.connect(t, dev)
+			if got := ackRead(t, c2, "r-m2"); got != "second" {
+				t.Fatalf("r-m2 from the outbox = %q", got)
+			}
+			c2.CloseNow()
+			waitOffline(t, n, dev)
+
+			// Socket 3: r-m2 again, from the outbox, before the answer to m3.
+			c3, _ := n.connect(t, dev)
+			if err := c3.Text("m3", "third"); err != nil {
+				t.Fatal(err)
+			}
+			if f := nextMessage(t, c3); f.Str("id") != "r-m2" || f.Str("text") != "second" {
+				t.Fatalf("socket 3's first message is %s, want r-m2 again: dropped unread on socket 2, it was not delivered", f)
+			}
+			if err := c3.Ack("r-m2"); err != nil {
+				t.Fatal(err)
+			}
+			ackRead(t, c3, "r-m3")
+			if err := c3.Ack("r-m3"); err != nil {
+				t.Fatal(err)
+			}
+			waitOutboxEmpty(t, n, dev)
+		})
+	}
+}
+
+// nextMessage returns the next message frame from c, skipping the avatar
+// and typing frames before it.
+func nextMessage(t *testing.T, c *client.Conn) client.Frame {
+	t.Helper()
+	f, err := c.Next(testCtx(t))
+	for err == nil && (f.T() == protocol.TypeAvatar || f.T() == protocol.TypeTyping) {
+		f, err = c.Next(testCtx(t))
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.T() != protocol.TypeMessage {
+		t.Fatalf("got %s, want a message", f)
+	}
+	return f
 }
 
 // TestAckReleasesTheAnswer: the acked answer is delivered once: after the
