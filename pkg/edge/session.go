@@ -535,7 +535,8 @@ func (c *conn) onDeliver(f *protocol.Deliver) {
 }
 
 // deliver sends deliver frame f, as id, to target, and answers the sender:
-// delivered once the phone has it, or the error.
+// delivered once the phone has it (and acked it, with "wait":"ack"), or
+// the error, as POST /v1/deliver answers 200 or not.
 func (c *conn) deliver(f *protocol.Deliver, id, target string) {
 	ctx, cancel := context.WithTimeout(c.srv.ctx, dispatch.DefaultTimeout)
 	defer cancel()
@@ -555,9 +556,10 @@ func (c *conn) deliver(f *protocol.Deliver, id, target string) {
 		}})
 	}
 	for _, out := range outs {
-		err := c.srv.sender.Send(ctx, out)
+		out.WaitAck = f.WaitAck
+		acked, err := c.srv.sender.SendAcked(ctx, out)
 		switch {
-		case errors.Is(err, dispatch.ErrNotAcked):
+		case errors.Is(err, dispatch.ErrNotAcked), err == nil && out.WaitAck && !acked:
 			c.sendError(protocol.NewError(protocol.CodeInternalError, "deliver "+id+": written, but device "+target+" did not acknowledge it; deliver again to be sure"))
 			return
 		case errors.Is(err, dispatch.ErrOffline):

@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -273,6 +274,57 @@ func TestDeliverFrameDelivered(t *testing.T) {
 	}
 	if err != nil || f.T() != protocol.TypeDelivered || f.Str("id") != "job-1" || f.Str("device") != "tel-target" {
 		t.Fatalf("the deliver's sender got %v (%v), want delivered{job-1, tel-target}", f, err)
+	}
+}
+
+// TestDeliverFrameWaitAck: a deliver frame with "wait":"ack" is answered
+// delivered only once the phone acked it, as POST /v1/deliver answers 200
+// only then; written and not acked within AckWait (a phone that never acks)
+// is an error naming the id. A wait other than "ack" is a bad_frame.
+func TestDeliverFrameWaitAck(t *testing.T) {
+	t.Parallel()
+	n := startNode(t, func(cfg *gateway.Config) { cfg.Edge.AckWait = 500 * time.Millisecond })
+	phone, _ := n.connect(t, "tel-wait")
+	cron := n.dial(t)
+	if _, err := cron.Hello(testCtx(t), testToken, protocol.Device{ID: "cron-1"}, protocol.User{ID: "cron"}); err != nil {
+		t.Fatal(err)
+	}
+	deliver := func(id, wait string) {
+		t.Helper()
+		if err := cron.Send(map[string]any{"t": "deliver", "id": id, "target": "mobile:tel-wait", "text": "text " + id, "wait": wait}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	next := func() client.Frame {
+		t.Helper()
+		f, err := cron.Next(testCtx(t))
+		for err == nil && (f.T() == protocol.TypeAvatar || f.T() == protocol.TypeTyping) {
+			f, err = cron.Next(testCtx(t))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+
+	deliver("unacked", "ack")
+	ackRead(t, phone, "unacked") // and not acked
+	if f := next(); f.T() != protocol.TypeError || f.Str("code") != string(protocol.CodeInternalError) || !strings.Contains(f.Str("message"), "unacked") {
+		t.Fatalf("the sender got %s, want an internal_error naming unacked: written, not acknowledged", f)
+	}
+
+	deliver("acked", "ack")
+	ackRead(t, phone, "acked")
+	if err := phone.Ack("acked"); err != nil {
+		t.Fatal(err)
+	}
+	if f := next(); f.T() != protocol.TypeDelivered || f.Str("id") != "acked" || f.Str("device") != "tel-wait" {
+		t.Fatalf("the sender got %s, want delivered{acked, tel-wait}", f)
+	}
+
+	deliver("bad", "read")
+	if f := next(); f.T() != protocol.TypeError || f.Str("code") != string(protocol.CodeBadFrame) {
+		t.Fatalf(`the sender of "wait":"read" got %s, want bad_frame`, f)
 	}
 }
 
