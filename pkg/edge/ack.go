@@ -16,6 +16,15 @@ const maxUnacked = 256
 // checking the write (see fenceOwner).
 const recentAcks = 64
 
+// acksTTL is how long the store remembers that a device acks, from the
+// first ack of its latest socket: a new socket of the device waits for
+// acks from its first frame (the outbox flush included) while the record
+// lives. It is the journal's 24 h, a day of a phone's life: longer than
+// any outbox item (10 min) and any ordinary gap between sockets, short
+// enough that a device id taken over by a client that never acks stops
+// waiting AckWait for each delivery a day after the last ack.
+const acksTTL = 24 * time.Hour
+
 // ackable reports whether the phone acknowledges out once it displayed it:
 // the final frame of a message, the last chunk of a file. (Earlier edits
 // of a message are superseded by its final text.)
@@ -36,15 +45,16 @@ type ackWaiter struct {
 
 // awaitAck wraps done (called once the delivery out is written and fenced)
 // so that, on a connection whose phone acknowledges what it displays (it
-// has sent an ack) or for an output that asks for it (WaitAck), the answer
+// has sent an ack on this socket, or the store remembers one on an earlier
+// socket) or for an output that asks for it (WaitAck), the answer
 // waits for the phone's ack of out.ID, for at most AckWait:
 //
 //   - acked: done(true, nil);
 //   - not acked in time, or the socket closed first, on a phone that acks:
 //     done(false, errNotAcked), and the sender keeps the output (the
 //     router's outbox) as not delivered;
-//   - not acked by a phone that never acked on this socket: done(false,
-//     nil), written as before.
+//   - not acked by a phone not known to ack: done(false, nil), written
+//     as before.
 //
 // A phone that never acks is answered once the frames are written, as the
 // protocol's reference does.
@@ -88,7 +98,8 @@ func (c *conn) awaitAck(out wire.Output, done func(acked bool, err error)) func(
 // of id written so far (a message and its edits) is acknowledged.
 func (c *conn) onAck(id string) {
 	c.mu.Lock()
-	c.flags.set(flagAcking)
+	first := !c.flags.is(flagAcked)
+	c.flags.set(flagAcking | flagAcked)
 	ws := c.takeUnackedLocked(id)
 	if ws == nil {
 		// Early (its delivery is still being checked) or not ours to
@@ -102,10 +113,23 @@ func (c *conn) onAck(id string) {
 		c.recentAcks = append(c.recentAcks, id)
 	}
 	c.mu.Unlock()
+	if first {
+		c.srv.goFunc(c.rememberAcks)
+	}
 	for _, w := range ws {
 		if w.timer.Stop() {
 			w.done(true, nil)
 		}
+	}
+}
+
+// rememberAcks tells the store, once per socket, that the device acks, so
+// its next socket waits for acks from its first frame (see hello).
+func (c *conn) rememberAcks() {
+	ctx, cancel := c.compensationContext()
+	defer cancel()
+	if err := c.srv.store.SetDeviceAcks(ctx, c.device, acksTTL); err != nil {
+		c.logger().Warn("recording that the device acks failed; its next socket learns it from its first ack", "err", err)
 	}
 }
 

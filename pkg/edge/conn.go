@@ -81,7 +81,8 @@ type connFlags uint8
 const (
 	flagHelloed  connFlags = 1 << iota // hello accepted
 	flagReady                          // the outbox was flushed: deliveries go straight out
-	flagAcking                         // the phone has sent an ack: deliveries wait for its acks
+	flagAcking                         // the phone acks (it has sent an ack, or the store says it did on an earlier socket): deliveries wait for its acks
+	flagAcked                          // the phone has sent an ack on this socket: the store was told (see rememberAcks)
 	flagWriting                        // a flush goroutine is writing the queue
 	flagClosing                        // a close frame is queued; nothing else is accepted
 	flagClosed                         // torn down

@@ -10,10 +10,12 @@ import (
 )
 
 // writeOutbox writes the device's outbox items that this socket has not
-// queued yet. The items stay in the store until they are written: an
-// outboxAck removes them once the socket reports the writes done, so a
-// socket (or an edge) that dies mid-flush leaves them to the device's next
-// connection. Reads of one socket run one at a time, in order.
+// queued yet. The items stay in the store until they are delivered, by the
+// rule of live deliveries (awaitAck): written, and for a phone that acks,
+// acked. An outboxAck removes them once the socket reports them delivered,
+// so a socket (or an edge) that dies mid-flush, or a phone that drops them
+// unread, leaves them to the device's next connection. Reads of one socket
+// run one at a time, in order.
 //
 // While more than half of MaxOutboundBytes is queued, the next item waits
 // for the one before it to be written, so an outbox larger than the queue
@@ -38,17 +40,18 @@ func (c *conn) writeOutbox() {
 		if prev != nil && c.queuedBytes() > c.srv.cfg.MaxOutboundBytes/2 {
 			<-prev // runs once the item is written or its socket is gone
 		}
-		done, written := a.queue(it.Seq)
+		delivered, written := a.queue(it.Seq)
 		var out wire.Output
 		switch err := wire.Unmarshal(it.Data, &out); {
 		case err != nil:
 			c.logger().Warn("dropping unreadable outbox item", "err", err)
-			c.setAvatar("", done) // removed in its turn, after the items before it
+			c.setAvatar("", wrote(written, delivered)) // removed in its turn, after the items before it
 		case wire.IsControl(out.Op):
-			c.setAvatar("", done) // not output: nothing to write
+			c.setAvatar("", wrote(written, delivered)) // not output: nothing to write
 		default:
+			acked := c.awaitAck(out, func(_ bool, err error) { delivered(err) })
 			ctx, cancel := c.opContext() // a file is fetched in render
-			c.render(ctx, out, done)
+			c.render(ctx, out, wrote(written, acked))
 			cancel()
 		}
 		if a.failed() {
@@ -70,7 +73,8 @@ func (c *conn) queuedBytes() int {
 }
 
 // outboxAck acknowledges the items of one outbox read once the socket has
-// written them: up to the last item before the first that failed. Items
+// delivered them (written them, and for a phone that acks, had them acked):
+// up to the last item before the first that was not delivered. Items
 // are written in order and a socket whose write fails is closed, so when
 // the acknowledgement runs, every item queued before on this socket has
 // been written too. The acknowledgement carries the socket's epoch: once a
@@ -81,19 +85,20 @@ type outboxAck struct {
 
 	mu      sync.Mutex
 	seqs    []int64 // queued, in order
-	pending int     // queued items whose done has not run
-	bad     int64   // the lowest Seq that failed (MaxInt64: none)
+	pending int     // queued items whose delivered has not run
+	bad     int64   // the lowest Seq not delivered (MaxInt64: none)
+	broken  bool    // an item was not written (not merely not acked)
 	all     bool    // every item is queued
 }
 
-// queue adds the item seq. It returns the done that reports its write and
-// a channel closed when done has run.
-func (a *outboxAck) queue(seq int64) (func(error), <-chan struct{}) {
+// queue adds the item seq. It returns the delivered that reports whether
+// it was delivered, and a channel for wrote to close once it was written
+// (or failed), which for a phone that acks comes before its ack.
+func (a *outboxAck) queue(seq int64) (delivered func(error), written chan struct{}) {
 	a.mu.Lock()
 	a.seqs = append(a.seqs, seq)
 	a.pending++
 	a.mu.Unlock()
-	written := make(chan struct{})
 	return func(err error) {
 		a.mu.Lock()
 		a.pending--
@@ -101,18 +106,30 @@ func (a *outboxAck) queue(seq int64) (func(error), <-chan struct{}) {
 		// dropped like a written item, as the router drops it.
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			a.bad = min(a.bad, seq)
+			// A phone that acks and is slow to: the rest is written all
+			// the same (a closed socket fails the next write).
+			a.broken = a.broken || !errors.Is(err, errNotAcked)
 		}
-		close(written)
 		after := a.settleLocked()
 		a.mu.Unlock()
 		run(after)
-	}, written
+	}, make(chan struct{})
 }
 
+// wrote returns the done of an item's write: it closes written, then
+// passes the outcome on to then.
+func wrote(written chan struct{}, then func(error)) func(error) {
+	return func(err error) {
+		close(written)
+		then(err)
+	}
+}
+
+// failed reports whether an item could not be written.
 func (a *outboxAck) failed() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.bad != math.MaxInt64
+	return a.broken
 }
 
 // queued marks the end of the read.

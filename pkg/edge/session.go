@@ -164,7 +164,10 @@ func (c *conn) hello(h *protocol.Hello) {
 	s.helloDone(c)
 	ctx, cancel := c.opContext()
 	defer cancel()
-	epoch, err := s.store.ClaimDevice(ctx, dev.ID, s.cfg.ID, s.cfg.OwnerTTL)
+	// The claim also says whether the device acked on an earlier socket:
+	// then what this socket writes, from the outbox on, counts only once
+	// acked.
+	epoch, acks, err := s.store.ClaimDeviceAcks(ctx, dev.ID, s.cfg.ID, s.cfg.OwnerTTL)
 	if err != nil {
 		c.logger().Warn("claiming device failed", "device", dev.ID, "err", err)
 		c.fatal(protocol.NewError(protocol.CodeInternalError, "gateway storage unavailable; reconnect later"))
@@ -179,6 +182,9 @@ func (c *conn) hello(h *protocol.Hello) {
 	c.deliverOK = g.deliver || c.client.IsLoopback()
 	c.mu.Lock()
 	c.flags.set(flagHelloed)
+	if acks {
+		c.flags.set(flagAcking)
+	}
 	closing := c.flags.is(flagClosing)
 	c.mu.Unlock()
 	if closing {
@@ -529,7 +535,8 @@ func (c *conn) onDeliver(f *protocol.Deliver) {
 }
 
 // deliver sends deliver frame f, as id, to target, and answers the sender:
-// delivered once the phone has it, or the error.
+// delivered once the phone has it (and acked it, with "wait":"ack"), or
+// the error, as POST /v1/deliver answers 200 or not.
 func (c *conn) deliver(f *protocol.Deliver, id, target string) {
 	ctx, cancel := context.WithTimeout(c.srv.ctx, dispatch.DefaultTimeout)
 	defer cancel()
@@ -549,9 +556,10 @@ func (c *conn) deliver(f *protocol.Deliver, id, target string) {
 		}})
 	}
 	for _, out := range outs {
-		err := c.srv.sender.Send(ctx, out)
+		out.WaitAck = f.WaitAck
+		acked, err := c.srv.sender.SendAcked(ctx, out)
 		switch {
-		case errors.Is(err, dispatch.ErrNotAcked):
+		case errors.Is(err, dispatch.ErrNotAcked), err == nil && out.WaitAck && !acked:
 			c.sendError(protocol.NewError(protocol.CodeInternalError, "deliver "+id+": written, but device "+target+" did not acknowledge it; deliver again to be sure"))
 			return
 		case errors.Is(err, dispatch.ErrOffline):

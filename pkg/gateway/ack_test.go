@@ -2,10 +2,12 @@ package gateway_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/agent"
 	"github.com/hermes-mobile/gateway/pkg/client"
 	"github.com/hermes-mobile/gateway/pkg/dispatch"
@@ -119,6 +121,91 @@ func TestAckUnackedGoesBackToOutbox(t *testing.T) {
 	wantOutboxItems(t, n, "tel-noacks", 0)
 }
 
+// TestAckKnownFromTheFirstFrame: a phone that acked on an earlier socket
+// is known to ack on its next one from the first frame, on the memory and
+// the Redis store. Its outbox, flushed right after ready to a phone that
+// drops it unread (the socket closes without an ack), is not delivered: it
+// stays in the outbox and comes again on the next socket, before the
+// answers to what the phone sends there.
+func TestAckKnownFromTheFirstFrame(t *testing.T) {
+	t.Parallel()
+	for _, st := range []struct {
+		name   string
+		mutate func(*gateway.Config)
+	}{
+		{"memory", func(*gateway.Config) {}},
+		{"redis", func(cfg *gateway.Config) { cfg.RedisURL, cfg.RedisPrefix = testsvc.RedisURL(t), randomPrefix() }},
+	} {
+		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
+			n, _ := ackNode(t, func(cfg *gateway.Config) {
+				cfg.Edge.AckWait = dispatch.DefaultTimeout - time.Second // as long as it may be
+				st.mutate(cfg)
+			})
+			const dev = "tel-first"
+			// Socket 1: the phone acks r-m1 (the gateway learns it acks),
+			// then leaves before acking r-m2, which goes to the outbox.
+			c1, _ := n.connect(t, dev)
+			if err := c1.Text("m1", "first"); err != nil {
+				t.Fatal(err)
+			}
+			ackRead(t, c1, "r-m1")
+			if err := c1.Ack("r-m1"); err != nil {
+				t.Fatal(err)
+			}
+			if err := c1.Text("m2", "second"); err != nil {
+				t.Fatal(err)
+			}
+			ackRead(t, c1, "r-m2")
+			c1.CloseNow()
+			waitOutboxItems(t, n, dev, 1)
+
+			// Socket 2: the outbox's r-m2 is written right after ready; the
+			// phone drops it unread.
+			c2, _ := n.connect(t, dev)
+			if got := ackRead(t, c2, "r-m2"); got != "second" {
+				t.Fatalf("r-m2 from the outbox = %q", got)
+			}
+			c2.CloseNow()
+			waitOffline(t, n, dev)
+
+			// Socket 3: r-m2 again, from the outbox, before the answer to m3.
+			c3, _ := n.connect(t, dev)
+			if err := c3.Text("m3", "third"); err != nil {
+				t.Fatal(err)
+			}
+			if f := nextMessage(t, c3); f.Str("id") != "r-m2" || f.Str("text") != "second" {
+				t.Fatalf("socket 3's first message is %s, want r-m2 again: dropped unread on socket 2, it was not delivered", f)
+			}
+			if err := c3.Ack("r-m2"); err != nil {
+				t.Fatal(err)
+			}
+			ackRead(t, c3, "r-m3")
+			if err := c3.Ack("r-m3"); err != nil {
+				t.Fatal(err)
+			}
+			waitOutboxEmpty(t, n, dev)
+		})
+	}
+}
+
+// nextMessage returns the next message frame from c, skipping the avatar
+// and typing frames before it.
+func nextMessage(t *testing.T, c *client.Conn) client.Frame {
+	t.Helper()
+	f, err := c.Next(testCtx(t))
+	for err == nil && (f.T() == protocol.TypeAvatar || f.T() == protocol.TypeTyping) {
+		f, err = c.Next(testCtx(t))
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.T() != protocol.TypeMessage {
+		t.Fatalf("got %s, want a message", f)
+	}
+	return f
+}
+
 // TestAckReleasesTheAnswer: the acked answer is delivered once: after the
 // ack, a reconnect gets nothing from the outbox.
 func TestAckReleasesTheAnswer(t *testing.T) {
@@ -187,6 +274,57 @@ func TestDeliverFrameDelivered(t *testing.T) {
 	}
 	if err != nil || f.T() != protocol.TypeDelivered || f.Str("id") != "job-1" || f.Str("device") != "tel-target" {
 		t.Fatalf("the deliver's sender got %v (%v), want delivered{job-1, tel-target}", f, err)
+	}
+}
+
+// TestDeliverFrameWaitAck: a deliver frame with "wait":"ack" is answered
+// delivered only once the phone acked it, as POST /v1/deliver answers 200
+// only then; written and not acked within AckWait (a phone that never acks)
+// is an error naming the id. A wait other than "ack" is a bad_frame.
+func TestDeliverFrameWaitAck(t *testing.T) {
+	t.Parallel()
+	n := startNode(t, func(cfg *gateway.Config) { cfg.Edge.AckWait = 500 * time.Millisecond })
+	phone, _ := n.connect(t, "tel-wait")
+	cron := n.dial(t)
+	if _, err := cron.Hello(testCtx(t), testToken, protocol.Device{ID: "cron-1"}, protocol.User{ID: "cron"}); err != nil {
+		t.Fatal(err)
+	}
+	deliver := func(id, wait string) {
+		t.Helper()
+		if err := cron.Send(map[string]any{"t": "deliver", "id": id, "target": "mobile:tel-wait", "text": "text " + id, "wait": wait}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	next := func() client.Frame {
+		t.Helper()
+		f, err := cron.Next(testCtx(t))
+		for err == nil && (f.T() == protocol.TypeAvatar || f.T() == protocol.TypeTyping) {
+			f, err = cron.Next(testCtx(t))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+
+	deliver("unacked", "ack")
+	ackRead(t, phone, "unacked") // and not acked
+	if f := next(); f.T() != protocol.TypeError || f.Str("code") != string(protocol.CodeInternalError) || !strings.Contains(f.Str("message"), "unacked") {
+		t.Fatalf("the sender got %s, want an internal_error naming unacked: written, not acknowledged", f)
+	}
+
+	deliver("acked", "ack")
+	ackRead(t, phone, "acked")
+	if err := phone.Ack("acked"); err != nil {
+		t.Fatal(err)
+	}
+	if f := next(); f.T() != protocol.TypeDelivered || f.Str("id") != "acked" || f.Str("device") != "tel-wait" {
+		t.Fatalf("the sender got %s, want delivered{acked, tel-wait}", f)
+	}
+
+	deliver("bad", "read")
+	if f := next(); f.T() != protocol.TypeError || f.Str("code") != string(protocol.CodeBadFrame) {
+		t.Fatalf(`the sender of "wait":"read" got %s, want bad_frame`, f)
 	}
 }
 

@@ -37,6 +37,7 @@ type wire struct {
 	TS       jsontext.Value  `json:"ts"`
 	Target   string          `json:"target"`
 	Media    *wireDeliverAtt `json:"media"`
+	Wait     string          `json:"wait"`
 }
 
 type wireDeliverAtt struct {
@@ -290,6 +291,10 @@ func decodeDeliver(w *wire) (ClientFrame, *Error) {
 	if e := checkText("text", d.Text); e != nil {
 		return nil, e
 	}
+	if w.Wait != "" && w.Wait != "ack" {
+		return nil, NewError(CodeBadFrame, `deliver wait must be "ack" or absent`)
+	}
+	d.WaitAck = w.Wait == "ack"
 	return d, nil
 }
 

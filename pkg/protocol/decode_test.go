@@ -737,6 +737,10 @@ func TestDecodeDeliver(t *testing.T) {
 		{"media kind sticker", map[string]any{"t": "deliver", "media": att("sticker", "YWJj")}, fails(protocol.CodeUnsupportedFrame)},
 		{"media exactly 8 MiB", map[string]any{"t": "deliver", "media": att("video", b64At8MiB())}, anyFrame},
 		{"media 8 MiB + 1 byte", map[string]any{"t": "deliver", "media": att("video", b64Over8MiB())}, fails(protocol.CodeTooBig)},
+		{"wait ack", map[string]any{"t": "deliver", "text": "hi", "wait": "ack"}, wantFrame(&protocol.Deliver{Text: "hi", WaitAck: true})},
+		{"wait empty", map[string]any{"t": "deliver", "text": "hi", "wait": ""}, wantFrame(&protocol.Deliver{Text: "hi"})},
+		{"wait read", map[string]any{"t": "deliver", "text": "hi", "wait": "read"}, fails(protocol.CodeBadFrame)},
+		{"wait not a string", map[string]any{"t": "deliver", "text": "hi", "wait": true}, fails(protocol.CodeBadFrame)},
 	}
 	for _, kind := range protocol.MediaOut {
 		tests = append(tests, struct {

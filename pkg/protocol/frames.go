@@ -141,6 +141,9 @@ type Deliver struct {
 	Target string
 	Text   string
 	Media  *DeliverMedia
+	// WaitAck ("wait":"ack", optional, as in POST /v1/deliver): delivered
+	// only once the phone acknowledged it, also a phone that never acks.
+	WaitAck bool
 }
 
 // DeliverMedia is the attachment of a deliver frame.

@@ -153,11 +153,20 @@ type Owner struct {
 	Epoch int64
 }
 
-// Owners records which edge holds each device.
+// Owners records which edge holds each device, and which devices
+// acknowledge what they display.
 type Owners interface {
 	// ClaimDevice makes edge the owner of device for ttl and returns a new
 	// epoch, greater than every epoch handed out for device before.
 	ClaimDevice(ctx context.Context, device, edge string, ttl time.Duration) (int64, error)
+	// ClaimDeviceAcks is ClaimDevice that also reports, read in the same
+	// step, whether device acks: SetDeviceAcks recorded it less than its
+	// ttl ago.
+	ClaimDeviceAcks(ctx context.Context, device, edge string, ttl time.Duration) (epoch int64, acks bool, err error)
+	// SetDeviceAcks records for ttl that device acks (it sent an ack),
+	// whoever owns it; a record already there lives ttl from now. The
+	// record outlives the owner record: ReleaseDevice leaves it.
+	SetDeviceAcks(ctx context.Context, device string, ttl time.Duration) error
 	// DeviceOwner returns the owner of device; ErrNotFound when none.
 	DeviceOwner(ctx context.Context, device string) (Owner, error)
 	// DeviceOwners returns the owner of each device, in order, in one round

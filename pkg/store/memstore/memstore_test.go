@@ -144,6 +144,9 @@ func TestSweeperRemovesExpired(t *testing.T) {
 		if _, err := s.ClaimDevice(ctx, k, "edge", ttl); err != nil {
 			t.Fatal(err)
 		}
+		if err := s.SetDeviceAcks(ctx, k, ttl); err != nil {
+			t.Fatal(err)
+		}
 		if err := s.PushOutbox(ctx, k, []byte("x"), 10, ttl); err != nil {
 			t.Fatal(err)
 		}
@@ -154,8 +157,8 @@ func TestSweeperRemovesExpired(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if s.dedup.len() != 10 || s.owners.len() != 10 || s.outbox.len() != 10 || s.blobs.size() != 40 {
-		t.Fatalf("before expiry: %d keys, %d owners, %d outboxes, %d blob bytes",
+	if s.dedup.len() != 10 || s.owners.len() != 20 || s.outbox.len() != 10 || s.blobs.size() != 40 {
+		t.Fatalf("before expiry: %d keys, %d owner and acks records, %d outboxes, %d blob bytes",
 			s.dedup.len(), s.owners.len(), s.outbox.len(), s.blobs.size())
 	}
 	clk.Advance(ttl)

@@ -16,6 +16,12 @@ type ownerEntry struct {
 	owner  store.Owner
 }
 
+// acksEntry records that a device acks.
+type acksEntry struct {
+	expiry
+	device string
+}
+
 // owners records device owners. Epochs come from one counter for all
 // devices, so an epoch is greater than every epoch handed out before for any
 // device, and nothing needs to be kept for a device once its record expires.
@@ -24,24 +30,33 @@ type owners struct {
 	epoch    int64 // the last epoch handed out
 	byDevice map[string]*ownerEntry
 	byExpiry expiryQueue[*ownerEntry]
+	acks     map[string]*acksEntry // the devices that ack
+	acksExp  expiryQueue[*acksEntry]
 }
 
 func newOwners() owners {
-	return owners{byDevice: make(map[string]*ownerEntry)}
+	return owners{byDevice: make(map[string]*ownerEntry), acks: make(map[string]*acksEntry)}
 }
 
 // ClaimDevice makes edge the owner of device for ttl and returns a new epoch.
 func (s *Store) ClaimDevice(ctx context.Context, device, edge string, ttl time.Duration) (int64, error) {
+	epoch, _, err := s.ClaimDeviceAcks(ctx, device, edge, ttl)
+	return epoch, err
+}
+
+// ClaimDeviceAcks is ClaimDevice that also reports whether device acks.
+func (s *Store) ClaimDeviceAcks(ctx context.Context, device, edge string, ttl time.Duration) (int64, bool, error) {
 	if err := ctx.Err(); err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	if ttl <= 0 {
-		return 0, errBadTTL
+		return 0, false, errBadTTL
 	}
 	o := &s.owners
 	now := s.clock.Now()
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.expireLocked(now)
 	o.epoch++
 	owner := store.Owner{Edge: edge, Epoch: o.epoch}
 	if e, ok := o.byDevice[device]; ok {
@@ -52,7 +67,31 @@ func (s *Store) ClaimDevice(ctx context.Context, device, edge string, ttl time.D
 		o.byDevice[device] = e
 		o.byExpiry.add(e)
 	}
-	return o.epoch, nil
+	_, acks := o.acks[device]
+	return o.epoch, acks, nil
+}
+
+// SetDeviceAcks records for ttl that device acks.
+func (s *Store) SetDeviceAcks(ctx context.Context, device string, ttl time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if ttl <= 0 {
+		return errBadTTL
+	}
+	o := &s.owners
+	at := s.clock.Now().Add(ttl)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if e, ok := o.acks[device]; ok {
+		e.at = at
+		o.acksExp.fix(e)
+		return nil
+	}
+	e := &acksEntry{expiry: expiry{at: at}, device: device}
+	o.acks[device] = e
+	o.acksExp.add(e)
+	return nil
 }
 
 // DeviceOwner returns the owner of device; store.ErrNotFound when none.
@@ -145,15 +184,23 @@ func (o *owners) expireLocked(now time.Time) {
 	for {
 		e, ok := o.byExpiry.popExpired(now)
 		if !ok {
-			return
+			break
 		}
 		delete(o.byDevice, e.device)
 	}
+	for {
+		e, ok := o.acksExp.popExpired(now)
+		if !ok {
+			return
+		}
+		delete(o.acks, e.device)
+	}
 }
 
-// len reports the owner records, expired ones included until they are swept.
+// len reports the owner and acks records, expired ones included until
+// they are swept.
 func (o *owners) len() int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return len(o.byDevice)
+	return len(o.byDevice) + len(o.acks)
 }

@@ -20,8 +20,10 @@ const refreshBatch = 512
 
 // claimDeviceScript hands out the next epoch of a device and records the
 // owner. A missing epoch key starts from the server clock in µs and above the
-// current owner's epoch; see the package comment.
-// KEYS: owner, epoch. ARGV: edge, ttl ms. Reply: the epoch.
+// current owner's epoch; see the package comment. It also reads whether the
+// device acks, so the hello learns it without another round trip.
+// KEYS: owner, epoch, acks. ARGV: edge, ttl ms. Reply: {the epoch, 1 if the
+// device acks else 0}.
 var claimDeviceScript = redis.NewScript(`
 local n
 if redis.call('EXISTS', KEYS[2]) == 1 then
@@ -40,7 +42,7 @@ else
 end
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
 redis.call('SET', KEYS[1], ARGV[1] .. '|' .. string.format('%.0f', n), 'PX', ARGV[2])
-return n
+return {n, redis.call('EXISTS', KEYS[3])}
 `)
 
 // refreshDeviceScript extends the ownership held at an epoch.
@@ -67,17 +69,46 @@ return 0
 
 // ClaimDevice makes edge the owner of device for ttl and returns a new epoch.
 func (s *Store) ClaimDevice(ctx context.Context, device, edge string, ttl time.Duration) (int64, error) {
+	epoch, _, err := s.claimDevice(ctx, "ClaimDevice", device, edge, ttl)
+	return epoch, err
+}
+
+// ClaimDeviceAcks is ClaimDevice that also reports whether device acks,
+// read by the same script.
+func (s *Store) ClaimDeviceAcks(ctx context.Context, device, edge string, ttl time.Duration) (int64, bool, error) {
+	return s.claimDevice(ctx, "ClaimDeviceAcks", device, edge, ttl)
+}
+
+func (s *Store) claimDevice(ctx context.Context, op, device, edge string, ttl time.Duration) (int64, bool, error) {
 	if err := ctx.Err(); err != nil {
-		return 0, opErr("ClaimDevice", err)
+		return 0, false, opErr(op, err)
 	}
 	if ttl <= 0 {
-		return 0, errBadTTL
+		return 0, false, errBadTTL
 	}
-	epoch, err := claimDeviceScript.Run(ctx, s.rdb, []string{s.ownerKey(device), s.epochKey(device)}, edge, ms(ttl)).Int64()
+	keys := []string{s.ownerKey(device), s.epochKey(device), s.acksKey(device)}
+	r, err := claimDeviceScript.Run(ctx, s.rdb, keys, edge, ms(ttl)).Int64Slice()
 	if err != nil {
-		return 0, s.redisErr(ctx, "ClaimDevice", err)
+		return 0, false, s.redisErr(ctx, op, err)
 	}
-	return epoch, nil
+	if len(r) != 2 {
+		return 0, false, opErr(op, fmt.Errorf("claim reply %v", r))
+	}
+	return r[0], r[1] == 1, nil
+}
+
+// SetDeviceAcks records for ttl that device acks.
+func (s *Store) SetDeviceAcks(ctx context.Context, device string, ttl time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return opErr("SetDeviceAcks", err)
+	}
+	if ttl <= 0 {
+		return errBadTTL
+	}
+	if err := s.rdb.Set(ctx, s.acksKey(device), "1", ttl).Err(); err != nil {
+		return s.redisErr(ctx, "SetDeviceAcks", err)
+	}
+	return nil
 }
 
 // DeviceOwner returns the owner of device; store.ErrNotFound when none.

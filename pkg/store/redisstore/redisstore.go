@@ -33,6 +33,7 @@
 //	P {prompts}:due                       zset    card id scored by Expires (unix µs); PX its longest card's
 //	P owner:{D}                           string  "<edge>|<epoch>"; PX the claim or refresh ttl
 //	P epoch:{D}                           string  the last epoch handed out for D; PX the claim or refresh ttl
+//	P acks:{D}                            string  "1": D acks (SetDeviceAcks); PX the ttl of the last SetDeviceAcks
 //	P outbox:{D}                          list    "<seq>|<deadline unix ms>|<item>", oldest first; PX its longest item's ttl
 //	P outboxseq:{D}                       string  the last seq handed out for D's outbox; PX at least the outbox's
 //	P blob:<32 hex>                       string  the blob; PX its ttl (with MaxBlobBytes: PXAT its deadline in {blobs}:due)
@@ -290,6 +291,7 @@ func (s *Store) dueKey(shard int) string   { return s.prefix + s.tags.prompts[sh
 func (s *Store) ownerKey(d string) string  { return s.prefix + "owner:{" + d + "}" }
 func (s *Store) epochKey(d string) string  { return s.prefix + "epoch:{" + d + "}" }
 func (s *Store) outboxKey(d string) string { return s.prefix + "outbox:{" + d + "}" }
+func (s *Store) acksKey(d string) string   { return s.prefix + "acks:{" + d + "}" }
 func (s *Store) blobKey(key string) string { return s.prefix + "blob:" + key }
 func (s *Store) blobDueKey(shard int) string {
 	return s.prefix + s.tags.blobs[shard] + ":due"

@@ -20,6 +20,70 @@ var ownerTests = []test{
 	{"RefreshKeepsHeld", testRefreshKeepsHeld},
 	{"RefreshReportsLost", testRefreshReportsLost},
 	{"OwnershipExpires", testOwnershipExpires},
+	{"AcksRemembered", testAcksRemembered},
+	{"AcksExpire", testAcksExpire},
+}
+
+// claimAcks claims device for edge and fails t unless the claim reports
+// acks as want; it returns the epoch.
+func claimAcks(t *testing.T, s store.Store, device, edge string, want bool) int64 {
+	t.Helper()
+	epoch, acks, err := s.ClaimDeviceAcks(t.Context(), device, edge, time.Minute)
+	if err != nil {
+		t.Fatalf("ClaimDeviceAcks(%s, %s): %v", device, edge, err)
+	}
+	if acks != want {
+		t.Fatalf("ClaimDeviceAcks(%s, %s) reports acks %v, want %v", device, edge, acks, want)
+	}
+	return epoch
+}
+
+func setAcks(t *testing.T, s store.Store, device string, ttl time.Duration) {
+	t.Helper()
+	if err := s.SetDeviceAcks(t.Context(), device, ttl); err != nil {
+		t.Fatalf("SetDeviceAcks(%s): %v", device, err)
+	}
+}
+
+// testAcksRemembered: a claim reports whether the device acks. The record
+// is per device, outlives the owner record and is left by claims; a
+// ClaimDeviceAcks hands out epochs and records owners as ClaimDevice does.
+func testAcksRemembered(t *testing.T, s store.Store) {
+	dev, other := name(t, "dev"), name(t, "other")
+	e1 := claimAcks(t, s, dev, "edge-1", false)
+	wantOwner(t, s, dev, store.Owner{Edge: "edge-1", Epoch: e1})
+	setAcks(t, s, dev, time.Minute)
+	releaseDevice(t, s, dev, e1)
+	e2 := claimAcks(t, s, dev, "edge-2", true)
+	if e2 <= e1 {
+		t.Fatalf("ClaimDeviceAcks epoch %d not greater than %d", e2, e1)
+	}
+	wantOwner(t, s, dev, store.Owner{Edge: "edge-2", Epoch: e2})
+	if e3 := claimDevice(t, s, dev, "edge-1", time.Minute); e3 <= e2 {
+		t.Fatalf("ClaimDevice epoch %d not greater than ClaimDeviceAcks' %d", e3, e2)
+	}
+	claimAcks(t, s, dev, "edge-1", true)
+	claimAcks(t, s, other, "edge-1", false)
+	setAcks(t, s, other, time.Minute) // again: still one record
+	setAcks(t, s, other, time.Minute)
+	claimAcks(t, s, other, "edge-1", true)
+}
+
+// testAcksExpire: the record lives its ttl from the last SetDeviceAcks.
+func testAcksExpire(t *testing.T, s store.Store) {
+	dev, renewed := name(t, "dev"), name(t, "renewed")
+	setAcks(t, s, dev, time.Second)
+	setAcks(t, s, renewed, time.Second)
+	setAcks(t, s, renewed, time.Minute)
+	claimAcks(t, s, dev, "edge-1", true)
+	eventually(t, expiryWait, "device recorded as acking for 1s acks", func() bool {
+		_, acks, err := s.ClaimDeviceAcks(t.Context(), dev, "edge-1", time.Minute)
+		if err != nil {
+			t.Fatalf("ClaimDeviceAcks: %v", err)
+		}
+		return !acks
+	})
+	claimAcks(t, s, renewed, "edge-1", true)
 }
 
 func claimDevice(t *testing.T, s store.Store, device, edge string, ttl time.Duration) int64 {
