@@ -5,11 +5,14 @@ package gateway_test
 // vanished. Framing and close handling are in test/wsconformance.
 
 import (
+	"bufio"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"runtime"
 	"strings"
 	"testing"
@@ -265,4 +268,54 @@ func TestKeepalive(t *testing.T) {
 func isReset(err error) bool {
 	var oe *net.OpError
 	return errors.As(err, &oe) && strings.Contains(oe.Err.Error(), "reset")
+}
+
+// TestHelloPhaseCaps: with MaxHelloConnsPerAddr sockets from one address
+// upgraded and silent, the next upgrade from it gets HTTP 503 and is not
+// upgraded; one from another address still is (MaxHelloConns is higher).
+// Once one of the silent sockets says hello it no longer counts, and a new
+// upgrade from the first address succeeds: phones that said hello never
+// hold the cap.
+func TestHelloPhaseCaps(t *testing.T) {
+	const perAddr = 4
+	n := hsNode(t, func(cfg *gateway.Config) {
+		cfg.Edge.MaxHelloConnsPerAddr = perAddr
+		cfg.Edge.MaxHelloConns = 2 * perAddr
+	})
+	dial := func(local string) (net.Conn, error) {
+		d := ws.Dialer{Timeout: 5 * time.Second, NetDial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			nd := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}}
+			return nd.DialContext(ctx, network, addr)
+		}}
+		nc, _, _, err := d.Dial(testCtx(t), n.URL())
+		if err == nil {
+			t.Cleanup(func() { nc.Close() })
+		}
+		return nc, err
+	}
+	var silent []net.Conn
+	for i := range perAddr {
+		nc, err := dial("127.0.0.1")
+		if err != nil {
+			t.Fatalf("upgrade %d of %d from one address: %v", i+1, perAddr, err)
+		}
+		silent = append(silent, nc)
+	}
+	_, err := dial("127.0.0.1")
+	var status ws.StatusError
+	if !errors.As(err, &status) || int(status) != http.StatusServiceUnavailable {
+		t.Fatalf("upgrade %d from one address: %v, want HTTP 503", perAddr+1, err)
+	}
+	if _, err := dial("127.0.0.2"); err != nil {
+		t.Fatalf("an upgrade from another address while the first is at its cap: %v", err)
+	}
+	// One silent socket says hello: its address has room again.
+	r := &rbRaw{t: t, nc: silent[0], br: bufio.NewReader(silent[0])}
+	r.write(ws.OpText, true, []byte(`{"t":"hello","token":"`+testToken+`","device":{"id":"tel-caps"}}`))
+	if h, p := r.read(); h.OpCode != ws.OpText || !strings.Contains(string(p), `"t":"ready"`) {
+		t.Fatalf("hello answered with %v %q", h.OpCode, p)
+	}
+	if _, err := dial("127.0.0.1"); err != nil {
+		t.Fatalf("an upgrade after one of the address's sockets said hello: %v", err)
+	}
 }
