@@ -14,6 +14,9 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/hermes-mobile/gateway/internal/retry"
 	"github.com/hermes-mobile/gateway/pkg/agent"
 	"github.com/hermes-mobile/gateway/pkg/bus"
 	"github.com/hermes-mobile/gateway/pkg/bus/natsbus"
@@ -43,6 +46,12 @@ type Config struct {
 	RedisURL string
 	// RedisPrefix starts every Redis key (REDIS_PREFIX, "hermes:").
 	RedisPrefix string
+	// WaitForDeps makes Start wait for an external Redis and NATS that do
+	// not answer yet, retrying with backoff until they do or ctx ends, and
+	// logging the failed attempts (the first at once, then one line every
+	// 10 s at most); without it Start fails at once. The services set it:
+	// a process started before its Redis and NATS waits for them.
+	WaitForDeps bool
 	// MaxBlobBytes bounds the media kept for the agent, in the store
 	// (MOBILE_MAX_BLOB_MIB, 1 GiB): past it a new file gets internal_error.
 	MaxBlobBytes int64
@@ -105,19 +114,12 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err e
 			g.Close()
 		}
 	}()
-	if cfg.RedisURL != "" {
-		redisstore.SetLogger(log)
-		rs, err := redisstore.New(ctx, redisstore.Options{URL: cfg.RedisURL, Prefix: cfg.RedisPrefix, Clock: cfg.Clock, MaxBlobBytes: blobBytes(cfg.MaxBlobBytes), Telemetry: cfg.Telemetry})
-		if err != nil {
-			return nil, fmt.Errorf("REDIS_URL: %w", err)
-		}
-		g.Store = rs
-	} else {
-		g.Store = memstore.New(memstore.Options{Clock: cfg.Clock, MaxBlobBytes: blobBytes(cfg.MaxBlobBytes)})
-	}
+	// The bus first: with WaitForDeps it connects in the background while
+	// Start waits for Redis, so the log tells of both.
 	var nb *natsbus.Bus // kept out of g.Bus until it is not nil
 	if cfg.NATSURL != "" {
-		nb, err = natsbus.Connect(cfg.NATSURL, natsbus.Options{Name: cfg.Name, Logger: log, SubjectPrefix: cfg.NATSPrefix, Telemetry: cfg.Telemetry})
+		nb, err = natsbus.Connect(cfg.NATSURL, natsbus.Options{Name: cfg.Name, Logger: log, SubjectPrefix: cfg.NATSPrefix, Telemetry: cfg.Telemetry,
+			RetryConnect: cfg.WaitForDeps})
 	} else {
 		nb, err = natsbus.Embedded(natsbus.Options{Logger: log, Telemetry: cfg.Telemetry})
 	}
@@ -125,6 +127,18 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err e
 		return nil, fmt.Errorf("NATS_URL: %w", err)
 	}
 	g.Bus = nb
+	if cfg.RedisURL != "" {
+		rs, err := connectRedis(ctx, cfg, log)
+		if err != nil {
+			return nil, fmt.Errorf("REDIS_URL: %w", err)
+		}
+		g.Store = rs
+	} else {
+		g.Store = memstore.New(memstore.Options{Clock: cfg.Clock, MaxBlobBytes: blobBytes(cfg.MaxBlobBytes)})
+	}
+	if err := nb.WaitConnected(ctx); err != nil {
+		return nil, fmt.Errorf("NATS_URL: %w", err)
+	}
 	if cfg.Router {
 		a := cfg.Agent
 		switch {
@@ -163,6 +177,54 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err e
 	g.Edge = edge.New(cfg.Edge, g.Store, g.Bus, log.With("component", "edge"))
 	go func() { g.served <- g.Edge.Serve(g.ln) }()
 	return g, nil
+}
+
+// Bounds of the wait for Redis (Config.WaitForDeps): the backoff between
+// attempts and how often a failed attempt is logged.
+const (
+	redisRetryMin = 100 * time.Millisecond
+	redisRetryMax = 5 * time.Second
+	depLogEvery   = 10 * time.Second
+)
+
+// connectRedis opens the store on cfg.RedisURL; with cfg.WaitForDeps it
+// retries while Redis is unavailable, until ctx ends.
+func connectRedis(ctx context.Context, cfg Config, log *slog.Logger) (*redisstore.Store, error) {
+	opts := redisstore.Options{URL: cfg.RedisURL, Prefix: cfg.RedisPrefix, Clock: cfg.Clock, MaxBlobBytes: blobBytes(cfg.MaxBlobBytes), Telemetry: cfg.Telemetry}
+	redisstore.SetLogger(log)
+	if !cfg.WaitForDeps {
+		return redisstore.New(ctx, opts)
+	}
+	// go-redis logs every failed dial; while waiting, the line below says
+	// the same, spaced out.
+	redisstore.SetLogger(slog.New(slog.DiscardHandler))
+	defer redisstore.SetLogger(log)
+	addr := "?"
+	if ro, err := redis.ParseURL(cfg.RedisURL); err == nil {
+		addr = ro.Addr // host:port, never the password
+	}
+	wait := retry.New(redisRetryMin, redisRetryMax)
+	every := retry.Every{Interval: depLogEvery}
+	for attempt := 1; ; attempt++ {
+		rs, err := redisstore.New(ctx, opts)
+		switch {
+		case err == nil:
+			if attempt > 1 {
+				log.Info("redis connected", "addr", addr, "attempts", attempt)
+			}
+			return rs, nil
+		case ctx.Err() != nil:
+			return nil, fmt.Errorf("waiting for %s: %w", addr, ctx.Err())
+		case !errors.Is(err, store.ErrUnavailable):
+			return nil, err // a configuration error: waiting will not mend it
+		}
+		if every.Allow() {
+			log.Warn("redis not reachable; retrying", "addr", addr, "attempts", attempt, "err", err)
+		}
+		if !wait.Wait(ctx) {
+			return nil, fmt.Errorf("waiting for %s: %w", addr, ctx.Err())
+		}
+	}
 }
 
 // serveAPI serves the router's HTTP API on cfg.APIListen.

@@ -324,8 +324,11 @@ func TestRunRejectsBadConfig(t *testing.T) {
 	}{
 		{"log level", flags{listen: "127.0.0.1:0", router: "auto", logLevel: "loud", token: "x"}, "MOBILE_LOG_LEVEL"},
 		{"router", flags{listen: "127.0.0.1:0", router: "maybe", logLevel: "info", token: "x"}, "MOBILE_ROUTER"},
-		{"redis", flags{listen: "127.0.0.1:0", router: "auto", logLevel: "info", token: "x", redisURL: "redis://127.0.0.1:1"}, "REDIS_URL"},
-		{"nats", flags{listen: "127.0.0.1:0", router: "auto", logLevel: "info", token: "x", natsURL: "nats://127.0.0.1:1", adminListen: "off"}, "NATS_URL"},
+		// A Redis or NATS that does not answer is waited for (see
+		// test/cluster's TestStartBeforeRedisAndNATS); a URL that cannot
+		// work is refused.
+		{"redis", flags{listen: "127.0.0.1:0", router: "auto", logLevel: "info", token: "x", redisURL: "http://127.0.0.1:1"}, "REDIS_URL"},
+		{"nats", flags{listen: "127.0.0.1:0", router: "auto", logLevel: "info", token: "x", natsURL: "nats://127.0.0.1:port", adminListen: "off"}, "NATS_URL"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
