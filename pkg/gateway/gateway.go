@@ -102,6 +102,20 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err e
 	if cfg.NoEdge && !cfg.Router {
 		return nil, errors.New("gateway: a node with neither an edge nor a router would do nothing")
 	}
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:8787"
+	}
+	// Checked before the wait for Redis and NATS, so a typo is told at once.
+	if !cfg.NoEdge {
+		if err := checkAddr("MOBILE_LISTEN", cfg.Listen); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Router && cfg.APIListen != "" {
+		if err := checkAddr("MOBILE_ROUTER_LISTEN", cfg.APIListen); err != nil {
+			return nil, err
+		}
+	}
 	g := &Gateway{served: make(chan error, 1)}
 	if cfg.Edge.Telemetry == nil {
 		cfg.Edge.Telemetry = cfg.Telemetry
@@ -165,18 +179,28 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err e
 	if cfg.NoEdge {
 		return g, nil
 	}
-	listen := cfg.Listen
-	if listen == "" {
-		listen = "127.0.0.1:8787"
-	}
 	var lc net.ListenConfig
-	g.ln, err = lc.Listen(ctx, "tcp", listen)
+	g.ln, err = lc.Listen(ctx, "tcp", cfg.Listen)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("MOBILE_LISTEN: %w", err)
 	}
 	g.Edge = edge.New(cfg.Edge, g.Store, g.Bus, log.With("component", "edge"))
 	go func() { g.served <- g.Edge.Serve(g.ln) }()
 	return g, nil
+}
+
+// checkAddr refuses a listen address that no listen could take (no port,
+// a port out of range), naming its variable; whether it is free is only
+// known when listening.
+func checkAddr(name, addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err == nil {
+		_, err = net.LookupPort("tcp", port)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %q is not a host:port to listen on: %w", name, addr, err)
+	}
+	return nil
 }
 
 // Bounds of the wait for Redis (Config.WaitForDeps): the backoff between
@@ -232,7 +256,7 @@ func (g *Gateway) serveAPI(ctx context.Context, cfg Config, log *slog.Logger) er
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", cfg.APIListen)
 	if err != nil {
-		return fmt.Errorf("router API: %w", err)
+		return fmt.Errorf("MOBILE_ROUTER_LISTEN: %w", err)
 	}
 	g.API = router.NewAPI(g.Router, cfg.API)
 	g.apiSrv = g.API.Server(slog.NewLogLogger(log.With("component", "api").Handler(), slog.LevelWarn))
