@@ -144,8 +144,8 @@ func TestStartBeforeRedisAndNATS(t *testing.T) {
 			t.Errorf("%s: the failed Redis attempt is logged as %v; want addr %s and the error", n.name, redis, redisAddr)
 		}
 		nats := n.logs.waitFor(t, n.p, "nats not reachable; retrying", 20*time.Second)
-		if nats["url"] != natsURL {
-			t.Errorf("%s: the failed NATS attempt is logged as %v; want url %s", n.name, nats, natsURL)
+		if nats["url"] != natsURL || !strings.Contains(fmt.Sprint(nats["err"]), "refused") {
+			t.Errorf("%s: the failed NATS attempt is logged as %v; want url %s and the error", n.name, nats, natsURL)
 		}
 		if code, state := readyz(t, n.admin); code != http.StatusServiceUnavailable || state != "starting" {
 			t.Errorf("%s: /readyz before Redis and NATS = %d %q, want 503 starting", n.name, code, state)

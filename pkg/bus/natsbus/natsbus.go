@@ -296,6 +296,11 @@ func (b *Bus) onConnect(nc *nats.Conn) {
 // onConnectError logs a failed attempt to connect or reconnect, spaced by
 // connectLogEvery.
 func (b *Bus) onConnectError(_ *nats.Conn, err error) {
+	if errors.Is(err, nats.ErrNoServers) && b.dialFails.Load() == 0 {
+		// nats.go's summary of a failed first connect, which hides the
+		// dial error; the next attempt, 25 ms later, reports that.
+		return
+	}
 	n := b.dialFails.Add(1)
 	if b.dialLog.Allow() {
 		b.log.Warn("nats not reachable; retrying", "url", b.url, "attempts", n, "err", err)
