@@ -5,6 +5,7 @@ package retry
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -45,4 +46,34 @@ func Sleep(ctx context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
+}
+
+// Every lets the first event through, then at most one per interval: a
+// retry loop logs its failures this way, the first at once, without a line
+// per attempt. The zero Every lets everything through. Safe for concurrent
+// use.
+type Every struct {
+	Interval time.Duration
+
+	mu   sync.Mutex
+	last time.Time
+}
+
+// Allow reports whether this event is let through.
+func (e *Every) Allow() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := time.Now()
+	if !e.last.IsZero() && now.Sub(e.last) < e.Interval {
+		return false
+	}
+	e.last = now
+	return true
+}
+
+// Reset lets the next event through: the retries are over.
+func (e *Every) Reset() {
+	e.mu.Lock()
+	e.last = time.Time{}
+	e.mu.Unlock()
 }

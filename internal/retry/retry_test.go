@@ -38,3 +38,23 @@ func TestWaitEndsWithContext(t *testing.T) {
 		t.Fatal("a short Sleep reported its context ended")
 	}
 }
+
+// TestEveryLetsOnePerInterval: the first event passes, the next ones within
+// the interval do not, and Reset lets the next one through.
+func TestEveryLetsOnePerInterval(t *testing.T) {
+	e := Every{Interval: time.Hour}
+	if !e.Allow() {
+		t.Fatal("the first event was held back")
+	}
+	if e.Allow() {
+		t.Fatal("a second event within the interval was let through")
+	}
+	e.Reset()
+	if !e.Allow() {
+		t.Fatal("the first event after Reset was held back")
+	}
+	var always Every
+	if !always.Allow() || !always.Allow() {
+		t.Fatal("the zero Every held an event back")
+	}
+}

@@ -13,16 +13,45 @@ import (
 // service; BlobTTL is left to the caller, which shares it with its router.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	def := DefaultConfig()
-	config.Seconds(fs, &c.PingInterval, "ping-interval", "MOBILE_PING_INTERVAL", def.PingInterval, "keepalive: ping sockets silent this long; close those silent for 3 intervals")
-	config.MiB(fs, &c.MaxReadBytes, "max-read", "MOBILE_MAX_READ_MIB", def.MaxReadBytes, "bytes of large messages being read, across the edge; past it a message gets a fatal internal_error")
-	config.MiB(fs, &c.MaxHelloBytes, "max-hello", "MOBILE_MAX_HELLO_MIB", def.MaxHelloBytes, "bytes the sockets that have not said hello hold while their messages are read, across the edge; past it such a socket gets a fatal internal_error")
-	config.Int(fs, &c.MaxHelloConns, "max-hello-conns", "MOBILE_MAX_HELLO_CONNS", def.MaxHelloConns, "sockets that have not said hello yet, across the edge; past it an upgrade gets HTTP 503")
-	config.Int(fs, &c.MaxHelloConnsPerAddr, "max-hello-per-addr", "MOBILE_MAX_HELLO_PER_ADDR", def.MaxHelloConnsPerAddr, "sockets that have not said hello yet from one client address (after trusted proxies); past it an upgrade gets HTTP 503")
-	config.MiB(fs, &c.MaxQueuedBytes, "max-queued", "MOBILE_MAX_QUEUED_MIB", def.MaxQueuedBytes, "bytes queued to phones, across the edge; past it sockets with over 1 MiB queued are closed as slow readers")
-	config.MiB(fs, &c.MaxUploadBytes, "max-upload", "MOBILE_MAX_UPLOAD_MIB", def.MaxUploadBytes, "bytes of unfinished uploads, across the edge; past it a part gets internal_error")
-	config.Seconds(fs, &c.WriteTimeout, "write-timeout", "MOBILE_WRITE_TIMEOUT", def.WriteTimeout, "a phone whose TCP acknowledges nothing this long while a write waits is cut off")
-	config.Seconds(fs, &c.ReadTimeout, "read-timeout", "MOBILE_READ_TIMEOUT", def.ReadTimeout, "bound on the arrival of one whole message once its first byte came")
-	config.MiB(fs, &c.MaxOutboundBytes, "max-outbound", "MOBILE_MAX_OUTBOUND_MIB", def.MaxOutboundBytes, "frames queued for one socket; past it the socket is closed as a slow reader")
-	config.Seconds(fs, &c.OwnerTTL, "owner-ttl", "MOBILE_OWNER_TTL", def.OwnerTTL, "a device's owner record lives this long without the edge's heartbeat (every third of it)")
-	config.Seconds(fs, &c.AckWait, "ack-wait", "MOBILE_ACK_WAIT", def.AckWait, "how long a delivery to a phone that acks waits for its ack (under the router's 15 s)")
+	env := fieldEnv
+	config.Seconds(fs, &c.PingInterval, "ping-interval", env["PingInterval"], def.PingInterval, "keepalive: ping sockets silent this long; close those silent for 3 intervals")
+	config.MiB(fs, &c.MaxReadBytes, "max-read", env["MaxReadBytes"], def.MaxReadBytes, "bytes of large messages being read, across the edge; past it a message gets a fatal internal_error")
+	config.MiB(fs, &c.MaxHelloBytes, "max-hello", env["MaxHelloBytes"], def.MaxHelloBytes, "bytes the sockets that have not said hello hold while their messages are read, across the edge; past it such a socket gets a fatal internal_error")
+	config.Int(fs, &c.MaxHelloConns, "max-hello-conns", env["MaxHelloConns"], def.MaxHelloConns, "sockets that have not said hello yet, across the edge; past it an upgrade gets HTTP 503")
+	config.Int(fs, &c.MaxHelloConnsPerAddr, "max-hello-per-addr", env["MaxHelloConnsPerAddr"], def.MaxHelloConnsPerAddr, "sockets that have not said hello yet from one client address (after trusted proxies); past it an upgrade gets HTTP 503")
+	config.MiB(fs, &c.MaxQueuedBytes, "max-queued", env["MaxQueuedBytes"], def.MaxQueuedBytes, "bytes queued to phones, across the edge; past it sockets with over 1 MiB queued are closed as slow readers")
+	config.MiB(fs, &c.MaxUploadBytes, "max-upload", env["MaxUploadBytes"], def.MaxUploadBytes, "bytes of unfinished uploads, across the edge; past it a part gets internal_error")
+	config.Seconds(fs, &c.WriteTimeout, "write-timeout", env["WriteTimeout"], def.WriteTimeout, "a phone whose TCP acknowledges nothing this long while a write waits is cut off")
+	config.Seconds(fs, &c.ReadTimeout, "read-timeout", env["ReadTimeout"], def.ReadTimeout, "bound on the arrival of one whole message once its first byte came")
+	config.MiB(fs, &c.MaxOutboundBytes, "max-outbound", env["MaxOutboundBytes"], def.MaxOutboundBytes, "frames queued for one socket; past it the socket is closed as a slow reader")
+	config.Seconds(fs, &c.OwnerTTL, "owner-ttl", env["OwnerTTL"], def.OwnerTTL, "a device's owner record lives this long without the edge's heartbeat (every third of it)")
+	config.Seconds(fs, &c.AckWait, "ack-wait", env["AckWait"], def.AckWait, "how long a delivery to a phone that acks waits for its ack (under the router's 15 s)")
+}
+
+// fieldEnv is the environment variable of each Config field that has one
+// (BlobTTL's is the service's), so Validate's errors name what an operator
+// sets.
+var fieldEnv = map[string]string{
+	"PingInterval":         "MOBILE_PING_INTERVAL",
+	"MaxReadBytes":         "MOBILE_MAX_READ_MIB",
+	"MaxHelloBytes":        "MOBILE_MAX_HELLO_MIB",
+	"MaxHelloConns":        "MOBILE_MAX_HELLO_CONNS",
+	"MaxHelloConnsPerAddr": "MOBILE_MAX_HELLO_PER_ADDR",
+	"MaxQueuedBytes":       "MOBILE_MAX_QUEUED_MIB",
+	"MaxUploadBytes":       "MOBILE_MAX_UPLOAD_MIB",
+	"WriteTimeout":         "MOBILE_WRITE_TIMEOUT",
+	"ReadTimeout":          "MOBILE_READ_TIMEOUT",
+	"MaxOutboundBytes":     "MOBILE_MAX_OUTBOUND_MIB",
+	"OwnerTTL":             "MOBILE_OWNER_TTL",
+	"AckWait":              "MOBILE_ACK_WAIT",
+	"BlobTTL":              "MOBILE_BLOB_TTL",
+}
+
+// setting names field in an error: its variable, or "edge: <field>" for
+// one set only in code.
+func setting(field string) string {
+	if env, ok := fieldEnv[field]; ok {
+		return env
+	}
+	return "edge: " + field
 }

@@ -135,7 +135,8 @@ func DefaultConfig() Config {
 	return c
 }
 
-// Validate reports every setting that cannot work, naming it; zero values
+// Validate reports every setting that cannot work, naming it by its
+// environment variable when it has one (MOBILE_OWNER_TTL: …); zero values
 // stand for their defaults and are valid.
 func (c Config) Validate() error {
 	var errs []error
@@ -144,23 +145,23 @@ func (c Config) Validate() error {
 		"PingInterval": c.PingInterval, "OwnerTTL": c.OwnerTTL, "BlobTTL": c.BlobTTL, "OpTimeout": c.OpTimeout,
 		"AckWait": c.AckWait, "ClaimTTL": c.ClaimTTL} {
 		if d < 0 {
-			errs = append(errs, fmt.Errorf("edge: %s is negative (%v)", name, d))
+			errs = append(errs, fmt.Errorf("%s: %v is negative", setting(name), d))
 		}
 	}
 	for name, n := range map[string]int64{"MaxOutboundBytes": int64(c.MaxOutboundBytes), "MaxReadBytes": c.MaxReadBytes,
 		"MaxQueuedBytes": c.MaxQueuedBytes, "MaxUploadBytes": c.MaxUploadBytes, "PingMisses": int64(c.PingMisses),
 		"MaxHelloBytes": c.MaxHelloBytes, "MaxHelloConns": int64(c.MaxHelloConns), "MaxHelloConnsPerAddr": int64(c.MaxHelloConnsPerAddr)} {
 		if n < 0 {
-			errs = append(errs, fmt.Errorf("edge: %s is negative (%d)", name, n))
+			errs = append(errs, fmt.Errorf("%s: %d is negative", setting(name), n))
 		}
 	}
 	if c.AckWait >= dispatch.DefaultTimeout {
 		// The router stops waiting for the delivery first: every phone
 		// that acks would have its messages counted as not delivered.
-		errs = append(errs, fmt.Errorf("edge: AckWait %v must be shorter than a delivery's %v", c.AckWait, dispatch.DefaultTimeout))
+		errs = append(errs, fmt.Errorf("%s: %v must be shorter than a delivery's %v", setting("AckWait"), c.AckWait, dispatch.DefaultTimeout))
 	}
 	if c.OwnerTTL > 0 && c.OwnerTTL < 3*time.Second {
-		errs = append(errs, fmt.Errorf("edge: OwnerTTL %v is under 3 s: the heartbeat runs every third of it", c.OwnerTTL))
+		errs = append(errs, fmt.Errorf("%s: %v is under 3 s: the heartbeat runs every third of it", setting("OwnerTTL"), c.OwnerTTL))
 	}
 	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
 	return errors.Join(errs...)

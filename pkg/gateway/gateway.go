@@ -12,8 +12,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"time"
 
+	"github.com/hermes-mobile/gateway/internal/retry"
 	"github.com/hermes-mobile/gateway/pkg/agent"
 	"github.com/hermes-mobile/gateway/pkg/bus"
 	"github.com/hermes-mobile/gateway/pkg/bus/natsbus"
@@ -46,6 +48,12 @@ type Config struct {
 	RedisMode string
 	// RedisPrefix starts every Redis key (REDIS_PREFIX, "hermes:").
 	RedisPrefix string
+	// WaitForDeps makes Start wait for an external Redis and NATS that do
+	// not answer yet, retrying with backoff until they do or ctx ends, and
+	// logging the failed attempts (the first at once, then one line every
+	// 10 s at most); without it Start fails at once. The services set it:
+	// a process started before its Redis and NATS waits for them.
+	WaitForDeps bool
 	// MaxBlobBytes bounds the media kept for the agent, in the store
 	// (MOBILE_MAX_BLOB_MIB, 1 GiB): past it a new file gets internal_error.
 	MaxBlobBytes int64
@@ -96,6 +104,20 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err e
 	if cfg.NoEdge && !cfg.Router {
 		return nil, errors.New("gateway: a node with neither an edge nor a router would do nothing")
 	}
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:8787"
+	}
+	// Checked before the wait for Redis and NATS, so a typo is told at once.
+	if !cfg.NoEdge {
+		if err := checkAddr("MOBILE_LISTEN", cfg.Listen); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Router && cfg.APIListen != "" {
+		if err := checkAddr("MOBILE_ROUTER_LISTEN", cfg.APIListen); err != nil {
+			return nil, err
+		}
+	}
 	g := &Gateway{served: make(chan error, 1)}
 	if cfg.Edge.Telemetry == nil {
 		cfg.Edge.Telemetry = cfg.Telemetry
@@ -113,19 +135,12 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err e
 	default:
 		return nil, fmt.Errorf("REDIS_MODE: %q is not single, cluster or sentinel", cfg.RedisMode)
 	}
-	if cfg.RedisURL != "" {
-		redisstore.SetLogger(log)
-		rs, err := redisstore.New(ctx, redisstore.Options{URL: cfg.RedisURL, Mode: cfg.RedisMode, Prefix: cfg.RedisPrefix, Clock: cfg.Clock, MaxBlobBytes: blobBytes(cfg.MaxBlobBytes), Telemetry: cfg.Telemetry})
-		if err != nil {
-			return nil, fmt.Errorf("REDIS_URL: %w", err)
-		}
-		g.Store = rs
-	} else {
-		g.Store = memstore.New(memstore.Options{Clock: cfg.Clock, MaxBlobBytes: blobBytes(cfg.MaxBlobBytes)})
-	}
+	// The bus first: with WaitForDeps it connects in the background while
+	// Start waits for Redis, so the log tells of both.
 	var nb *natsbus.Bus // kept out of g.Bus until it is not nil
 	if cfg.NATSURL != "" {
-		nb, err = natsbus.Connect(cfg.NATSURL, natsbus.Options{Name: cfg.Name, Logger: log, SubjectPrefix: cfg.NATSPrefix, Telemetry: cfg.Telemetry})
+		nb, err = natsbus.Connect(cfg.NATSURL, natsbus.Options{Name: cfg.Name, Logger: log, SubjectPrefix: cfg.NATSPrefix, Telemetry: cfg.Telemetry,
+			RetryConnect: cfg.WaitForDeps})
 	} else {
 		nb, err = natsbus.Embedded(natsbus.Options{Logger: log, Telemetry: cfg.Telemetry})
 	}
@@ -133,6 +148,18 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err e
 		return nil, fmt.Errorf("NATS_URL: %w", err)
 	}
 	g.Bus = nb
+	if cfg.RedisURL != "" {
+		rs, err := connectRedis(ctx, cfg, log)
+		if err != nil {
+			return nil, fmt.Errorf("REDIS_URL: %w", err)
+		}
+		g.Store = rs
+	} else {
+		g.Store = memstore.New(memstore.Options{Clock: cfg.Clock, MaxBlobBytes: blobBytes(cfg.MaxBlobBytes)})
+	}
+	if err := nb.WaitConnected(ctx); err != nil {
+		return nil, fmt.Errorf("NATS_URL: %w", err)
+	}
 	if cfg.Router {
 		a := cfg.Agent
 		switch {
@@ -159,18 +186,76 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err e
 	if cfg.NoEdge {
 		return g, nil
 	}
-	listen := cfg.Listen
-	if listen == "" {
-		listen = "127.0.0.1:8787"
-	}
 	var lc net.ListenConfig
-	g.ln, err = lc.Listen(ctx, "tcp", listen)
+	g.ln, err = lc.Listen(ctx, "tcp", cfg.Listen)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("MOBILE_LISTEN: %w", err)
 	}
 	g.Edge = edge.New(cfg.Edge, g.Store, g.Bus, log.With("component", "edge"))
 	go func() { g.served <- g.Edge.Serve(g.ln) }()
 	return g, nil
+}
+
+// checkAddr refuses a listen address that no listen could take (no port,
+// a port out of range), naming its variable; whether it is free is only
+// known when listening.
+func checkAddr(name, addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err == nil {
+		_, err = net.LookupPort("tcp", port)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %q is not a host:port to listen on: %w", name, addr, err)
+	}
+	return nil
+}
+
+// Bounds of the wait for Redis (Config.WaitForDeps): the backoff between
+// attempts and how often a failed attempt is logged.
+const (
+	redisRetryMin = 100 * time.Millisecond
+	redisRetryMax = 5 * time.Second
+	depLogEvery   = 10 * time.Second
+)
+
+// connectRedis opens the store on cfg.RedisURL; with cfg.WaitForDeps it
+// retries while Redis is unavailable, until ctx ends.
+func connectRedis(ctx context.Context, cfg Config, log *slog.Logger) (*redisstore.Store, error) {
+	opts := redisstore.Options{URL: cfg.RedisURL, Mode: cfg.RedisMode, Prefix: cfg.RedisPrefix, Clock: cfg.Clock, MaxBlobBytes: blobBytes(cfg.MaxBlobBytes), Telemetry: cfg.Telemetry}
+	redisstore.SetLogger(log)
+	if !cfg.WaitForDeps {
+		return redisstore.New(ctx, opts)
+	}
+	// go-redis logs every failed dial; while waiting, the line below says
+	// the same, spaced out.
+	redisstore.SetLogger(slog.New(slog.DiscardHandler))
+	defer redisstore.SetLogger(log)
+	addr := "?"
+	if u, err := url.Parse(cfg.RedisURL); err == nil {
+		addr = u.Host // host:port (the first of a cluster's or the sentinels'), never the password
+	}
+	wait := retry.New(redisRetryMin, redisRetryMax)
+	every := retry.Every{Interval: depLogEvery}
+	for attempt := 1; ; attempt++ {
+		rs, err := redisstore.New(ctx, opts)
+		switch {
+		case err == nil:
+			if attempt > 1 {
+				log.Info("redis connected", "addr", addr, "attempts", attempt)
+			}
+			return rs, nil
+		case ctx.Err() != nil:
+			return nil, fmt.Errorf("waiting for %s: %w", addr, ctx.Err())
+		case !errors.Is(err, store.ErrUnavailable):
+			return nil, err // a configuration error: waiting will not mend it
+		}
+		if every.Allow() {
+			log.Warn("redis not reachable; retrying", "addr", addr, "attempts", attempt, "err", err)
+		}
+		if !wait.Wait(ctx) {
+			return nil, fmt.Errorf("waiting for %s: %w", addr, ctx.Err())
+		}
+	}
 }
 
 // serveAPI serves the router's HTTP API on cfg.APIListen.
@@ -178,7 +263,7 @@ func (g *Gateway) serveAPI(ctx context.Context, cfg Config, log *slog.Logger) er
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", cfg.APIListen)
 	if err != nil {
-		return fmt.Errorf("router API: %w", err)
+		return fmt.Errorf("MOBILE_ROUTER_LISTEN: %w", err)
 	}
 	g.API = router.NewAPI(g.Router, cfg.API)
 	g.apiSrv = g.API.Server(slog.NewLogLogger(log.With("component", "api").Handler(), slog.LevelWarn))

@@ -13,9 +13,30 @@ import (
 // the caller: an edge's node shares it with the edge's.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	def := DefaultConfig()
-	config.Seconds(fs, &c.PromptTTL, "prompt-ttl", "MOBILE_PROMPT_TTL", def.PromptTTL, "prompt card lifetime")
-	config.Int(fs, &c.OutboxMax, "outbox-max", "MOBILE_OUTBOX_MAX", def.OutboxMax, "frames kept per offline device; the oldest are dropped past it")
-	config.Seconds(fs, &c.OutboxTTL, "outbox-ttl", "MOBILE_OUTBOX_TTL", def.OutboxTTL, "how long an offline device's frames are kept")
-	config.Int(fs, &c.SessionQueue, "session-queue", "MOBILE_SESSION_QUEUE", def.SessionQueue, "events of one device waiting for the agent; past it the phone gets internal_error")
-	config.Seconds(fs, &c.JournalLease, "journal-lease", "MOBILE_JOURNAL_LEASE", def.JournalLease, "how long a router holds a device's events without renewing; another takes them over after it")
+	config.Seconds(fs, &c.PromptTTL, "prompt-ttl", fieldEnv["PromptTTL"], def.PromptTTL, "prompt card lifetime")
+	config.Int(fs, &c.OutboxMax, "outbox-max", fieldEnv["OutboxMax"], def.OutboxMax, "frames kept per offline device; the oldest are dropped past it")
+	config.Seconds(fs, &c.OutboxTTL, "outbox-ttl", fieldEnv["OutboxTTL"], def.OutboxTTL, "how long an offline device's frames are kept")
+	config.Int(fs, &c.SessionQueue, "session-queue", fieldEnv["SessionQueue"], def.SessionQueue, "events of one device waiting for the agent; past it the phone gets internal_error")
+	config.Seconds(fs, &c.JournalLease, "journal-lease", fieldEnv["JournalLease"], def.JournalLease, "how long a router holds a device's events without renewing; another takes them over after it")
+}
+
+// fieldEnv is the environment variable of each Config field that has one
+// (BlobTTL's is the service's), so Validate's errors name what an operator
+// sets.
+var fieldEnv = map[string]string{
+	"PromptTTL":    "MOBILE_PROMPT_TTL",
+	"OutboxMax":    "MOBILE_OUTBOX_MAX",
+	"OutboxTTL":    "MOBILE_OUTBOX_TTL",
+	"SessionQueue": "MOBILE_SESSION_QUEUE",
+	"JournalLease": "MOBILE_JOURNAL_LEASE",
+	"BlobTTL":      "MOBILE_BLOB_TTL",
+}
+
+// setting names field in an error: its variable, or "router: <field>" for
+// one set only in code.
+func setting(field string) string {
+	if env, ok := fieldEnv[field]; ok {
+		return env
+	}
+	return "router: " + field
 }

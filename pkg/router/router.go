@@ -90,24 +90,25 @@ func DefaultConfig() Config {
 	return c
 }
 
-// Validate reports every setting that cannot work, naming it; zero values
-// stand for their defaults and are valid.
+// Validate reports every setting that cannot work, naming it by its
+// environment variable when it has one (MOBILE_JOURNAL_LEASE: …); zero
+// values stand for their defaults and are valid.
 func (c Config) Validate() error {
 	var errs []error
 	for name, d := range map[string]time.Duration{"PromptTTL": c.PromptTTL, "OutboxTTL": c.OutboxTTL,
 		"JournalLease": c.JournalLease, "JournalTTL": c.JournalTTL, "CloseGrace": c.CloseGrace, "SweepEvery": c.SweepEvery,
 		"HandleTimeout": c.HandleTimeout, "BlobTTL": c.BlobTTL, "RetryFor": c.RetryFor} {
 		if d < 0 {
-			errs = append(errs, fmt.Errorf("router: %s is negative (%v)", name, d))
+			errs = append(errs, fmt.Errorf("%s: %v is negative", setting(name), d))
 		}
 	}
 	for name, n := range map[string]int{"OutboxMax": c.OutboxMax, "SessionQueue": c.SessionQueue, "MaxAttempts": c.MaxAttempts} {
 		if n < 0 {
-			errs = append(errs, fmt.Errorf("router: %s is negative (%d)", name, n))
+			errs = append(errs, fmt.Errorf("%s: %d is negative", setting(name), n))
 		}
 	}
 	if c.JournalLease > 0 && c.JournalLease < 3*time.Second {
-		errs = append(errs, fmt.Errorf("router: JournalLease %v is under 3 s: it is renewed every third of it", c.JournalLease))
+		errs = append(errs, fmt.Errorf("%s: %v is under 3 s: it is renewed every third of it", setting("JournalLease"), c.JournalLease))
 	}
 	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
 	return errors.Join(errs...)

@@ -121,8 +121,14 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) (err error) {
 		adm.HandlePprof()
 	}
 	cfg.Telemetry = adm.Tel
+	cfg.WaitForDeps = true
 	g, err := gateway.Start(ctx, cfg, log)
 	if err != nil {
+		if ctx.Err() != nil {
+			// SIGTERM while waiting for Redis or NATS: nothing to drain.
+			log.Info("shutting down before the dependencies were up", "err", err)
+			return nil
+		}
 		return err
 	}
 	defer func() { err = errors.Join(err, g.Close()) }()

@@ -325,8 +325,11 @@ func TestRunRejectsBadConfig(t *testing.T) {
 	}{
 		{"log level", flags{listen: "127.0.0.1:0", router: "auto", logLevel: "loud", token: "x"}, "MOBILE_LOG_LEVEL"},
 		{"router", flags{listen: "127.0.0.1:0", router: "maybe", logLevel: "info", token: "x"}, "MOBILE_ROUTER"},
-		{"redis", flags{listen: "127.0.0.1:0", router: "auto", logLevel: "info", token: "x", redisURL: "redis://127.0.0.1:1"}, "REDIS_URL"},
-		{"nats", flags{listen: "127.0.0.1:0", router: "auto", logLevel: "info", token: "x", natsURL: "nats://127.0.0.1:1", adminListen: "off"}, "NATS_URL"},
+		// A Redis or NATS that does not answer is waited for (see
+		// test/cluster's TestStartBeforeRedisAndNATS); a URL that cannot
+		// work is refused.
+		{"redis", flags{listen: "127.0.0.1:0", router: "auto", logLevel: "info", token: "x", redisURL: "http://127.0.0.1:1"}, "REDIS_URL"},
+		{"nats", flags{listen: "127.0.0.1:0", router: "auto", logLevel: "info", token: "x", natsURL: "nats://127.0.0.1:port", adminListen: "off"}, "NATS_URL"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -912,14 +915,50 @@ func seconds(flag string) bool {
 	return false
 }
 
-// TestSettingsRefuseWhatCannotWork: an ack wait as long as the router's
-// delivery wait would count every acked message as lost; the edge refuses
-// to start, naming it.
+// TestSettingsRefuseWhatCannotWork: settings that cannot work refuse the
+// start with an error that begins with the variable to fix. An ack wait as
+// long as the router's delivery wait would count every acked message as
+// lost; an owner TTL under 3 s cannot be renewed every third of it; each
+// passes one step inside its bound.
 func TestSettingsRefuseWhatCannotWork(t *testing.T) {
-	clearEnv(t)
-	t.Setenv("MOBILE_ACK_WAIT", "15")
-	if _, err := mustParse(t).gatewayConfig(); err == nil || !strings.Contains(err.Error(), "AckWait") {
-		t.Fatalf("a 15 s ack wait: %v", err)
+	for _, tc := range []struct{ env, bad, good, want string }{
+		{"MOBILE_ACK_WAIT", "15", "14", "MOBILE_ACK_WAIT: 15s must be shorter than a delivery's 15s"},
+		{"MOBILE_OWNER_TTL", "2", "3", "MOBILE_OWNER_TTL: 2s is under 3 s"},
+	} {
+		clearEnv(t)
+		t.Setenv(tc.env, tc.good)
+		if _, err := mustParse(t).gatewayConfig(); err != nil {
+			t.Errorf("%s=%s: %v", tc.env, tc.good, err)
+		}
+		t.Setenv(tc.env, tc.bad)
+		if _, err := mustParse(t).gatewayConfig(); err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("%s=%s: %v, want an error starting %q", tc.env, tc.bad, err, tc.want)
+		}
+	}
+}
+
+// TestListenErrorsNameTheVariable: a listen address that cannot work is
+// refused at once, naming its variable, even while Redis and NATS do not
+// answer (the process would otherwise wait for them first); one that is
+// taken is refused naming it too.
+func TestListenErrorsNameTheVariable(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	for _, tc := range []struct{ name, listen, redis, want string }{
+		{"port out of range", "127.0.0.1:99999", "redis://127.0.0.1:1", "MOBILE_LISTEN: \"127.0.0.1:99999\" is not a host:port"},
+		{"no port", "127.0.0.1", "redis://127.0.0.1:1", "MOBILE_LISTEN: \"127.0.0.1\" is not a host:port"},
+		{"taken", taken.Addr().String(), "", "MOBILE_LISTEN: listen tcp " + taken.Addr().String()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := flags{listen: tc.listen, router: "auto", logLevel: "info", token: "x", redisURL: tc.redis, adminListen: "off"}
+			err := run(testCtx(t), f, io.Discard, io.Discard)
+			if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+				t.Fatalf("run = %v, want an error starting %q", err, tc.want)
+			}
+		})
 	}
 }
 

@@ -153,8 +153,14 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) (err error) {
 		NATSURL: f.natsURL, NATSPrefix: f.natsPrefix, RedisURL: f.redisURL, RedisMode: f.redisMode, RedisPrefix: f.redisPrefix,
 		MaxBlobBytes: f.maxBlob, NewAgent: agent.Named(s.agent, s.openai, s.eventsMax),
 		APIListen: f.listen, API: s.api, RouterCfg: s.router, Telemetry: adm.Tel,
+		WaitForDeps: true,
 	}, log)
 	if err != nil {
+		if ctx.Err() != nil {
+			// SIGTERM while waiting for Redis or NATS: nothing to drain.
+			log.Info("shutting down before the dependencies were up", "err", err)
+			return nil
+		}
 		return err
 	}
 	defer func() { err = errors.Join(err, g.Close()) }()

@@ -182,7 +182,6 @@ func TestRunRejectsBadConfig(t *testing.T) {
 		{"events max", func(f *flags) { f.eventsMax = "0" }, "MOBILE_EVENTS_MAX"},
 		{"events max not a number", func(f *flags) { f.eventsMax = "many" }, "MOBILE_EVENTS_MAX"},
 		{"log level", func(f *flags) { f.logLevel = "loud" }, "MOBILE_LOG_LEVEL"},
-		{"redis unreachable", func(f *flags) {}, "REDIS_URL"},
 		{"redis URL", func(f *flags) { f.redisURL = "http://x" }, "REDIS_URL"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -429,7 +428,23 @@ func TestSettingsRefuseWhatCannotWork(t *testing.T) {
 	t.Setenv("MOBILE_JOURNAL_LEASE", "2")
 	t.Setenv("NATS_URL", "nats://n:4222")
 	t.Setenv("REDIS_URL", "redis://r:6379")
-	if _, err := mustParse(t).settings(); err == nil || !strings.Contains(err.Error(), "JournalLease") {
-		t.Fatalf("a 2 s journal lease: %v", err)
+	const want = "MOBILE_JOURNAL_LEASE: 2s is under 3 s"
+	if _, err := mustParse(t).settings(); err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Fatalf("a 2 s journal lease: %v, want an error starting %q", err, want)
+	}
+	t.Setenv("MOBILE_JOURNAL_LEASE", "3")
+	if _, err := mustParse(t).settings(); err != nil {
+		t.Fatalf("a 3 s journal lease: %v", err)
+	}
+}
+
+// TestListenErrorNamesTheVariable: a MOBILE_ROUTER_LISTEN that cannot work
+// is refused at once, naming it, though Redis and NATS do not answer.
+func TestListenErrorNamesTheVariable(t *testing.T) {
+	f := flags{listen: "127.0.0.1:99999", natsURL: "nats://127.0.0.1:1", redisURL: "redis://127.0.0.1:1", agent: agent.Choice{Name: "demo"},
+		eventsMax: "10", logLevel: "info", adminListen: "off"}
+	const want = "MOBILE_ROUTER_LISTEN: \"127.0.0.1:99999\" is not a host:port"
+	if err := run(ctxFor(t, 10*time.Second), f, io.Discard, io.Discard); err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Fatalf("run = %v, want an error starting %q", err, want)
 	}
 }

@@ -33,6 +33,11 @@
 // nats-server binary the tests use NATS_URL, else 127.0.0.1:4222, one test at
 // a time (and may still meet another package's router there).
 //
+// The start-up tests (startup_test.go) start an edge and a router before
+// their Redis and NATS, each a redis-server and a nats-server of the test's
+// own on free loopback ports, started later (from PATH, /usr/bin or
+// /usr/sbin).
+//
 // Without the services the tests skip, saying how to enable them; with CI
 // set they fail instead. TestMain builds services/edge and services/router;
 // if either does not build, every test fails.

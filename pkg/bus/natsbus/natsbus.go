@@ -59,12 +59,15 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	neturl "net/url"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/hermes-mobile/gateway/internal/batch"
+	"github.com/hermes-mobile/gateway/internal/retry"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -115,7 +118,17 @@ type Options struct {
 	// (hermes_nats_disconnects_total, hermes_nats_reconnects_total); nil
 	// counts nothing.
 	Telemetry *telemetry.Telemetry
+	// RetryConnect makes Connect return at once, before the server is
+	// reached: the first connection is retried as a lost one is, forever,
+	// with the same backoff. WaitConnected waits for it; until then
+	// Publish, Request and Subscribe fail with bus.ErrUnavailable. Without
+	// it Connect fails when the server cannot be reached.
+	RetryConnect bool
 }
+
+// connectLogEvery spaces the log lines of failed connection attempts: the
+// first is logged at once, then one per interval at most, with the count.
+const connectLogEvery = 10 * time.Second
 
 // Bus is a bus.Bus on one NATS connection. Its methods are safe for
 // concurrent use. A Handler must not call Close.
@@ -133,6 +146,13 @@ type Bus struct {
 	quit    chan struct{}  // closed by Close: dispatchers return
 	wg      sync.WaitGroup // dispatchers
 	closed  chan struct{}  // closed by nats.go's ClosedHandler
+	up      chan struct{}  // closed once the first connection is made
+	upOnce  sync.Once
+	url     string // the server URLs, without credentials, for the log
+
+	// Failed connection attempts since the last connection, for the log.
+	dialFails atomic.Int64
+	dialLog   retry.Every
 
 	closeOnce sync.Once
 	closing   atomic.Bool // Close began: the disconnect that follows is ours
@@ -195,7 +215,10 @@ func dial(url string, inproc *server.Server, opts Options) (*Bus, error) {
 		inproc:  inproc,
 		quit:    make(chan struct{}),
 		closed:  make(chan struct{}),
+		up:      make(chan struct{}),
+		url:     redactURLs(url),
 		metrics: opts.Telemetry.Metrics(),
+		dialLog: retry.Every{Interval: connectLogEvery},
 	}
 	b.shards = newShards(opts.Dispatchers, opts.Pending)
 	b.flushes.Run = func(in []struct{}) []error {
@@ -217,8 +240,11 @@ func dial(url string, inproc *server.Server, opts Options) (*Bus, error) {
 		nats.PingInterval(pingInterval),
 		nats.DisconnectErrHandler(b.onDisconnect),
 		nats.ReconnectHandler(b.onReconnect),
+		nats.ReconnectErrHandler(b.onConnectError),
+		nats.ConnectHandler(b.onConnect),
 		nats.ClosedHandler(b.onClosed),
 		nats.ErrorHandler(b.onAsyncError),
+		nats.RetryOnFailedConnect(opts.RetryConnect),
 	}
 	if inproc != nil {
 		nopts = append(nopts, nats.InProcessServer(inproc))
@@ -226,15 +252,75 @@ func dial(url string, inproc *server.Server, opts Options) (*Bus, error) {
 	nc, err := nats.Connect(url, nopts...)
 	if err != nil {
 		if unavailable(err) {
-			return nil, fmt.Errorf("natsbus: connect %s: %w: %w", url, bus.ErrUnavailable, err)
+			return nil, fmt.Errorf("natsbus: connect %s: %w: %w", b.url, bus.ErrUnavailable, err)
 		}
-		return nil, fmt.Errorf("natsbus: connect %s: %w", url, err)
+		return nil, fmt.Errorf("natsbus: connect %s: %w", b.url, err)
 	}
 	b.nc = nc
-	b.metrics.NATSConnected()
-	b.log.Info("nats connected", "url", nc.ConnectedUrlRedacted(), "server", nc.ConnectedServerName())
+	if nc.IsConnected() {
+		b.onConnect(nc) // so "nats connected" comes first; the handler's call is then a no-op
+	} else {
+		b.log.Info("waiting for nats", "url", b.url)
+	}
 	b.start()
 	return b, nil
+}
+
+// WaitConnected waits until the Bus has connected for the first time
+// (at once unless Options.RetryConnect), ctx ends, or the Bus is closed.
+func (b *Bus) WaitConnected(ctx context.Context) error {
+	select {
+	case <-b.up:
+		return nil
+	case <-b.closed:
+		if err := b.Err(); err != nil {
+			return err
+		}
+		return errors.New("natsbus: closed before it connected")
+	case <-ctx.Done():
+		return fmt.Errorf("natsbus: waiting for %s: %w", b.url, context.Cause(ctx))
+	}
+}
+
+// onConnect marks the first connection, once.
+func (b *Bus) onConnect(nc *nats.Conn) {
+	b.upOnce.Do(func() {
+		b.metrics.NATSConnected()
+		b.dialFails.Store(0)
+		b.dialLog.Reset()
+		b.log.Info("nats connected", "url", nc.ConnectedUrlRedacted(), "server", nc.ConnectedServerName())
+		close(b.up)
+	})
+}
+
+// onConnectError logs a failed attempt to connect or reconnect, spaced by
+// connectLogEvery.
+func (b *Bus) onConnectError(_ *nats.Conn, err error) {
+	if errors.Is(err, nats.ErrNoServers) && b.dialFails.Load() == 0 {
+		// nats.go's summary of a failed first connect, which hides the
+		// dial error; the next attempt, 25 ms later, reports that.
+		return
+	}
+	n := b.dialFails.Add(1)
+	if b.dialLog.Allow() {
+		b.log.Warn("nats not reachable; retrying", "url", b.url, "attempts", n, "err", err)
+	}
+}
+
+// redactURLs is a comma-separated list of server URLs without their
+// passwords, for the log and errors.
+func redactURLs(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		p = strings.TrimSpace(p)
+		if u, err := neturl.Parse(p); err == nil && u.Host != "" {
+			p = u.Redacted()
+		} else if strings.Contains(p, "@") {
+			p = "(a URL with credentials)"
+		}
+		parts[i] = p
+	}
+	return strings.Join(parts, ",")
 }
 
 // reconnectDelay backs off from reconnectMin to reconnectMax, with up to 25%
@@ -387,6 +473,8 @@ func (b *Bus) onDisconnect(_ *nats.Conn, err error) {
 }
 
 func (b *Bus) onReconnect(nc *nats.Conn) {
+	b.dialFails.Store(0)
+	b.dialLog.Reset()
 	b.metrics.NATSReconnected()
 	b.log.Info("nats reconnected", "url", nc.ConnectedUrlRedacted())
 }

@@ -207,6 +207,56 @@ func TestConnectUnreachable(t *testing.T) {
 	}
 }
 
+// TestRetryConnect: with RetryConnect, Connect to a server that is not up
+// yet returns at once; calls fail with ErrUnavailable and WaitConnected
+// waits, the failed attempts are logged with the URL (without its
+// password), and once the server is up the Bus connects and works.
+func TestRetryConnect(t *testing.T) {
+	bin := natsServerBin(t)
+	port := freePort(t)
+	url := fmt.Sprintf("nats://user:secret-pw@127.0.0.1:%d", port)
+	logs := testsvc.NewBuffer()
+	log := slog.New(slog.NewJSONHandler(logs, nil))
+	b, err := natsbus.Connect(url, natsbus.Options{Logger: log, RetryConnect: true})
+	if err != nil {
+		t.Fatalf("Connect with RetryConnect to a closed port: %v", err)
+	}
+	defer b.Close()
+	if err := b.Publish(t.Context(), "retry.x", nil, nil); !errors.Is(err, bus.ErrUnavailable) {
+		t.Errorf("Publish before the server is up: %v, want ErrUnavailable", err)
+	}
+	if err := b.WaitConnected(ctxFor(t, 100*time.Millisecond)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("WaitConnected before the server is up: %v, want its ctx's deadline", err)
+	}
+	waitFor(t, "a failed attempt to be logged", func() bool {
+		return strings.Contains(logs.String(), `"msg":"nats not reachable; retrying"`)
+	})
+	if strings.Contains(logs.String(), "secret-pw") {
+		t.Errorf("the log shows the URL's password:\n%s", logs)
+	}
+	if want := fmt.Sprintf(`"url":"nats://user:xxxxx@127.0.0.1:%d"`, port); !strings.Contains(logs.String(), want) {
+		t.Errorf("the log lacks %s:\n%s", want, logs)
+	}
+
+	startNATS(t, bin, port, "--user", "user", "--pass", "secret-pw")
+	if err := b.WaitConnected(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatalf("WaitConnected after the server came up: %v", err)
+	}
+	got := make(chan string, 1)
+	mustSubscribe(t, b, "retry.x", func(m *bus.Msg) { got <- string(m.Data) })
+	if err := b.Publish(t.Context(), "retry.x", []byte("hi"), nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case s := <-got:
+		if s != "hi" {
+			t.Errorf("got %q, want hi", s)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a message published after the connection was not delivered")
+	}
+}
+
 // TestHeaderFirstValue: a header with several values arrives with the first.
 func TestHeaderFirstValue(t *testing.T) {
 	b := embedded(t, natsbus.Options{Logger: testLogger(t)})
@@ -508,11 +558,12 @@ type natsProc struct {
 	once sync.Once
 }
 
-// startNATS runs nats-server on 127.0.0.1:port until stop or the test's end.
-func startNATS(t *testing.T, bin string, port int) *natsProc {
+// startNATS runs nats-server on 127.0.0.1:port, with extra arguments,
+// until stop or the test's end.
+func startNATS(t *testing.T, bin string, port int, extra ...string) *natsProc {
 	t.Helper()
 	p := &natsProc{out: &testsvc.Buffer{}}
-	p.cmd = exec.Command(bin, "-a", "127.0.0.1", "-p", strconv.Itoa(port))
+	p.cmd = exec.Command(bin, append([]string{"-a", "127.0.0.1", "-p", strconv.Itoa(port)}, extra...)...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", bin, err)
