@@ -399,6 +399,11 @@ func (b *Bus) onClosed(nc *nats.Conn) {
 }
 
 func (b *Bus) onAsyncError(_ *nats.Conn, sub *nats.Subscription, err error) {
+	if errors.Is(err, nats.ErrSlowConsumer) {
+		// nats.go reports a subscription once each time it begins
+		// dropping, not per message.
+		b.metrics.NATSSlowConsumer()
+	}
 	if sub == nil {
 		b.log.Warn("nats error", "err", err)
 		return
