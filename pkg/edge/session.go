@@ -143,6 +143,7 @@ func (c *conn) helloTimeout() {
 }
 
 func (c *conn) hello(h *protocol.Hello) {
+	start := time.Now()
 	s := c.srv
 	g := s.auth.check(h.Token)
 	if !g.valid {
@@ -209,7 +210,7 @@ func (c *conn) hello(h *protocol.Hello) {
 	c.send(protocol.AppendReady(newFrame(512), protocol.Ready{
 		Session: c.session, DeviceID: dev.ID, DeviceName: dev.Name, AvatarURL: c.avatarURL,
 	}))
-	c.srv.tel.m.handshake(handshakeOK)
+	c.srv.tel.m.helloReady(time.Since(start))
 	c.logger().Debug("session ready", "epoch", epoch)
 	// A large outbox is written at the pace the phone reads it: meanwhile
 	// the phone's frames are handled, and a drain may close the socket.

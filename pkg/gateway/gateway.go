@@ -43,6 +43,9 @@ type Config struct {
 	RedisURL string
 	// RedisPrefix starts every Redis key (REDIS_PREFIX, "hermes:").
 	RedisPrefix string
+	// RedisPoolSize bounds the Redis client's connections (REDIS_POOL_SIZE;
+	// 0: redisstore.DefaultPoolSize); a pool_size in RedisURL wins.
+	RedisPoolSize int
 	// MaxBlobBytes bounds the media kept for the agent, in the store
 	// (MOBILE_MAX_BLOB_MIB, 1 GiB): past it a new file gets internal_error.
 	MaxBlobBytes int64
@@ -107,7 +110,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err e
 	}()
 	if cfg.RedisURL != "" {
 		redisstore.SetLogger(log)
-		rs, err := redisstore.New(ctx, redisstore.Options{URL: cfg.RedisURL, Prefix: cfg.RedisPrefix, Clock: cfg.Clock, MaxBlobBytes: blobBytes(cfg.MaxBlobBytes), Telemetry: cfg.Telemetry})
+		rs, err := redisstore.New(ctx, redisstore.Options{URL: cfg.RedisURL, Prefix: cfg.RedisPrefix, PoolSize: cfg.RedisPoolSize, Clock: cfg.Clock, MaxBlobBytes: blobBytes(cfg.MaxBlobBytes), Telemetry: cfg.Telemetry})
 		if err != nil {
 			return nil, fmt.Errorf("REDIS_URL: %w", err)
 		}

@@ -37,8 +37,9 @@ type worker struct {
 func (r *Router) takeJournals(ctx context.Context) {
 	devs, err := r.store.TakeJournals(ctx, r.id, r.cfg.JournalLease, 64)
 	if err != nil {
-		r.log.Warn("looking for journals to take over failed", "err", err)
+		r.log.WarnContext(ctx, "looking for journals to take over failed", "err", err)
 	}
+	r.tel.m.journalsTakenOver(len(devs))
 	for _, d := range devs {
 		r.log.Info("took over a device's journal", "device", d)
 		r.work(d, nil)
@@ -91,6 +92,7 @@ func (r *Router) work(device string, head *store.JournalEntry) {
 	}
 	w := &worker{}
 	r.working[device] = w
+	r.tel.m.journalWorked(1)
 	r.wg.Go(func() { r.runJournal(device, w, head) })
 	r.mu.Unlock()
 }
@@ -162,6 +164,7 @@ func (r *Router) stopWorker(device string, w *worker, force bool) bool {
 	}
 	if r.working[device] == w {
 		delete(r.working, device)
+		r.tel.m.journalWorked(-1)
 	}
 	return false
 }

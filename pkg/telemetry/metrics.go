@@ -24,6 +24,7 @@ type Metrics struct {
 	redisTimeouts   metric.Int64ObservableCounter
 	redisConns      metric.Int64ObservableGauge
 	redisIdle       metric.Int64ObservableGauge
+	redisMax        metric.Int64ObservableGauge
 	redisDuration   metric.Float64Histogram
 	natsDisconnects metric.Int64Counter
 	natsReconnects  metric.Int64Counter
@@ -139,6 +140,9 @@ func newMetrics(m metric.Meter) (*Metrics, error) {
 	x.natsSlow, e = m.Int64Counter("hermes_nats_slow_consumers",
 		metric.WithDescription("Times a NATS subscription of this process fell behind and began dropping messages (slow consumer)."))
 	in.Check(e)
+	x.redisMax, e = m.Int64ObservableGauge("hermes_redis_pool_max_connections",
+		metric.WithDescription("The most connections the Redis pool keeps for commands (REDIS_POOL_SIZE, or pool_size in REDIS_URL)."))
+	in.Check(e)
 	x.natsDisconnects, e = m.Int64Counter("hermes_nats_disconnects",
 		metric.WithDescription("Times this process's NATS connection was lost (not counting its own close)."))
 	in.Check(e)
@@ -202,6 +206,7 @@ func (m *Metrics) NATSReconnected() {
 type PoolStats struct {
 	Hits, Misses, Timeouts uint64 // since the pool was made
 	Conns, Idle            int64  // now
+	Max                    int64  // the pool's size
 }
 
 // Kinds of Redis errors (the kind label).
@@ -237,8 +242,9 @@ func (m *Metrics) ObserveRedis(pool func() PoolStats) (stop func() error) {
 		o.ObserveInt64(m.redisTimeouts, int64(st.Timeouts))
 		o.ObserveInt64(m.redisConns, st.Conns)
 		o.ObserveInt64(m.redisIdle, st.Idle)
+		o.ObserveInt64(m.redisMax, st.Max)
 		return nil
-	}, m.redisHits, m.redisMisses, m.redisTimeouts, m.redisConns, m.redisIdle)
+	}, m.redisHits, m.redisMisses, m.redisTimeouts, m.redisConns, m.redisIdle, m.redisMax)
 	if err != nil {
 		return func() error { return nil } // the instruments are this meter's: it cannot fail
 	}

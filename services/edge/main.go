@@ -23,6 +23,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/gateway"
 	"github.com/hermes-mobile/gateway/pkg/ids"
 	"github.com/hermes-mobile/gateway/pkg/router"
+	"github.com/hermes-mobile/gateway/pkg/store/redisstore"
 	"github.com/hermes-mobile/gateway/pkg/web"
 )
 
@@ -33,6 +34,7 @@ type flags struct {
 	homeDevice, avatarURL, trustedProxies, natsURL, redisURL string
 	forwardedHeader                                          string
 	redisPrefix, natsPrefix                                  string
+	redisPool                                                int
 	router, logLevel, webClient                              string
 	adminListen                                              string
 	pprof                                                    string
@@ -58,6 +60,7 @@ func (f *flags) register(fs *flag.FlagSet) {
 	config.String(fs, &f.natsPrefix, "nats-prefix", "NATS_PREFIX", "", "prefix of every NATS subject, e.g. gw1. (lets several gateways share one NATS)")
 	config.String(fs, &f.redisURL, "redis-url", "REDIS_URL", "", "external Redis; empty keeps state in memory")
 	config.String(fs, &f.redisPrefix, "redis-prefix", "REDIS_PREFIX", "hermes:", "prefix of every Redis key")
+	config.Int(fs, &f.redisPool, "redis-pool-size", "REDIS_POOL_SIZE", redisstore.DefaultPoolSize, "most connections to Redis per process (a pool_size in REDIS_URL wins); commands wait for a free one")
 	config.String(fs, &f.webClient, "web-client", "MOBILE_WEB_CLIENT", "auto", "serve the browser client at / on the WebSocket address: on, off, or auto (on without NATS_URL)")
 	config.String(fs, &f.router, "router", "MOBILE_ROUTER", "auto", "run a router with AGENT here: on, off, or auto (on without NATS_URL)")
 	f.agent.Register(fs, "the router's agent: demo, openai (an OpenAI-compatible chat API) or link (an outside agent over the router API)")
@@ -156,7 +159,7 @@ func drain(g *gateway.Gateway, adm *admin.Server, window time.Duration, log *slo
 }
 
 func (f flags) gatewayConfig() (gateway.Config, error) {
-	cfg := gateway.Config{Listen: f.listen, NATSURL: f.natsURL, RedisURL: f.redisURL, RedisPrefix: f.redisPrefix, NATSPrefix: f.natsPrefix,
+	cfg := gateway.Config{Listen: f.listen, NATSURL: f.natsURL, RedisURL: f.redisURL, RedisPrefix: f.redisPrefix, RedisPoolSize: f.redisPool, NATSPrefix: f.natsPrefix,
 		MaxBlobBytes: f.maxBlob}
 	if f.token == "" && (f.natsURL != "" || f.redisURL != "") {
 		// A token made up by one process is not the others' (nor the next

@@ -29,12 +29,14 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/router"
 	"github.com/hermes-mobile/gateway/pkg/store/memstore"
+	"github.com/hermes-mobile/gateway/pkg/store/redisstore"
 )
 
 // flags is the command line; every flag falls back to its env var.
 type flags struct {
 	listen, natsURL, natsPrefix     string
 	redisURL, redisPrefix           string
+	redisPool                       int
 	deliverTokens, agentTokens      config.Secret
 	homeDevice, eventsMax, logLevel string
 	adminListen, pprof              string
@@ -51,6 +53,7 @@ func (f *flags) register(fs *flag.FlagSet) {
 	config.String(fs, &f.natsPrefix, "nats-prefix", "NATS_PREFIX", "", "prefix of every NATS subject, as the cluster's edges have it (e.g. gw1.)")
 	config.String(fs, &f.redisURL, "redis-url", "REDIS_URL", "", "the cluster's Redis, redis://[user:pass@]host:port[/db] (required)")
 	config.String(fs, &f.redisPrefix, "redis-prefix", "REDIS_PREFIX", "hermes:", "prefix of every Redis key")
+	config.Int(fs, &f.redisPool, "redis-pool-size", "REDIS_POOL_SIZE", redisstore.DefaultPoolSize, "most connections to Redis per process (a pool_size in REDIS_URL wins); commands wait for a free one")
 	config.SecretVar(fs, &f.deliverTokens, "deliver-tokens", "MOBILE_DELIVER_TOKENS", "`tokens` that may call POST /v1/deliver, comma-separated")
 	config.SecretVar(fs, &f.agentTokens, "agent-tokens", "MOBILE_AGENT_TOKENS", "`tokens` of the agent link (sessions, events, blobs), comma-separated")
 	config.String(fs, &f.homeDevice, "home-device", "MOBILE_HOME_DEVICE", "", "target of a deliver without one")
@@ -149,7 +152,7 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) (err error) {
 	}
 	g, err := gateway.Start(ctx, gateway.Config{
 		Name: "hermes-router", NoEdge: true, Router: true,
-		NATSURL: f.natsURL, NATSPrefix: f.natsPrefix, RedisURL: f.redisURL, RedisPrefix: f.redisPrefix,
+		NATSURL: f.natsURL, NATSPrefix: f.natsPrefix, RedisURL: f.redisURL, RedisPrefix: f.redisPrefix, RedisPoolSize: f.redisPool,
 		MaxBlobBytes: f.maxBlob, NewAgent: agent.Named(s.agent, s.openai, s.eventsMax),
 		APIListen: f.listen, API: s.api, RouterCfg: s.router, Telemetry: adm.Tel,
 	}, log)

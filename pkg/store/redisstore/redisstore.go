@@ -258,7 +258,7 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		s.stopObserve = m.ObserveRedis(func() telemetry.PoolStats {
 			st := s.rdb.PoolStats()
 			return telemetry.PoolStats{Hits: uint64(st.Hits), Misses: uint64(st.Misses), Timeouts: uint64(st.Timeouts),
-				Conns: int64(st.TotalConns), Idle: int64(st.IdleConns)}
+				Conns: int64(st.TotalConns), Idle: int64(st.IdleConns), Max: int64(s.PoolSize())}
 		})
 	}
 	return s, nil
