@@ -132,7 +132,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err e
 		a := cfg.Agent
 		switch {
 		case cfg.NewAgent != nil:
-			if a, err = cfg.NewAgent(g.Store, log); err != nil {
+			if a, err = cfg.NewAgent(g.Store, log, cfg.RouterCfg.Telemetry.Meter()); err != nil {
 				return nil, err
 			}
 		case a == nil:

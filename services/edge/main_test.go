@@ -685,7 +685,7 @@ func TestAgentChoice(t *testing.T) {
 			t.Errorf("%v: %v", tc.env, err)
 			continue
 		}
-		a, err := cfg.NewAgent(memstore.New(memstore.Options{}), slog.New(slog.DiscardHandler))
+		a, err := cfg.NewAgent(memstore.New(memstore.Options{}), slog.New(slog.DiscardHandler), nil)
 		_, link := a.(*agent.Link)
 		_, oai := a.(*agent.OpenAI)
 		if err != nil || link != tc.link || oai != tc.oai {
