@@ -112,8 +112,9 @@ type Options struct {
 	// dispatchers (at least 1024 each); 0 means DefaultPending.
 	Pending int
 	// Telemetry counts the connection's losses and reconnects
-	// (hermes_nats_disconnects_total, hermes_nats_reconnects_total); nil
-	// counts nothing.
+	// (hermes_nats_disconnects_total, hermes_nats_reconnects_total) and
+	// its slow consumers (hermes_nats_slow_consumers_total); nil counts
+	// nothing.
 	Telemetry *telemetry.Telemetry
 }
 
