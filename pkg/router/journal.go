@@ -316,11 +316,11 @@ func (r *Router) handle(ctx context.Context, qe queuedEvent) {
 	out := &output{r: r, device: ev.Device, hold: true}
 	defer func() {
 		if p := recover(); p != nil {
-			r.log.Error("agent panicked", "device", ev.Device, "panic", p)
+			r.log.ErrorContext(ctx, "agent panicked", "device", ev.Device, "panic", p)
 		}
 	}()
 	if err := r.agent.Handle(ctx, ev, out); err != nil {
-		r.log.Warn("agent failed", "device", ev.Device, "kind", ev.Kind, "err", err)
+		r.log.WarnContext(ctx, "agent failed", "device", ev.Device, "kind", ev.Kind, "err", err)
 		span.RecordError(err)
 		// Never leave the avatar hanging (if this is lost, the edge idles a
 		// silent avatar after 30 s).

@@ -1,7 +1,10 @@
 package telemetry_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"log/slog"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -171,5 +174,48 @@ func TestOTLPExport(t *testing.T) {
 	defer mu.Unlock()
 	if got["/v1/traces"] == 0 || got["/v1/metrics"] == 0 {
 		t.Errorf("OTLP requests received: %v; want POST /v1/traces and /v1/metrics", got)
+	}
+}
+
+// TestLogHandlerAddsTraceIDs: a record made with the context of a span
+// carries its trace_id and span_id, also through a logger With attributes;
+// one made without a span (or with the context of none) carries neither.
+func TestLogHandlerAddsTraceIDs(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tel, err := telemetry.New(context.Background(), telemetry.Config{ServiceName: "x", SpanProcessor: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tel.Shutdown(context.Background())
+	var buf bytes.Buffer
+	log := slog.New(telemetry.LogHandler(slog.NewJSONHandler(&buf, nil))).With("component", "test")
+	ctx, span := tel.Tracer("x").Start(context.Background(), "work")
+	log.InfoContext(ctx, "inside")
+	span.End()
+	log.InfoContext(context.Background(), "outside")
+	log.Info("no context")
+
+	var lines []map[string]any
+	for line := range strings.Lines(buf.String()) {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		lines = append(lines, m)
+	}
+	if len(lines) != 3 {
+		t.Fatalf("%d log lines, want 3:\n%s", len(lines), buf.String())
+	}
+	sc := span.SpanContext()
+	if lines[0]["trace_id"] != sc.TraceID().String() || lines[0]["span_id"] != sc.SpanID().String() || lines[0]["component"] != "test" {
+		t.Errorf("the line made inside the span: %v; want trace_id %s, span_id %s and component", lines[0], sc.TraceID(), sc.SpanID())
+	}
+	for _, m := range lines[1:] {
+		if _, ok := m["trace_id"]; ok {
+			t.Errorf("a line made outside any span carries a trace id: %v", m)
+		}
+		if _, ok := m["span_id"]; ok {
+			t.Errorf("a line made outside any span carries a span id: %v", m)
+		}
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/ids"
 	"github.com/hermes-mobile/gateway/pkg/router"
 	"github.com/hermes-mobile/gateway/pkg/store/redisstore"
+	"github.com/hermes-mobile/gateway/pkg/telemetry"
 	"github.com/hermes-mobile/gateway/pkg/web"
 )
 
@@ -100,7 +101,8 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) (err error) {
 	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
 		return fmt.Errorf("MOBILE_LOG_LEVEL: %w", err)
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	// Records made inside a span carry its trace_id and span_id.
+	log := slog.New(telemetry.LogHandler(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level})))
 
 	cfg, err := f.gatewayConfig()
 	if err != nil {

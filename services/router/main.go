@@ -30,6 +30,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/router"
 	"github.com/hermes-mobile/gateway/pkg/store/memstore"
 	"github.com/hermes-mobile/gateway/pkg/store/redisstore"
+	"github.com/hermes-mobile/gateway/pkg/telemetry"
 )
 
 // flags is the command line; every flag falls back to its env var.
@@ -136,7 +137,8 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: s.level}))
+	// Records made inside a span carry its trace_id and span_id.
+	log := slog.New(telemetry.LogHandler(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: s.level})))
 
 	pprofOn, err := admin.PprofSetting(f.pprof)
 	if err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"os"
@@ -183,4 +184,60 @@ func freshValue(name, kind string) *regexp.Regexp {
 		name += "_count"
 	}
 	return regexp.MustCompile("(?m)^" + regexp.QuoteMeta(name) + "(\\{[^}]*\\})? " + value + "$")
+}
+
+// TestAPIRequestLog: every request to the router's API is one info-level
+// JSON line with its method, route (the pattern, not the path, which names
+// a session; other for an unknown path), status, client address and
+// duration in seconds.
+func TestAPIRequestLog(t *testing.T) {
+	clearEnv(t)
+	rurl := testsvc.RedisURL(t)
+	prefix := uniquePrefix(t, rurl)
+	subjects := "al" + strings.Trim(strings.TrimPrefix(prefix, "hermes-routermain"), ":") + "."
+	f := mustParse(t, "-listen=127.0.0.1:0", "-nats-url="+testsvc.NATSURL(t), "-nats-prefix="+subjects, "-redis-url="+rurl,
+		"-redis-prefix="+prefix, "-admin-listen=off", "-agent-tokens=agent-token")
+	url, logs, _ := runRouter(t, f)
+	if code, _ := call(t, "POST", url+"/v1/sessions/mobile:secret-device/messages", "", `{"text":"hi"}`); code != http.StatusUnauthorized {
+		t.Fatalf("POST without a token: %d, want 401", code)
+	}
+	if code, _ := call(t, "GET", url+"/no/such/path", "", ""); code != http.StatusNotFound {
+		t.Fatalf("GET of an unknown path: %d, want 404", code)
+	}
+	want := []struct {
+		method, route string
+		status        float64
+	}{
+		{"POST", "/v1/sessions/{session}/messages", 401},
+		{"GET", "other", 404},
+	}
+	var lines []map[string]any
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		lines = lines[:0]
+		for line := range strings.Lines(logs.String()) {
+			var m map[string]any
+			if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "api request" {
+				lines = append(lines, m)
+			}
+		}
+		if len(lines) >= len(want) || time.Now().After(deadline) {
+			break
+		}
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("%d api request lines, want %d:\n%s", len(lines), len(want), logs.String())
+	}
+	for i, w := range want {
+		m := lines[i]
+		d, ok := m["duration"].(float64)
+		client, _ := m["client"].(string)
+		if m["level"] != "INFO" || m["method"] != w.method || m["route"] != w.route || m["status"] != w.status ||
+			!strings.HasPrefix(client, "127.0.0.1:") || !ok || d < 0 || d > 30 {
+			t.Errorf("api request line %v; want level INFO, method %s, route %s, status %v, a loopback client and a duration in seconds",
+				m, w.method, w.route, w.status)
+		}
+	}
+	if strings.Contains(logs.String(), "secret-device") {
+		t.Error("the log names the session of the path")
+	}
 }
