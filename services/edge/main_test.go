@@ -65,7 +65,7 @@ func mustParse(t *testing.T, args ...string) flags {
 func TestFlagDefaults(t *testing.T) {
 	clearEnv(t)
 	f := mustParse(t)
-	want := flags{listen: "127.0.0.1:8787", router: "auto", webClient: "auto", logLevel: "info", redisPrefix: "hermes:",
+	want := flags{listen: "127.0.0.1:8787", router: "auto", webClient: "auto", logLevel: "info", redisPrefix: "hermes:", redisPool: 32,
 		forwardedHeader: "x-forwarded-for",
 		adminListen:     "127.0.0.1:8789", pprof: "off", drainWindow: 10 * time.Second, maxBlob: 1 << 30, blobTTL: 15 * time.Minute,
 		edgeCfg: edge.Config{PingInterval: 30 * time.Second,
