@@ -18,9 +18,11 @@ const root = ".."
 var envVar = regexp.MustCompile(`\(\$([A-Z][A-Z0-9_]*)[,)]`)
 
 // otelVars are the standard OpenTelemetry variables that pkg/telemetry reads
-// from the environment rather than as flags, and GOMEMLIMIT, which the Go
-// runtime reads.
-var otelVars = []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME", "GOMEMLIMIT"}
+// from the environment rather than as flags, and GOMEMLIMIT and GOMAXPROCS,
+// which the Go runtime reads.
+var otelVars = []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+	"OTEL_EXPORTER_OTLP_PROTOCOL", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
+	"OTEL_SERVICE_NAME", "GOMEMLIMIT", "GOMAXPROCS"}
 
 var (
 	buildOnce sync.Once

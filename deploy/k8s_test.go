@@ -609,6 +609,24 @@ func TestChartMemoryLimit(t *testing.T) {
 	}
 }
 
+// TestChartGOMAXPROCS: each service's GOMAXPROCS is its CPU request in
+// whole cores, from the downward API (the pods set no CPU limit, so the Go
+// runtime's own default would be the node's cores).
+func TestChartGOMAXPROCS(t *testing.T) {
+	ms := renderStrict(t, "hermes", "--set", "auth.token="+testToken)
+	for _, service := range []string{"edge", "router"} {
+		c := deployment(t, ms, service).Spec.Template.Spec.Containers[0]
+		e := containerEnv(c, "GOMAXPROCS")
+		if e == nil || e.ValueFrom == nil || e.ValueFrom.ResourceFieldRef == nil {
+			t.Errorf("%s GOMAXPROCS %+v, want it from the downward API", service, e)
+			continue
+		}
+		if ref := e.ValueFrom.ResourceFieldRef; ref.Resource != "requests.cpu" || ref.Divisor.String() != "1" {
+			t.Errorf("%s GOMAXPROCS from %s with divisor %s, want requests.cpu with divisor 1", service, ref.Resource, ref.Divisor.String())
+		}
+	}
+}
+
 // everythingArgs turn on every optional piece of the chart.
 var everythingArgs = []string{
 	"--set", "ingress.enabled=true", "--set", "ingress.className=nginx", "--set", "ingress.host=gw.example.com",

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/hermes-mobile/gateway/pkg/config"
 	"github.com/hermes-mobile/gateway/pkg/store"
 )
@@ -54,14 +56,16 @@ func (c Choice) Resolve() (name string, oc OpenAIConfig, err error) {
 	return name, oc, nil
 }
 
-// Factory makes a router's agent once the node's store is up.
-type Factory func(st store.Store, log *slog.Logger) (Agent, error)
+// Factory makes a router's agent once the node's store is up; the agent
+// records its metrics on m (nil: none).
+type Factory func(st store.Store, log *slog.Logger, m metric.Meter) (Agent, error)
 
 // Named is the factory of the agent name, as Resolve returns it: demo,
 // link (keeping eventsMax events; 0: DefaultLinkMaxLen) or openai with oc
-// (whose Log, when nil, is log's). Both services make their agent here.
+// (whose Log and Meter, when nil, are the factory's). Both services make
+// their agent here.
 func Named(name string, oc OpenAIConfig, eventsMax int) Factory {
-	return func(st store.Store, log *slog.Logger) (Agent, error) {
+	return func(st store.Store, log *slog.Logger, m metric.Meter) (Agent, error) {
 		switch name {
 		case "", "demo":
 			return Demo{}, nil
@@ -70,6 +74,9 @@ func Named(name string, oc OpenAIConfig, eventsMax int) Factory {
 		case "openai":
 			if oc.Log == nil {
 				oc.Log = log.With("component", "openai")
+			}
+			if oc.Meter == nil {
+				oc.Meter = m
 			}
 			return NewOpenAI(oc, st)
 		}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/hermes-mobile/gateway/pkg/ids"
 	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/wire"
@@ -71,6 +73,9 @@ type OpenAIConfig struct {
 	Client *http.Client
 	// Log receives a warning for every failed answer (discarded when nil).
 	Log *slog.Logger
+	// Meter receives the upstream's calls, results and latency
+	// (hermes_agent_upstream_*); nil records nothing.
+	Meter metric.Meter
 }
 
 // Check reports a configuration the agent cannot work with: no model, or a
@@ -113,6 +118,7 @@ type OpenAI struct {
 	endpoint string
 	history  store.History
 	log      *slog.Logger
+	m        *openaiMetrics
 }
 
 var _ Agent = (*OpenAI)(nil)
@@ -147,6 +153,7 @@ func NewOpenAI(cfg OpenAIConfig, h store.History) (*OpenAI, error) {
 		endpoint: strings.TrimRight(cfg.BaseURL, "/") + "/chat/completions",
 		history:  h,
 		log:      log,
+		m:        newOpenAIMetrics(cfg.Meter),
 	}, nil
 }
 
@@ -196,7 +203,7 @@ func (o *OpenAI) Handle(ctx context.Context, ev wire.Event, out Output) error {
 // fail tells the device why there is no complete answer, in the final
 // frame of message id, and stops typing.
 func (o *OpenAI) fail(ctx context.Context, out Output, id string, a answer, cause error) error {
-	o.log.Warn("the agent could not answer", "err", cause)
+	o.log.WarnContext(ctx, "the agent could not answer", "err", cause)
 	sctx, cancel := settleCtx(ctx)
 	defer cancel()
 	text := "The agent could not answer: " + describe(cause) + "."

@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -56,12 +55,12 @@ func (o *OpenAI) stream(ctx context.Context, msgs []chatMessage, id string, out 
 		return answer{}, err
 	}
 	ctx, cancelTimeout := context.WithTimeoutCause(ctx, o.cfg.Timeout,
-		fmt.Errorf("upstream did not finish the answer within %v", o.cfg.Timeout))
+		resultErrorf(resultTimeout, "upstream did not finish the answer within %v", o.cfg.Timeout))
 	defer cancelTimeout()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	firstByte := time.AfterFunc(o.cfg.FirstByte, func() {
-		cancel(fmt.Errorf("upstream sent nothing within %v", o.cfg.FirstByte))
+		cancel(resultErrorf(resultTimeout, "upstream sent nothing within %v", o.cfg.FirstByte))
 	})
 	defer firstByte.Stop()
 
@@ -134,7 +133,10 @@ func (o *OpenAI) stream(ctx context.Context, msgs []chatMessage, id string, out 
 
 // read posts body and sends each non-empty content delta of the stream to
 // deltas. It returns nil once the stream says it is done, or why it is not.
-func (o *OpenAI) read(ctx context.Context, body []byte, deltas chan<- string, firstByte *time.Timer) error {
+// The call is counted by its result (resultOf).
+func (o *OpenAI) read(ctx context.Context, body []byte, deltas chan<- string, firstByte *time.Timer) (err error) {
+	start := time.Now()
+	defer func() { o.m.call(start, err) }()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, o.endpoint, bytes.NewReader(body))
 	if err != nil {
 		return err
@@ -149,7 +151,7 @@ func (o *OpenAI) read(ctx context.Context, body []byte, deltas chan<- string, fi
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
-		return fmt.Errorf("cannot reach upstream: %w", err)
+		return resultErrorf(resultUnreachable, "cannot reach upstream: %w", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -172,10 +174,10 @@ func (o *OpenAI) read(ctx context.Context, body []byte, deltas chan<- string, fi
 		}
 		var c chatChunk
 		if err := json.Unmarshal(data, &c); err != nil {
-			return false, fmt.Errorf("upstream sent a malformed stream: %q is not a JSON chunk", clip(string(data), 80))
+			return false, resultErrorf(resultStream, "upstream sent a malformed stream: %q is not a JSON chunk", clip(string(data), 80))
 		}
 		if c.Error != nil {
-			return false, fmt.Errorf("upstream failed: %s", clip(c.Error.Message, 200))
+			return false, resultErrorf(resultStream, "upstream failed: %s", clip(c.Error.Message, 200))
 		}
 		if len(c.Choices) == 0 {
 			return false, nil
@@ -197,11 +199,12 @@ func (o *OpenAI) read(ctx context.Context, body []byte, deltas chan<- string, fi
 	for sc.Scan() {
 		if first {
 			firstByte.Stop()
+			o.m.firstLine(start)
 			first = false
 		}
 		line := sc.Bytes()
 		if len(line) > o.cfg.MaxLine {
-			return fmt.Errorf("upstream sent a line longer than %d bytes", o.cfg.MaxLine)
+			return resultErrorf(resultStream, "upstream sent a line longer than %d bytes", o.cfg.MaxLine)
 		}
 		if len(line) == 0 {
 			if done, err := dispatch(); done || err != nil {
@@ -218,7 +221,7 @@ func (o *OpenAI) read(ctx context.Context, body []byte, deltas chan<- string, fi
 		}
 		data = append(data, bytes.TrimPrefix(value, []byte(" "))...)
 		if len(data) > o.cfg.MaxLine {
-			return fmt.Errorf("upstream sent an event longer than %d bytes", o.cfg.MaxLine)
+			return resultErrorf(resultStream, "upstream sent an event longer than %d bytes", o.cfg.MaxLine)
 		}
 	}
 	if ctx.Err() != nil {
@@ -226,15 +229,15 @@ func (o *OpenAI) read(ctx context.Context, body []byte, deltas chan<- string, fi
 	}
 	switch err := sc.Err(); {
 	case errors.Is(err, bufio.ErrTooLong):
-		return fmt.Errorf("upstream sent a line longer than %d bytes", o.cfg.MaxLine)
+		return resultErrorf(resultStream, "upstream sent a line longer than %d bytes", o.cfg.MaxLine)
 	case err != nil:
-		return fmt.Errorf("reading the stream: %w", err)
+		return resultErrorf(resultStream, "reading the stream: %w", err)
 	}
 	if done, err := dispatch(); done || err != nil {
 		return err
 	}
 	if !finished {
-		return errors.New("the stream from upstream ended before the answer was complete")
+		return resultErrorf(resultStream, "the stream from upstream ended before the answer was complete")
 	}
 	return nil
 }
@@ -258,9 +261,9 @@ func statusError(resp *http.Response) error {
 		}
 	}
 	if msg == "" {
-		return fmt.Errorf("upstream returned %s", resp.Status)
+		return resultErrorf(resultStatus, "upstream returned %s", resp.Status)
 	}
-	return fmt.Errorf("upstream returned %s: %s", resp.Status, clip(msg, 200))
+	return resultErrorf(resultStatus, "upstream returned %s: %s", resp.Status, clip(msg, 200))
 }
 
 // describe is err as the device reads it, to be followed by a full stop.

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +19,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/agent"
 	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/store/redisstore"
+	"github.com/hermes-mobile/gateway/pkg/telemetry"
 	"github.com/hermes-mobile/gateway/pkg/wire"
 )
 
@@ -328,48 +331,55 @@ func TestOpenAIFailures(t *testing.T) {
 		mutate  func(*agent.OpenAIConfig)
 		started bool   // a first part was sent before the failure
 		want    string // in the final text
+		result  string // of the call in hermes_agent_upstream_requests_total
 	}{
 		{"status 500", func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(500)
 			io.WriteString(w, `{"error":{"message":"model exploded","type":"server_error"}}`)
-		}, nil, false, "The agent could not answer: upstream returned 500 Internal Server Error: model exploded."},
+		}, nil, false, "The agent could not answer: upstream returned 500 Internal Server Error: model exploded.", "status"},
 		{"status 502 plain", func(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "bad gateway", http.StatusBadGateway)
-		}, nil, false, "upstream returned 502 Bad Gateway: bad gateway"},
+		}, nil, false, "upstream returned 502 Bad Gateway: bad gateway", "status"},
 		{"nothing within FirstByte", func(w http.ResponseWriter, r *http.Request) { hang(w, r) },
-			func(c *agent.OpenAIConfig) { c.FirstByte = 300 * time.Millisecond }, false, "upstream sent nothing within 300ms"},
+			func(c *agent.OpenAIConfig) { c.FirstByte = 300 * time.Millisecond }, false, "upstream sent nothing within 300ms", "timeout"},
 		{"headers then silence", func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "text/event-stream")
 			w.(http.Flusher).Flush()
 			hang(w, r)
-		}, func(c *agent.OpenAIConfig) { c.FirstByte = 300 * time.Millisecond }, false, "upstream sent nothing within 300ms"},
+		}, func(c *agent.OpenAIConfig) { c.FirstByte = 300 * time.Millisecond }, false, "upstream sent nothing within 300ms", "timeout"},
 		{"hangs past Timeout", func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "text/event-stream")
 			io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"Half an\"}}]}\n\n")
 			w.(http.Flusher).Flush()
 			hang(w, r)
 		}, func(c *agent.OpenAIConfig) { c.Timeout = 500 * time.Millisecond }, true,
-			"Half an\n\n[The agent could not finish: upstream did not finish the answer within 500ms.]"},
+			"Half an\n\n[The agent could not finish: upstream did not finish the answer within 500ms.]", "timeout"},
 		{"malformed", func(w http.ResponseWriter, r *http.Request) {
 			io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"ok\"}}]}\n\ndata: {not json\n\n")
-		}, nil, true, "upstream sent a malformed stream"},
+		}, nil, true, "upstream sent a malformed stream", "stream"},
 		{"error event", func(w http.ResponseWriter, r *http.Request) {
 			io.WriteString(w, "data: {\"error\":{\"message\":\"rate limited\"}}\n\n")
-		}, nil, false, "The agent could not answer: upstream failed: rate limited."},
+		}, nil, false, "The agent could not answer: upstream failed: rate limited.", "stream"},
 		{"ends early", func(w http.ResponseWriter, r *http.Request) {
 			io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"trunc\"}}]}\n\n")
-		}, nil, true, "ended before the answer was complete"},
+		}, nil, true, "ended before the answer was complete", "stream"},
 		{"line too long", func(w http.ResponseWriter, r *http.Request) {
 			io.WriteString(w, ": "+strings.Repeat("x", 255)+"\n\n")
-		}, func(c *agent.OpenAIConfig) { c.MaxLine = 256 }, false, "upstream sent a line longer than 256 bytes"},
-		{"unreachable", nil, func(c *agent.OpenAIConfig) { c.BaseURL = "http://127.0.0.1:1/v1" }, false, "cannot reach upstream"},
+		}, func(c *agent.OpenAIConfig) { c.MaxLine = 256 }, false, "upstream sent a line longer than 256 bytes", "stream"},
+		{"unreachable", nil, func(c *agent.OpenAIConfig) { c.BaseURL = "http://127.0.0.1:1/v1" }, false, "cannot reach upstream", "unreachable"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			f := fakellm.New(t, func(w http.ResponseWriter, r *http.Request, _ int) { tc.reply(w, r) })
 			s := newMemstore(t)
-			a := newOpenAI(t, f, s, tc.mutate)
+			tel := newTelemetry(t)
+			a := newOpenAI(t, f, s, func(c *agent.OpenAIConfig) {
+				c.Meter = tel.Meter()
+				if tc.mutate != nil {
+					tc.mutate(c)
+				}
+			})
 			out := &recOutput{}
 			start := time.Now()
 			if err := a.Handle(t.Context(), textEvent("mobile:tel-1", "m", "hi"), out); err != nil {
@@ -393,8 +403,106 @@ func TestOpenAIFailures(t *testing.T) {
 			if items, _ := s.History(t.Context(), "mobile:tel-1"); len(items) != 0 {
 				t.Errorf("a failed turn left history %q", items)
 			}
+			m := samples(t, tel)
+			for _, result := range upstreamResults {
+				want := 0.0
+				if result == tc.result {
+					want = 1
+				}
+				if got := m[upstreamRequests(result)]; got != want {
+					t.Errorf("%s = %v, want %v", upstreamRequests(result), got, want)
+				}
+			}
+			if m["hermes_agent_upstream_duration_seconds_count"] != 1 {
+				t.Errorf("hermes_agent_upstream_duration_seconds_count = %v, want 1", m["hermes_agent_upstream_duration_seconds_count"])
+			}
 		})
 	}
+}
+
+// upstreamResults are the result label's values.
+var upstreamResults = []string{"ok", "status", "unreachable", "timeout", "stream", "canceled"}
+
+func upstreamRequests(result string) string {
+	return `hermes_agent_upstream_requests_total{result="` + result + `"}`
+}
+
+// TestOpenAIMetrics: every result of hermes_agent_upstream_requests_total
+// is at 0 from the agent's start; an answer counts as ok with its duration
+// and time to the first byte; a call the router ends (its context
+// canceled) counts as canceled.
+func TestOpenAIMetrics(t *testing.T) {
+	gate := make(chan struct{})
+	f := fakellm.New(t, func(w http.ResponseWriter, r *http.Request, n int) {
+		if n == 0 {
+			fakellm.Stream(w, r, 0, "Hello", " there")
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.(http.Flusher).Flush()
+		close(gate)
+		<-r.Context().Done()
+	})
+	tel := newTelemetry(t)
+	a := newOpenAI(t, f, newMemstore(t), func(c *agent.OpenAIConfig) { c.Meter = tel.Meter() })
+	m := samples(t, tel)
+	for _, result := range upstreamResults {
+		if v, ok := m[upstreamRequests(result)]; !ok || v != 0 {
+			t.Errorf("a fresh agent: %s = %v (present %v), want 0", upstreamRequests(result), v, ok)
+		}
+	}
+
+	if err := a.Handle(t.Context(), textEvent("mobile:tel-1", "m1", "hi"), &recOutput{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	go func() { <-gate; cancel() }()
+	_ = a.Handle(ctx, textEvent("mobile:tel-1", "m2", "hi"), &recOutput{})
+
+	m = samples(t, tel)
+	for sample, want := range map[string]float64{
+		upstreamRequests("ok"):                           1,
+		upstreamRequests("canceled"):                     1,
+		upstreamRequests("stream"):                       0,
+		"hermes_agent_upstream_duration_seconds_count":   2,
+		"hermes_agent_upstream_first_byte_seconds_count": 1,
+	} {
+		if m[sample] != want {
+			t.Errorf("%s = %v, want %v", sample, m[sample], want)
+		}
+	}
+}
+
+// newTelemetry is a Telemetry shut down when t ends.
+func newTelemetry(t *testing.T) *telemetry.Telemetry {
+	t.Helper()
+	tel, err := telemetry.New(context.Background(), telemetry.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tel.Shutdown(context.Background()) })
+	return tel
+}
+
+// samples scrapes tel's /metrics: sample name{labels} → value.
+func samples(t *testing.T, tel *telemetry.Telemetry) map[string]float64 {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	tel.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	out := make(map[string]float64)
+	for line := range strings.Lines(rec.Body.String()) {
+		line = strings.TrimSpace(line)
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			t.Fatalf("unreadable sample %q", line)
+		}
+		out[line[:i]] = v
+	}
+	return out
 }
 
 // TestOpenAIMaxAnswer: an answer of exactly MaxAnswer bytes is whole; one

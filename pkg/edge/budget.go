@@ -29,8 +29,9 @@ const queueFloor = 1 << 20
 // socket takes, no other can, so a few hostile sockets reach the bound
 // long before the process runs out of memory.
 type budget struct {
-	limit int64
-	used  atomic.Int64
+	limit   int64
+	used    atomic.Int64
+	refused atomic.Int64 // takes that did not fit (hermes_budget_exhausted_total)
 }
 
 // take reserves n bytes if they fit; exactly the limit fits.
@@ -38,6 +39,7 @@ func (b *budget) take(n int64) bool {
 	for {
 		u := b.used.Load()
 		if u+n > b.limit {
+			b.refused.Add(1)
 			return false
 		}
 		if b.used.CompareAndSwap(u, u+n) {

@@ -93,7 +93,7 @@ func (s *Server) onDelivery(m *bus.Msg) {
 		// acknowledged by the phone.
 		done = s.fenceOwner(c, c.awaitAck(out, respond))
 	}
-	done = s.tel.traceDelivery(m.Header, out.Op, done)
+	ctx, done := s.tel.traceDelivery(s.ctx, m.Header, out.Op, done)
 	c.mu.Lock()
 	if !c.flags.is(flagReady) {
 		c.held = append(c.held, heldItem{out: out, done: done})
@@ -104,13 +104,13 @@ func (s *Server) onDelivery(m *bus.Msg) {
 	if out.Op == wire.OpMedia {
 		// Fetching the bytes is I/O: do not hold up other devices' deliveries.
 		s.goFunc(func() {
-			ctx, cancel := context.WithTimeout(s.ctx, s.cfg.OpTimeout)
+			ctx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
 			defer cancel()
 			c.render(ctx, out, done)
 		})
 		return
 	}
-	c.render(s.ctx, out, done)
+	c.render(ctx, out, done)
 }
 
 // answerNoSocket answers out, addressed at out.Epoch to a socket this edge
@@ -204,7 +204,7 @@ func (c *conn) render(ctx context.Context, out wire.Output, done func(error)) {
 	case wire.OpMedia:
 		var err error
 		if frames, err = c.mediaFrames(ctx, out); err != nil {
-			c.logger().Warn("media delivery failed", "err", err)
+			c.logger().WarnContext(ctx, "media delivery failed", "err", err)
 			if done != nil {
 				done(err)
 			}
@@ -234,7 +234,7 @@ func (c *conn) render(ctx context.Context, out wire.Output, done func(error)) {
 	case wire.OpAvatar:
 		avatar = protocol.AvatarState(out.State)
 	default:
-		c.logger().Debug("ignoring unknown output", "op", out.Op)
+		c.logger().DebugContext(ctx, "ignoring unknown output", "op", out.Op)
 	}
 	c.enqueueBatch(frames, avatar, done)
 }

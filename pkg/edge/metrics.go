@@ -35,12 +35,20 @@ type metrics struct {
 	draining     metric.Int64UpDownCounter
 	slowReaders  metric.Int64Counter
 	acceptFails  metric.Int64Counter
+	helloTime    metric.Float64Histogram
+	budgetUsed   metric.Int64ObservableGauge
+	budgetLimit  metric.Int64ObservableGauge
+	budgetFull   metric.Int64ObservableCounter
 
 	byType   telemetry.LabelSet // frame type → {type=…}
 	byCode   telemetry.LabelSet // error code → {code=…}
 	byResult telemetry.LabelSet // "ok" or an error code → {result=…}
 	byReason telemetry.LabelSet // slowReaderQueueFull, slowReaderStalled → {reason=…}
 	byStage  telemetry.LabelSet // acceptStageAccept, acceptStageUpgrade, acceptStageHello → {stage=…}
+	// budgetOpts are the options of {budget=read|queued|upload|hello}, in
+	// the order of budgetNames.
+	budgetOpts [len(budgetNames)]metric.ObserveOption
+	meter      metric.Meter
 	// closeOpts[i][by] are the options of closeCodes[i] (the last one
 	// "other") closed by the edge (by 0) or the peer (by 1).
 	closeOpts [][2][]metric.AddOption
@@ -90,6 +98,14 @@ const (
 // 1005 (a close frame without a code) and 1006 (no close frame). Any other
 // code counts as "other".
 var closeCodes = []int{1000, 1001, 1002, 1003, 1005, 1006, 1007, 1008, 1009, 1011}
+
+// budgetNames are the budget label values: MOBILE_MAX_READ_MIB,
+// MOBILE_MAX_QUEUED_MIB, MOBILE_MAX_UPLOAD_MIB and MOBILE_MAX_HELLO_MIB.
+var budgetNames = [4]string{"read", "queued", "upload", "hello"}
+
+// helloBuckets (seconds) run from a hello answered from memory to one
+// whose store call ran into the 5 s operation timeout.
+var helloBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 15}
 
 // connDurationBuckets (seconds) run from a refused hello to a phone that
 // stays a day.
@@ -149,8 +165,25 @@ func newMetrics(m metric.Meter) *metrics {
 	x.acceptFails, e = m.Int64Counter("hermes_accept_failures",
 		metric.WithDescription("Connections the edge could not take: the listener's accept failed, or the WebSocket upgrade did."))
 	in.Check(e)
+	x.helloTime, e = m.Float64Histogram("hermes_handshake_duration", metric.WithUnit("s"),
+		metric.WithDescription("From a hello's arrival to its ready being queued, for hellos that got ready."),
+		metric.WithExplicitBucketBoundaries(helloBuckets...))
+	in.Check(e)
+	x.budgetUsed, e = m.Int64ObservableGauge("hermes_budget_used", metric.WithUnit("By"),
+		metric.WithDescription("Bytes an edge-wide budget holds now, by budget: read (large messages being read), queued (frames queued to phones), upload (unfinished uploads)."))
+	in.Check(e)
+	x.budgetLimit, e = m.Int64ObservableGauge("hermes_budget_limit", metric.WithUnit("By"),
+		metric.WithDescription("The limit of each edge-wide budget (MOBILE_MAX_READ_MIB, MOBILE_MAX_QUEUED_MIB, MOBILE_MAX_UPLOAD_MIB)."))
+	in.Check(e)
+	x.budgetFull, e = m.Int64ObservableCounter("hermes_budget_exhausted",
+		metric.WithDescription("Reservations an edge-wide budget refused because it was full, by budget."))
+	in.Check(e)
 	if err := in.Err(); err != nil {
 		panic(fmt.Sprintf("edge: creating the instruments: %v", err))
+	}
+	x.meter = m
+	for i, name := range budgetNames {
+		x.budgetOpts[i] = metric.WithAttributeSet(attribute.NewSet(attribute.String("budget", name)))
 	}
 	x.byType = telemetry.NewLabelSet("type", frameTypes...)
 	x.byCode = telemetry.NewLabelSet("code", errorCodes...)
@@ -201,6 +234,29 @@ func (m *metrics) zero() {
 	for _, opts := range m.byResult.All() {
 		m.handshakes.Add(bg, 0, opts...)
 	}
+}
+
+// observeBudgets reports the edge's budgets, read at each collection
+// (their series exist from now on). The returned stop ends the reporting.
+func (m *metrics) observeBudgets(budgets [len(budgetNames)]*budget) (stop func() error) {
+	reg, err := m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		for i, b := range budgets {
+			o.ObserveInt64(m.budgetUsed, b.inUse(), m.budgetOpts[i])
+			o.ObserveInt64(m.budgetLimit, b.limit, m.budgetOpts[i])
+			o.ObserveInt64(m.budgetFull, b.refused.Load(), m.budgetOpts[i])
+		}
+		return nil
+	}, m.budgetUsed, m.budgetLimit, m.budgetFull)
+	if err != nil {
+		return func() error { return nil } // the instruments are this meter's: it cannot fail
+	}
+	return reg.Unregister
+}
+
+// helloReady records a hello that got ready d after it arrived.
+func (m *metrics) helloReady(d time.Duration) {
+	m.handshakes.Add(bg, 1, m.byResult.Of(handshakeOK)...)
+	m.helloTime.Record(bg, d.Seconds())
 }
 
 // connOpened counts a WebSocket connection that completed its upgrade.

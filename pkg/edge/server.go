@@ -224,6 +224,7 @@ type Server struct {
 	// Byte budgets of the whole edge; see Config.MaxReadBytes and the rest.
 	reading, queued, uploading budget
 	helloBytes                 budget // Config.MaxHelloBytes
+	stopBudgets                func() error // ends their reporting
 
 	ctx     context.Context // cancelled by Close
 	cancel  context.CancelFunc
@@ -291,6 +292,7 @@ func New(cfg Config, st store.Store, b bus.Bus, log *slog.Logger) *Server {
 	if p, err := sharedPoller(); err == nil {
 		s.poller = p
 	}
+	s.stopBudgets = s.tel.m.observeBudgets([len(budgetNames)]*budget{&s.reading, &s.queued, &s.uploading, &s.helloBytes})
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.owners = newOwnerReads(s.ctx, st, cfg.OpTimeout, s.goFunc)
 	s.goFunc(s.heartbeat)
@@ -434,7 +436,7 @@ func (s *Server) Close() error {
 	s.waiting = true
 	s.gmu.Unlock()
 	s.wg.Wait()
-	return nil
+	return s.stopBudgets()
 }
 
 var errServerClosed = errors.New("server closed")

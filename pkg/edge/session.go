@@ -143,6 +143,7 @@ func (c *conn) helloTimeout() {
 }
 
 func (c *conn) hello(h *protocol.Hello) {
+	start := time.Now()
 	s := c.srv
 	g := s.auth.check(h.Token)
 	if !g.valid {
@@ -215,7 +216,7 @@ func (c *conn) hello(h *protocol.Hello) {
 	c.send(protocol.AppendReady(newFrame(512), protocol.Ready{
 		Session: c.session, DeviceID: dev.ID, DeviceName: dev.Name, AvatarURL: c.avatarURL,
 	}))
-	c.srv.tel.m.handshake(handshakeOK)
+	c.srv.tel.m.helloReady(time.Since(start))
 	c.logger().Debug("session ready", "epoch", epoch)
 	// A large outbox is written at the pace the phone reads it: meanwhile
 	// the phone's frames are handled, and a drain may close the socket.
@@ -269,7 +270,7 @@ func (c *conn) submit(ev wire.Event, blob []byte) {
 		// Another connection (a socket the phone gave up on, an edge that
 		// died) claimed this id and has not handed it over yet: its
 		// attempt may still fail, so this one must not be dropped.
-		c.logger().Debug("id claimed by another attempt", "id", ev.ID)
+		c.logger().DebugContext(ctx, "id claimed by another attempt", "id", ev.ID)
 		c.sendError(protocol.NewError(protocol.CodeInternalError, "this message is still being delivered from another connection; send it again shortly"))
 		return
 	}
@@ -277,20 +278,20 @@ func (c *conn) submit(ev wire.Event, blob []byte) {
 		// The claim may still take effect (a reply lost, a command run
 		// late): keep the attempt, so the phone's resend claims as us.
 		c.keepAttempt(key, attempt)
-		c.logger().Warn("dedup failed", "err", err)
+		c.logger().WarnContext(ctx, "dedup failed", "err", err)
 		c.sendError(protocol.NewError(protocol.CodeInternalError, "gateway storage unavailable; send again"))
 		return
 	}
 	if !first {
 		c.srv.tel.m.dedupHit()
-		c.logger().Debug("dropping duplicate", "id", ev.ID)
+		c.logger().DebugContext(ctx, "dropping duplicate", "id", ev.ID)
 		return
 	}
 	if blob != nil {
 		blobKey, err := st.PutBlob(ctx, blob, c.srv.cfg.BlobTTL)
 		if err != nil {
 			c.release(key, attempt)
-			c.logger().Warn("storing media failed", "err", err)
+			c.logger().WarnContext(ctx, "storing media failed", "err", err)
 			why := "gateway storage unavailable; send again"
 			if errors.Is(err, store.ErrFull) {
 				why = "the gateway's media store is full; send again later"
@@ -304,7 +305,7 @@ func (c *conn) submit(ev wire.Event, blob []byte) {
 	c.setAvatar(protocol.AvatarThinking, nil)
 	if err := c.srv.publishEvent(ctx, c, ev); err != nil {
 		c.release(key, attempt)
-		c.logger().Warn("handing event to the agent failed", "err", err)
+		c.logger().WarnContext(ctx, "handing event to the agent failed", "err", err)
 		c.sendError(protocol.NewError(protocol.CodeInternalError, "the agent is not reachable; send again"))
 		c.setAvatar(protocol.AvatarIdle, nil)
 		return
@@ -315,7 +316,7 @@ func (c *conn) submit(ev wire.Event, blob []byte) {
 	if err := st.Confirm(cctx, key, attempt, protocol.DedupWindow); err != nil {
 		// The claim lapses by itself; a resend after that is handed over
 		// again (a duplicate, never a loss).
-		c.logger().Warn("confirming a dedup key failed", "err", err)
+		c.logger().WarnContext(ctx, "confirming a dedup key failed", "err", err)
 	}
 }
 
@@ -455,7 +456,7 @@ func (c *conn) onPromptAnswer(f *protocol.PromptAnswer) {
 		c.sendError(protocol.NewError(protocol.CodeForbidden, "this card belongs to another device"))
 		return
 	case err != nil:
-		c.logger().Warn("reading prompt failed", "err", err)
+		c.logger().WarnContext(ctx, "reading prompt failed", "err", err)
 		c.sendError(protocol.NewError(protocol.CodeInternalError, "gateway storage unavailable; answer again"))
 		return
 	}
@@ -473,12 +474,12 @@ func (c *conn) onPromptAnswer(f *protocol.PromptAnswer) {
 	// The card closes before the agent can act on the answer.
 	c.send(protocol.AppendPromptDone(newFrame(64), protocol.PromptDone{ID: rec.ID, OptionID: applied}))
 	if err := c.srv.publishEvent(ctx, c, ev); err != nil {
-		c.logger().Warn("handing answer to the agent failed", "err", err)
+		c.logger().WarnContext(ctx, "handing answer to the agent failed", "err", err)
 		c.sendError(protocol.NewError(protocol.CodeInternalError, "the agent is not reachable; answer the card again"))
 		rctx, rcancel := c.compensationContext()
 		defer rcancel()
 		if perr := st.PutPrompt(rctx, rec); perr != nil {
-			c.logger().Warn("restoring prompt failed", "err", perr)
+			c.logger().WarnContext(ctx, "restoring prompt failed", "err", perr)
 			return
 		}
 		c.reshowCard(rec)

@@ -83,14 +83,15 @@ func (t *edgeTelemetry) startEvent(ctx context.Context, kind string) (context.Co
 
 // traceDelivery continues the trace of an output that arrived with header
 // and ends its span when done runs, that is once the frames are written.
-func (t *edgeTelemetry) traceDelivery(header map[string]string, op string, done func(error)) func(error) {
+// The returned context is ctx with the span, for the delivery's work and
+// log lines.
+func (t *edgeTelemetry) traceDelivery(ctx context.Context, header map[string]string, op string, done func(error)) (context.Context, func(error)) {
 	if !t.tracing {
-		return done
+		return ctx, done
 	}
-	ctx := telemetry.Extract(context.Background(), header)
-	_, span := t.tracer.Start(ctx, "edge.deliver", trace.WithSpanKind(trace.SpanKindConsumer),
+	ctx, span := t.tracer.Start(telemetry.Extract(ctx, header), "edge.deliver", trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(attribute.String("hermes.output.op", op)))
-	return func(err error) {
+	return ctx, func(err error) {
 		telemetry.EndSpan(span, err)
 		done(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/telemetry"
@@ -126,10 +127,88 @@ func TestMetricsAllocateNothing(t *testing.T) {
 		"frameOutBytes":  func() { m.frameOutBytes(typ) },
 		"error":          func() { m.error(string(protocol.CodeBadFrame)) },
 		"handshake":      func() { m.handshake(handshakeOK) },
+		"helloReady":     func() { m.helloReady(time.Millisecond) },
 		"dedupHit":       func() { m.dedupHit() },
 	} {
 		if n := testing.AllocsPerRun(100, f); n != 0 {
 			t.Errorf("%s allocates %v times per call", name, n)
+		}
+	}
+}
+
+// TestBudgetMetrics: each edge-wide budget's use, limit and refusals are
+// served by budget from the start, follow takes and releases, and stop
+// being served once the reporting stops.
+func TestBudgetMetrics(t *testing.T) {
+	tel, err := telemetry.New(context.Background(), telemetry.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tel.Shutdown(context.Background())
+	m := newMetrics(tel.Meter())
+	reading, queued, uploading, hello := &budget{limit: 100}, &budget{limit: 200}, &budget{limit: 300}, &budget{limit: 400}
+	stop := m.observeBudgets([len(budgetNames)]*budget{reading, queued, uploading, hello})
+	scrape := func() string {
+		rec := httptest.NewRecorder()
+		tel.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		return rec.Body.String()
+	}
+	want := func(body string, lines ...string) {
+		t.Helper()
+		for _, l := range lines {
+			if !strings.Contains(body, l+"\n") {
+				t.Errorf("/metrics lacks %q", l)
+			}
+		}
+	}
+	want(scrape(),
+		`hermes_budget_used_bytes{budget="read"} 0`, `hermes_budget_used_bytes{budget="queued"} 0`, `hermes_budget_used_bytes{budget="upload"} 0`,
+		`hermes_budget_limit_bytes{budget="read"} 100`, `hermes_budget_limit_bytes{budget="queued"} 200`, `hermes_budget_limit_bytes{budget="upload"} 300`,
+		`hermes_budget_exhausted_total{budget="read"} 0`, `hermes_budget_exhausted_total{budget="queued"} 0`, `hermes_budget_exhausted_total{budget="upload"} 0`,
+		`hermes_budget_used_bytes{budget="hello"} 0`, `hermes_budget_limit_bytes{budget="hello"} 400`, `hermes_budget_exhausted_total{budget="hello"} 0`)
+
+	if !reading.take(100) { // exactly the limit fits
+		t.Fatal("a take of exactly the limit was refused")
+	}
+	if reading.take(1) {
+		t.Fatal("a take past the limit fit")
+	}
+	queued.force(250)
+	uploading.take(30)
+	uploading.release(10)
+	hello.take(7)
+	want(scrape(),
+		`hermes_budget_used_bytes{budget="hello"} 7`,
+		`hermes_budget_used_bytes{budget="read"} 100`, `hermes_budget_used_bytes{budget="queued"} 250`, `hermes_budget_used_bytes{budget="upload"} 20`,
+		`hermes_budget_exhausted_total{budget="read"} 1`, `hermes_budget_exhausted_total{budget="queued"} 0`)
+
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(scrape(), "hermes_budget_used_bytes{") {
+		t.Error("the budgets are still reported after stop")
+	}
+}
+
+// TestHandshakeDuration: a hello that got ready counts as ok and is timed.
+func TestHandshakeDuration(t *testing.T) {
+	tel, err := telemetry.New(context.Background(), telemetry.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tel.Shutdown(context.Background())
+	m := newMetrics(tel.Meter())
+	m.helloReady(30 * time.Millisecond)
+	rec := httptest.NewRecorder()
+	tel.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	for _, want := range []string{
+		`hermes_handshakes_total{result="ok"} 1`,
+		"hermes_handshake_duration_seconds_count 1",
+		`hermes_handshake_duration_seconds_bucket{le="0.025"} 0`,
+		`hermes_handshake_duration_seconds_bucket{le="0.05"} 1`,
+	} {
+		if !strings.Contains(rec.Body.String(), want+"\n") {
+			t.Errorf("/metrics lacks %q", want)
 		}
 	}
 }

@@ -54,6 +54,9 @@ type Config struct {
 	// 10 s at most); without it Start fails at once. The services set it:
 	// a process started before its Redis and NATS waits for them.
 	WaitForDeps bool
+	// RedisPoolSize bounds the Redis client's connections (REDIS_POOL_SIZE;
+	// 0: redisstore.DefaultPoolSize); a pool_size in RedisURL wins.
+	RedisPoolSize int
 	// MaxBlobBytes bounds the media kept for the agent, in the store
 	// (MOBILE_MAX_BLOB_MIB, 1 GiB): past it a new file gets internal_error.
 	MaxBlobBytes int64
@@ -164,7 +167,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err e
 		a := cfg.Agent
 		switch {
 		case cfg.NewAgent != nil:
-			if a, err = cfg.NewAgent(g.Store, log); err != nil {
+			if a, err = cfg.NewAgent(g.Store, log, cfg.RouterCfg.Telemetry.Meter()); err != nil {
 				return nil, err
 			}
 		case a == nil:
@@ -221,7 +224,7 @@ const (
 // connectRedis opens the store on cfg.RedisURL; with cfg.WaitForDeps it
 // retries while Redis is unavailable, until ctx ends.
 func connectRedis(ctx context.Context, cfg Config, log *slog.Logger) (*redisstore.Store, error) {
-	opts := redisstore.Options{URL: cfg.RedisURL, Mode: cfg.RedisMode, Prefix: cfg.RedisPrefix, Clock: cfg.Clock, MaxBlobBytes: blobBytes(cfg.MaxBlobBytes), Telemetry: cfg.Telemetry}
+	opts := redisstore.Options{URL: cfg.RedisURL, Mode: cfg.RedisMode, Prefix: cfg.RedisPrefix, PoolSize: cfg.RedisPoolSize, Clock: cfg.Clock, MaxBlobBytes: blobBytes(cfg.MaxBlobBytes), Telemetry: cfg.Telemetry}
 	redisstore.SetLogger(log)
 	if !cfg.WaitForDeps {
 		return redisstore.New(ctx, opts)

@@ -234,8 +234,19 @@ func (a *API) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	// The mux set req.Pattern to the route it chose: the catch-all "/" of
 	// unknown paths is none of the endpoints, so it counts as other.
 	a.httpm.Request(req.Pattern, req.Method, sw.status, took)
-	// Never the headers or the query: the token is in one, cursors in the other.
-	a.log.Debug("request", "method", req.Method, "path", req.URL.Path, "status", sw.status, "took", took)
+	route := req.Pattern
+	if _, ok := a.endpoints[route]; !ok {
+		route = telemetry.RouteOther
+	}
+	status := sw.status
+	if status == 0 {
+		status = http.StatusOK // nothing written: net/http's answer
+	}
+	// The route, not the path (it names sessions), and never the headers or
+	// the query: the token is in one, cursors in the other.
+	a.log.LogAttrs(req.Context(), slog.LevelInfo, "api request", slog.String("method", req.Method),
+		slog.String("route", route), slog.Int("status", status), slog.String("client", req.RemoteAddr),
+		slog.Float64("duration", took.Seconds()))
 }
 
 // authorize checks the bearer token for acc.

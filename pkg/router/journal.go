@@ -37,8 +37,9 @@ type worker struct {
 func (r *Router) takeJournals(ctx context.Context) {
 	devs, err := r.store.TakeJournals(ctx, r.id, r.cfg.JournalLease, 64)
 	if err != nil {
-		r.log.Warn("looking for journals to take over failed", "err", err)
+		r.log.WarnContext(ctx, "looking for journals to take over failed", "err", err)
 	}
+	r.tel.m.journalsTakenOver(len(devs))
 	for _, d := range devs {
 		r.log.Info("took over a device's journal", "device", d)
 		r.work(d, nil)
@@ -91,6 +92,7 @@ func (r *Router) work(device string, head *store.JournalEntry) {
 	}
 	w := &worker{}
 	r.working[device] = w
+	r.tel.m.journalWorked(1)
 	r.wg.Go(func() { r.runJournal(device, w, head) })
 	r.mu.Unlock()
 }
@@ -162,6 +164,7 @@ func (r *Router) stopWorker(device string, w *worker, force bool) bool {
 	}
 	if r.working[device] == w {
 		delete(r.working, device)
+		r.tel.m.journalWorked(-1)
 	}
 	return false
 }
@@ -313,11 +316,11 @@ func (r *Router) handle(ctx context.Context, qe queuedEvent) {
 	out := &output{r: r, device: ev.Device, hold: true}
 	defer func() {
 		if p := recover(); p != nil {
-			r.log.Error("agent panicked", "device", ev.Device, "panic", p)
+			r.log.ErrorContext(ctx, "agent panicked", "device", ev.Device, "panic", p)
 		}
 	}()
 	if err := r.agent.Handle(ctx, ev, out); err != nil {
-		r.log.Warn("agent failed", "device", ev.Device, "kind", ev.Kind, "err", err)
+		r.log.WarnContext(ctx, "agent failed", "device", ev.Device, "kind", ev.Kind, "err", err)
 		span.RecordError(err)
 		// Never leave the avatar hanging (if this is lost, the edge idles a
 		// silent avatar after 30 s).

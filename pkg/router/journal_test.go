@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/bus/natsbus"
 	"github.com/hermes-mobile/gateway/pkg/router"
 	"github.com/hermes-mobile/gateway/pkg/store/redisstore"
+	"github.com/hermes-mobile/gateway/pkg/telemetry"
 	"github.com/hermes-mobile/gateway/pkg/wire"
 )
 
@@ -282,7 +284,8 @@ func TestJournalCloseHandsOver(t *testing.T) {
 // TestJournalTakeoverAfterLease: a router cut off from Redis mid-call (its
 // agent call hangs) stops renewing its lease; another router's sweeper takes
 // the journal once the lease expired and handles the acknowledged events,
-// the interrupted one again.
+// the interrupted one again. a's backlog holds the journal while it hangs;
+// b counts the takeover, and its backlog is back at 0 once it is done.
 func TestJournalTakeoverAfterLease(t *testing.T) {
 	e := newJournalEnv(t)
 	rec := newRecorder(t)
@@ -290,12 +293,16 @@ func TestJournalTakeoverAfterLease(t *testing.T) {
 	a.hold, a.deaf, a.began = make(chan struct{}), true, make(chan string, 10)
 	defer close(a.hold)
 	lease := time.Second
-	_, sta := e.router(t, "a", router.Config{JournalLease: lease, CloseGrace: 100 * time.Millisecond}, a)
+	tela, telb := newTelemetry(t), newTelemetry(t)
+	_, sta := e.router(t, "a", router.Config{JournalLease: lease, CloseGrace: 100 * time.Millisecond, Telemetry: tela}, a)
 	dev := "tel-" + randomHex(3)
 	e.mustSend(t, dev, "1")
 	e.mustSend(t, dev, "2")
 	<-a.began
-	e.router(t, "b", router.Config{JournalLease: lease}, rec.as("b"))
+	if m := samplesOf(t, tela); m["hermes_journal_backlog"] != 1 {
+		t.Errorf("router a, its agent call on the journal hanging: hermes_journal_backlog = %v, want 1", m["hermes_journal_backlog"])
+	}
+	e.router(t, "b", router.Config{JournalLease: lease, Telemetry: telb}, rec.as("b"))
 	sta.Close() // a can no longer renew its lease
 	took := rec.waitHandled(t, lease+4*time.Second, dev+"/1", dev+"/2")
 	if took < lease/2 {
@@ -304,6 +311,33 @@ func TestJournalTakeoverAfterLease(t *testing.T) {
 	if _, by := rec.handled(); !slices.Equal(by, []string{"a", "b", "b"}) {
 		t.Fatalf("handled by %q, want a then b twice", by)
 	}
+	if m := samplesOf(t, telb); m["hermes_journal_takeovers_total"] != 1 {
+		t.Errorf("router b: hermes_journal_takeovers_total = %v, want 1", m["hermes_journal_takeovers_total"])
+	}
+	for deadline := time.Now().Add(5 * time.Second); samplesOf(t, telb)["hermes_journal_backlog"] != 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("router b's hermes_journal_backlog did not return to 0 after it handled the journal")
+		}
+	}
+}
+
+// newTelemetry is a router's telemetry, shut down when t ends.
+func newTelemetry(t *testing.T) *telemetry.Telemetry {
+	t.Helper()
+	tel, err := telemetry.New(context.Background(), telemetry.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tel.Shutdown(context.Background()) })
+	return tel
+}
+
+// samplesOf scrapes tel's /metrics: sample name{labels} → value.
+func samplesOf(t *testing.T, tel *telemetry.Telemetry) map[string]float64 {
+	t.Helper()
+	srv := httptest.NewServer(tel.Handler())
+	defer srv.Close()
+	return scrape(t, srv.URL)
 }
 
 // TestJournalDropsPoisonEvent: an event whose agent call never returns

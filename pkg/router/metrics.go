@@ -16,6 +16,8 @@ type metrics struct {
 	outboxIn metric.Int64Counter
 	latency  metric.Float64Histogram
 	dropped  metric.Int64Counter
+	backlog  metric.Int64UpDownCounter
+	takeover metric.Int64Counter
 }
 
 // latencyBuckets (seconds) cover a loopback write (sub-millisecond) up to
@@ -40,12 +42,31 @@ func newMetrics(m metric.Meter) *metrics {
 	x.dropped, e = m.Int64Counter("hermes_journal_dropped",
 		metric.WithDescription("Device events dropped unhandled after their routers died on them MaxAttempts times."))
 	in.Check(e)
+	x.backlog, e = m.Int64UpDownCounter("hermes_journal_backlog",
+		metric.WithDescription("Device journals this router works now: each holds events queued for the agent or in its hands."))
+	in.Check(e)
+	x.takeover, e = m.Int64Counter("hermes_journal_takeovers",
+		metric.WithDescription("Device journals this router took over from another router's lease (expired: its router died or was cut off; or released at shutdown)."))
+	in.Check(e)
 	if err := in.Err(); err != nil {
 		panic(fmt.Sprintf("router: creating the instruments: %v", err))
 	}
 	x.outboxIn.Add(bg, 0)
 	x.dropped.Add(bg, 0)
+	x.backlog.Add(bg, 0)
+	x.takeover.Add(bg, 0)
 	return &x
+}
+
+// journalWorked counts a device journal this router begins (+1) or stops
+// (-1) working.
+func (m *metrics) journalWorked(delta int64) { m.backlog.Add(bg, delta) }
+
+// journalsTakenOver counts n journals taken over from other routers.
+func (m *metrics) journalsTakenOver(n int) {
+	if n > 0 {
+		m.takeover.Add(bg, int64(n))
+	}
 }
 
 // outboxQueued counts an output kept for an offline device.

@@ -26,13 +26,19 @@ func TestMetricsSeries(t *testing.T) {
 		return rec.Body.String()
 	}
 	fresh := scrape()
-	for _, want := range []string{"hermes_outbox_queued_total 0", "hermes_journal_dropped_total 0"} {
+	for _, want := range []string{"hermes_outbox_queued_total 0", "hermes_journal_dropped_total 0",
+		"hermes_journal_backlog 0", "hermes_journal_takeovers_total 0"} {
 		if !strings.Contains(fresh, want) {
 			t.Errorf("a fresh router's /metrics lacks %q", want)
 		}
 	}
 	m.outboxQueued()
 	m.journalDropped()
+	m.journalWorked(1)
+	m.journalWorked(1)
+	m.journalWorked(-1)
+	m.journalsTakenOver(3)
+	m.journalsTakenOver(0)
 	m.deliveryLatency(3 * time.Millisecond)
 	if n := testing.AllocsPerRun(100, func() { m.deliveryLatency(time.Second) }); n != 0 {
 		t.Errorf("deliveryLatency allocates %v times per call", n)
@@ -41,6 +47,8 @@ func TestMetricsSeries(t *testing.T) {
 	for _, want := range []string{
 		"hermes_outbox_queued_total 1",
 		"hermes_journal_dropped_total 1",
+		"hermes_journal_backlog 1",
+		"hermes_journal_takeovers_total 3",
 		"hermes_delivery_latency_seconds_count 102",
 		`hermes_delivery_latency_seconds_bucket{le="0.0025"} 0`,
 		`hermes_delivery_latency_seconds_bucket{le="0.005"} 1`,

@@ -41,7 +41,7 @@ func (o *output) send(ctx context.Context, out wire.Output) error {
 		err := o.r.sender.Publish(sctx, out)
 		telemetry.EndSpan(span, err)
 		if err != nil {
-			o.r.log.Debug("a typing or avatar state was not sent", "device", o.device, "err", err)
+			o.r.log.DebugContext(ctx, "a typing or avatar state was not sent", "device", o.device, "err", err)
 		}
 		return nil
 	}
@@ -63,7 +63,7 @@ func (o *output) send(ctx context.Context, out wire.Output) error {
 			return err // no outbox: it would fail again on the next connect
 		}
 		if ctx.Err() != nil || time.Now().After(deadline) {
-			o.r.log.Warn("delivery keeps failing; keeping the output in the outbox", "device", o.device, "err", err)
+			o.r.log.WarnContext(ctx, "delivery keeps failing; keeping the output in the outbox", "device", o.device, "err", err)
 			break
 		}
 		wait.Wait(ctx)
@@ -91,7 +91,7 @@ func (o *output) send(ctx context.Context, out wire.Output) error {
 		if !o.hold || !errors.Is(err, store.ErrUnavailable) || ctx.Err() != nil {
 			return err
 		}
-		o.r.log.Warn("the output can be neither delivered nor kept; trying both again", "device", o.device, "err", err)
+		o.r.log.WarnContext(ctx, "the output can be neither delivered nor kept; trying both again", "device", o.device, "err", err)
 		if !wait.Wait(ctx) {
 			return err
 		}
@@ -106,7 +106,7 @@ func (o *output) send(ctx context.Context, out wire.Output) error {
 	nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if err := o.r.bus.Publish(nctx, bus.DeviceSubject(o.device), nudge, nil); err != nil {
-		o.r.log.Debug("announcing an outbox item failed; the device reads it on its next connect", "device", o.device, "err", err)
+		o.r.log.DebugContext(ctx, "announcing an outbox item failed; the device reads it on its next connect", "device", o.device, "err", err)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // SetLogger sends what the OpenTelemetry SDK reports (a failed export, a
@@ -50,3 +51,27 @@ func (o otelLevels) WithAttrs(attrs []slog.Attr) slog.Handler {
 }
 
 func (o otelLevels) WithGroup(name string) slog.Handler { return otelLevels{o.h.WithGroup(name)} }
+
+// LogHandler wraps h so that every record made with a context that carries
+// a span (log.InfoContext(ctx, …) and the like) also carries the span's
+// trace_id and span_id, as hex, so that a log line leads to its trace.
+// Records without a span pass through unchanged.
+func LogHandler(h slog.Handler) slog.Handler { return traceHandler{h} }
+
+type traceHandler struct{ slog.Handler }
+
+func (h traceHandler) Handle(ctx context.Context, r slog.Record) error {
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		r = r.Clone() // r's attributes may be shared with other handlers
+		r.AddAttrs(slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h traceHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return traceHandler{h.Handler.WithAttrs(attrs)}
+}
+
+func (h traceHandler) WithGroup(name string) slog.Handler {
+	return traceHandler{h.Handler.WithGroup(name)}
+}

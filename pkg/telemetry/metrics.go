@@ -3,6 +3,7 @@ package telemetry
 import (
 	"context"
 	"errors"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -23,13 +24,19 @@ type Metrics struct {
 	redisTimeouts   metric.Int64ObservableCounter
 	redisConns      metric.Int64ObservableGauge
 	redisIdle       metric.Int64ObservableGauge
+	redisMax        metric.Int64ObservableGauge
+	redisDuration   metric.Float64Histogram
 	natsDisconnects metric.Int64Counter
 	natsReconnects  metric.Int64Counter
+	natsSlow        metric.Int64Counter
+	outboxDropped   metric.Int64Counter
+	outboxLength    metric.Int64Histogram
 
 	httpRequests metric.Int64Counter
 	httpDuration httpconv.ServerRequestDuration
 
-	byKind LabelSet // RedisUnavailable, RedisFull, RedisReply → {kind=…}
+	byKind   LabelSet // RedisUnavailable, RedisFull, RedisReply → {kind=…}
+	byReason LabelSet // OutboxFull, OutboxExpired → {reason=…}
 }
 
 // LabelSet holds the precomputed options of one attribute's values, so
@@ -119,6 +126,23 @@ func newMetrics(m metric.Meter) (*Metrics, error) {
 	x.redisIdle, e = m.Int64ObservableGauge("hermes_redis_pool_idle_connections",
 		metric.WithDescription("Idle connections in the Redis pool."))
 	in.Check(e)
+	x.redisDuration, e = m.Float64Histogram("hermes_redis_command_duration", metric.WithUnit("s"),
+		metric.WithDescription("Redis commands and pipelines, from the call (the wait for a pool connection included) to the reply or error."),
+		metric.WithExplicitBucketBoundaries(redisBuckets...))
+	in.Check(e)
+	x.outboxDropped, e = m.Int64Counter("hermes_outbox_dropped",
+		metric.WithDescription("Outbox items dropped unwritten, by reason: full (past the most items a device's outbox keeps), expired (older than the outbox TTL)."))
+	in.Check(e)
+	x.outboxLength, e = m.Int64Histogram("hermes_outbox_length",
+		metric.WithDescription("Items in a device's outbox right after an item was pushed."),
+		metric.WithExplicitBucketBoundaries(outboxBuckets...))
+	in.Check(e)
+	x.natsSlow, e = m.Int64Counter("hermes_nats_slow_consumers",
+		metric.WithDescription("Times a NATS subscription of this process fell behind and began dropping messages (slow consumer)."))
+	in.Check(e)
+	x.redisMax, e = m.Int64ObservableGauge("hermes_redis_pool_max_connections",
+		metric.WithDescription("The most connections the Redis pool keeps for commands (REDIS_POOL_SIZE, or pool_size in REDIS_URL)."))
+	in.Check(e)
 	x.natsDisconnects, e = m.Int64Counter("hermes_nats_disconnects",
 		metric.WithDescription("Times this process's NATS connection was lost (not counting its own close)."))
 	in.Check(e)
@@ -134,8 +158,16 @@ func newMetrics(m metric.Meter) (*Metrics, error) {
 		return nil, err
 	}
 	x.byKind = NewLabelSet("kind", RedisUnavailable, RedisFull, RedisReply)
+	x.byReason = NewLabelSet("reason", OutboxFull, OutboxExpired)
 	return &x, nil
 }
+
+// redisBuckets (seconds) run from a loopback command to a call at the end
+// of its 5 s operation timeout and beyond.
+var redisBuckets = []float64{0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+
+// outboxBuckets (items) run up to the 256 a device's outbox keeps.
+var outboxBuckets = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256}
 
 var bg = context.Background()
 
@@ -145,6 +177,14 @@ func (m *Metrics) NATSConnected() {
 	if m != nil {
 		m.natsDisconnects.Add(bg, 0)
 		m.natsReconnects.Add(bg, 0)
+		m.natsSlow.Add(bg, 0)
+	}
+}
+
+// NATSSlowConsumer counts a subscription that began dropping messages.
+func (m *Metrics) NATSSlowConsumer() {
+	if m != nil {
+		m.natsSlow.Add(bg, 1)
 	}
 }
 
@@ -166,6 +206,7 @@ func (m *Metrics) NATSReconnected() {
 type PoolStats struct {
 	Hits, Misses, Timeouts uint64 // since the pool was made
 	Conns, Idle            int64  // now
+	Max                    int64  // the pool's size
 }
 
 // Kinds of Redis errors (the kind label).
@@ -175,15 +216,24 @@ const (
 	RedisReply       = "reply"       // any other error reply: configuration or a bug
 )
 
+// Reasons an outbox item is dropped unwritten (the reason label).
+const (
+	OutboxFull    = "full"    // pushed out by newer items past the outbox's most
+	OutboxExpired = "expired" // older than the outbox TTL
+)
+
 // ObserveRedis reports pool's stats, read at each collection, as the
-// hermes_redis_pool_* series, and makes hermes_redis_errors_total exist at
-// 0, for a process that uses Redis. The returned stop ends the reporting.
+// hermes_redis_pool_* series, and makes hermes_redis_errors_total and
+// hermes_outbox_dropped_total exist at 0, for a process that uses Redis. The returned stop ends the reporting.
 func (m *Metrics) ObserveRedis(pool func() PoolStats) (stop func() error) {
 	if m == nil {
 		return func() error { return nil }
 	}
 	for _, opts := range m.byKind.Known() {
 		m.redisErrors.Add(bg, 0, opts...)
+	}
+	for _, opts := range m.byReason.Known() {
+		m.outboxDropped.Add(bg, 0, opts...)
 	}
 	reg, err := m.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		st := pool()
@@ -192,8 +242,9 @@ func (m *Metrics) ObserveRedis(pool func() PoolStats) (stop func() error) {
 		o.ObserveInt64(m.redisTimeouts, int64(st.Timeouts))
 		o.ObserveInt64(m.redisConns, st.Conns)
 		o.ObserveInt64(m.redisIdle, st.Idle)
+		o.ObserveInt64(m.redisMax, st.Max)
 		return nil
-	}, m.redisHits, m.redisMisses, m.redisTimeouts, m.redisConns, m.redisIdle)
+	}, m.redisHits, m.redisMisses, m.redisTimeouts, m.redisConns, m.redisIdle, m.redisMax)
 	if err != nil {
 		return func() error { return nil } // the instruments are this meter's: it cannot fail
 	}
@@ -204,5 +255,36 @@ func (m *Metrics) ObserveRedis(pool func() PoolStats) (stop func() error) {
 func (m *Metrics) RedisError(kind string) {
 	if m != nil {
 		m.redisErrors.Add(bg, 1, m.byKind.Of(kind)...)
+	}
+}
+
+// RedisCommand records a Redis command or pipeline that took d.
+func (m *Metrics) RedisCommand(d time.Duration) {
+	if m != nil {
+		m.redisDuration.Record(bg, d.Seconds())
+	}
+}
+
+// OutboxPushed records a push that left length items in a device's outbox
+// and dropped full items past its most and expired ones.
+func (m *Metrics) OutboxPushed(length, full, expired int64) {
+	if m == nil {
+		return
+	}
+	m.outboxLength.Record(bg, length)
+	m.OutboxDropped(full, expired)
+}
+
+// OutboxDropped counts outbox items dropped unwritten: full past the
+// outbox's most, expired past its TTL.
+func (m *Metrics) OutboxDropped(full, expired int64) {
+	if m == nil {
+		return
+	}
+	if full > 0 {
+		m.outboxDropped.Add(bg, full, m.byReason.Of(OutboxFull)...)
+	}
+	if expired > 0 {
+		m.outboxDropped.Add(bg, expired, m.byReason.Of(OutboxExpired)...)
 	}
 }

@@ -1,6 +1,7 @@
 // Package telemetry sets up what a node reports about itself: OpenTelemetry
-// traces and metrics, a Prometheus /metrics handler, and OTLP/HTTP export
-// when OTEL_EXPORTER_OTLP_ENDPOINT is set.
+// traces and metrics, a Prometheus /metrics handler, and OTLP export (over
+// HTTP or gRPC, OTEL_EXPORTER_OTLP_PROTOCOL) when OTEL_EXPORTER_OTLP_ENDPOINT
+// or a signal's own OTEL_EXPORTER_OTLP_{TRACES,METRICS}_ENDPOINT is set.
 //
 // Metrics always go to a private Prometheus registry, which also holds the
 // Go and process collectors (go_goroutines, process_resident_memory_bytes).
@@ -16,6 +17,7 @@ package telemetry
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"strings"
@@ -26,7 +28,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
@@ -40,8 +44,16 @@ import (
 
 // Env vars read by FromEnv (the standard OpenTelemetry names).
 const (
-	EnvEndpoint    = "OTEL_EXPORTER_OTLP_ENDPOINT"
-	EnvServiceName = "OTEL_SERVICE_NAME"
+	EnvEndpoint         = "OTEL_EXPORTER_OTLP_ENDPOINT"
+	EnvTracesEndpoint   = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+	EnvMetricsEndpoint  = "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"
+	EnvProtocol         = "OTEL_EXPORTER_OTLP_PROTOCOL"
+	EnvTracesProtocol   = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+	EnvMetricsProtocol  = "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL"
+	EnvServiceName      = "OTEL_SERVICE_NAME"
+	ProtocolHTTP        = "http/protobuf" // the default
+	ProtocolGRPC        = "grpc"
+	defaultOTLPProtocol = ProtocolHTTP
 )
 
 // Config of a node's telemetry.
@@ -49,20 +61,96 @@ type Config struct {
 	// ServiceName is the service.name resource attribute (OTEL_SERVICE_NAME
 	// wins over it, as the OpenTelemetry spec says).
 	ServiceName string
-	// Endpoint is the OTLP/HTTP base URL (OTEL_EXPORTER_OTLP_ENDPOINT), e.g.
-	// http://collector:4318; traces go to /v1/traces and metrics to
-	// /v1/metrics under it. Empty: no OTLP export.
+	// Endpoint is the OTLP base URL (OTEL_EXPORTER_OTLP_ENDPOINT), e.g.
+	// http://collector:4318: over HTTP traces go to /v1/traces and metrics
+	// to /v1/metrics under it; over gRPC both go to it. Empty, with no
+	// signal's own endpoint: no OTLP export.
 	Endpoint string
+	// TracesEndpoint and MetricsEndpoint, when set, are the URLs of one
+	// signal (OTEL_EXPORTER_OTLP_{TRACES,METRICS}_ENDPOINT), used as they
+	// are, and win over Endpoint for it.
+	TracesEndpoint, MetricsEndpoint string
+	// Protocol is the OTLP transport (OTEL_EXPORTER_OTLP_PROTOCOL):
+	// ProtocolHTTP (empty) or ProtocolGRPC; TracesProtocol and
+	// MetricsProtocol (OTEL_EXPORTER_OTLP_{TRACES,METRICS}_PROTOCOL) win
+	// over it for their signal.
+	Protocol, TracesProtocol, MetricsProtocol string
 	// SpanProcessor, when set, receives every span as well (tests use an
-	// in-memory recorder). It turns tracing on like Endpoint does.
+	// in-memory recorder). It turns tracing on like an endpoint does.
 	SpanProcessor sdktrace.SpanProcessor
 }
 
-// FromEnv is the Config of a service named service, with the endpoint from
-// OTEL_EXPORTER_OTLP_ENDPOINT.
+// FromEnv is the Config of a service named service, with the endpoints and
+// protocols from the OTEL_EXPORTER_OTLP_* variables.
 func FromEnv(service string) Config {
-	return Config{ServiceName: service, Endpoint: strings.TrimSpace(os.Getenv(EnvEndpoint))}
+	env := func(k string) string { return strings.TrimSpace(os.Getenv(k)) }
+	return Config{ServiceName: service, Endpoint: env(EnvEndpoint),
+		TracesEndpoint: env(EnvTracesEndpoint), MetricsEndpoint: env(EnvMetricsEndpoint),
+		Protocol: env(EnvProtocol), TracesProtocol: env(EnvTracesProtocol), MetricsProtocol: env(EnvMetricsProtocol)}
 }
+
+// otlpTarget is where one signal is exported: its endpoint ("" for none)
+// and protocol.
+type otlpTarget struct{ endpoint, protocol string }
+
+// target resolves signal ("traces" or "metrics") from own (its own
+// endpoint and protocol) and the shared settings. A protocol other than
+// http/protobuf or grpc is an error naming its variable.
+func (c Config) target(signal, own, ownProtocol, ownProtocolVar string) (otlpTarget, error) {
+	t := otlpTarget{protocol: defaultOTLPProtocol}
+	switch {
+	case ownProtocol != "":
+		t.protocol = ownProtocol
+	case c.Protocol != "":
+		t.protocol, ownProtocolVar = c.Protocol, EnvProtocol
+	}
+	if t.protocol != ProtocolHTTP && t.protocol != ProtocolGRPC {
+		return t, fmt.Errorf("%s: %q is not %s or %s", ownProtocolVar, t.protocol, ProtocolHTTP, ProtocolGRPC)
+	}
+	switch {
+	case own != "":
+		t.endpoint = own
+	case c.Endpoint != "" && t.protocol == ProtocolHTTP:
+		t.endpoint = signalURL(c.Endpoint, signal)
+	default:
+		t.endpoint = c.Endpoint
+	}
+	return t, nil
+}
+
+func (c Config) traces() (otlpTarget, error) {
+	return c.target("traces", c.TracesEndpoint, c.TracesProtocol, EnvTracesProtocol)
+}
+
+func (c Config) metrics() (otlpTarget, error) {
+	return c.target("metrics", c.MetricsEndpoint, c.MetricsProtocol, EnvMetricsProtocol)
+}
+
+// traceExporter is the OTLP span exporter of t.
+func traceExporter(ctx context.Context, t otlpTarget) (sdktrace.SpanExporter, error) {
+	if t.protocol == ProtocolGRPC {
+		if hasScheme(t.endpoint) {
+			return otlptracegrpc.New(ctx, otlptracegrpc.WithEndpointURL(t.endpoint))
+		}
+		return otlptracegrpc.New(ctx, otlptracegrpc.WithEndpoint(t.endpoint))
+	}
+	return otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(t.endpoint))
+}
+
+// metricExporter is the OTLP metric exporter of t.
+func metricExporter(ctx context.Context, t otlpTarget) (sdkmetric.Exporter, error) {
+	if t.protocol == ProtocolGRPC {
+		if hasScheme(t.endpoint) {
+			return otlpmetricgrpc.New(ctx, otlpmetricgrpc.WithEndpointURL(t.endpoint))
+		}
+		return otlpmetricgrpc.New(ctx, otlpmetricgrpc.WithEndpoint(t.endpoint))
+	}
+	return otlpmetrichttp.New(ctx, otlpmetrichttp.WithEndpointURL(t.endpoint))
+}
+
+// hasScheme: a gRPC endpoint may be a URL (http:// is plaintext) or a bare
+// host:port (TLS unless OTEL_EXPORTER_OTLP_INSECURE=true).
+func hasScheme(endpoint string) bool { return strings.Contains(endpoint, "://") }
 
 // Telemetry is a node's tracer and meter providers, its Prometheus registry
 // and the process-wide instruments. A nil *Telemetry is valid: it traces with
@@ -103,9 +191,17 @@ func New(ctx context.Context, cfg Config) (_ *Telemetry, err error) {
 	if err != nil {
 		return nil, err
 	}
+	mt, err := cfg.metrics()
+	if err != nil {
+		return nil, err
+	}
+	tt, err := cfg.traces()
+	if err != nil {
+		return nil, err
+	}
 	mopts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithReader(promExp)}
-	if cfg.Endpoint != "" {
-		exp, err := otlpmetrichttp.New(ctx, otlpmetrichttp.WithEndpointURL(signalURL(cfg.Endpoint, "metrics")))
+	if mt.endpoint != "" {
+		exp, err := metricExporter(ctx, mt)
 		if err != nil {
 			return nil, err
 		}
@@ -115,12 +211,12 @@ func New(ctx context.Context, cfg Config) (_ *Telemetry, err error) {
 	t.meterProvider = mp
 	t.shutdown = append(t.shutdown, mp.Shutdown)
 
-	if cfg.Endpoint == "" && cfg.SpanProcessor == nil {
+	if tt.endpoint == "" && cfg.SpanProcessor == nil {
 		t.tracerProvider = noop.NewTracerProvider()
 	} else {
 		topts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
-		if cfg.Endpoint != "" {
-			exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(signalURL(cfg.Endpoint, "traces")))
+		if tt.endpoint != "" {
+			exp, err := traceExporter(ctx, tt)
 			if err != nil {
 				return nil, err
 			}

@@ -23,6 +23,8 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/gateway"
 	"github.com/hermes-mobile/gateway/pkg/ids"
 	"github.com/hermes-mobile/gateway/pkg/router"
+	"github.com/hermes-mobile/gateway/pkg/store/redisstore"
+	"github.com/hermes-mobile/gateway/pkg/telemetry"
 	"github.com/hermes-mobile/gateway/pkg/web"
 )
 
@@ -33,6 +35,7 @@ type flags struct {
 	homeDevice, avatarURL, trustedProxies, natsURL, redisURL, redisMode string
 	forwardedHeader                                                     string
 	redisPrefix, natsPrefix                                             string
+	redisPool                                                           int
 	router, logLevel, webClient                                         string
 	adminListen                                                         string
 	pprof                                                               string
@@ -59,6 +62,7 @@ func (f *flags) register(fs *flag.FlagSet) {
 	config.String(fs, &f.redisURL, "redis-url", "REDIS_URL", "", "external Redis; empty keeps state in memory")
 	config.String(fs, &f.redisMode, "redis-mode", "REDIS_MODE", "single", "what REDIS_URL names: single (one server), cluster (a Redis Cluster: redis://host:port?addr=host:port&addr=…) or sentinel (redis://sentinel:26379?master_name=NAME&addr=…&password=…)")
 	config.String(fs, &f.redisPrefix, "redis-prefix", "REDIS_PREFIX", "hermes:", "prefix of every Redis key")
+	config.Int(fs, &f.redisPool, "redis-pool-size", "REDIS_POOL_SIZE", redisstore.DefaultPoolSize, "most connections to Redis per process (a pool_size in REDIS_URL wins); commands wait for a free one")
 	config.String(fs, &f.webClient, "web-client", "MOBILE_WEB_CLIENT", "auto", "serve the browser client at / on the WebSocket address: on, off, or auto (on without NATS_URL)")
 	config.String(fs, &f.router, "router", "MOBILE_ROUTER", "auto", "run a router with AGENT here: on, off, or auto (on without NATS_URL)")
 	f.agent.Register(fs, "the router's agent: demo, openai (an OpenAI-compatible chat API) or link (an outside agent over the router API)")
@@ -98,7 +102,8 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) (err error) {
 	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
 		return fmt.Errorf("MOBILE_LOG_LEVEL: %w", err)
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	// Records made inside a span carry its trace_id and span_id.
+	log := slog.New(telemetry.LogHandler(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level})))
 
 	cfg, err := f.gatewayConfig()
 	if err != nil {
@@ -163,7 +168,7 @@ func drain(g *gateway.Gateway, adm *admin.Server, window time.Duration, log *slo
 }
 
 func (f flags) gatewayConfig() (gateway.Config, error) {
-	cfg := gateway.Config{Listen: f.listen, NATSURL: f.natsURL, RedisURL: f.redisURL, RedisMode: f.redisMode, RedisPrefix: f.redisPrefix, NATSPrefix: f.natsPrefix,
+	cfg := gateway.Config{Listen: f.listen, NATSURL: f.natsURL, RedisURL: f.redisURL, RedisMode: f.redisMode, RedisPrefix: f.redisPrefix, RedisPoolSize: f.redisPool, NATSPrefix: f.natsPrefix,
 		MaxBlobBytes: f.maxBlob}
 	if f.token == "" && (f.natsURL != "" || f.redisURL != "") {
 		// A token made up by one process is not the others' (nor the next

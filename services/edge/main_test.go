@@ -65,7 +65,7 @@ func mustParse(t *testing.T, args ...string) flags {
 func TestFlagDefaults(t *testing.T) {
 	clearEnv(t)
 	f := mustParse(t)
-	want := flags{listen: "127.0.0.1:8787", redisMode: "single", router: "auto", webClient: "auto", logLevel: "info", redisPrefix: "hermes:",
+	want := flags{listen: "127.0.0.1:8787", redisMode: "single", router: "auto", webClient: "auto", logLevel: "info", redisPrefix: "hermes:", redisPool: 32,
 		forwardedHeader: "x-forwarded-for",
 		adminListen:     "127.0.0.1:8789", pprof: "off", drainWindow: 10 * time.Second, maxBlob: 1 << 30, blobTTL: 15 * time.Minute,
 		edgeCfg: edge.Config{PingInterval: 30 * time.Second,
@@ -689,7 +689,7 @@ func TestAgentChoice(t *testing.T) {
 			t.Errorf("%v: %v", tc.env, err)
 			continue
 		}
-		a, err := cfg.NewAgent(memstore.New(memstore.Options{}), slog.New(slog.DiscardHandler))
+		a, err := cfg.NewAgent(memstore.New(memstore.Options{}), slog.New(slog.DiscardHandler), nil)
 		_, link := a.(*agent.Link)
 		_, oai := a.(*agent.OpenAI)
 		if err != nil || link != tc.link || oai != tc.oai {

@@ -91,6 +91,7 @@ func TestRunServesMetricsAndExportsOTLP(t *testing.T) {
 	for _, want := range []string{
 		`hermes_handshakes_total{result="ok"} 1`,
 		`hermes_frames_in_total{type="text"} 1`,
+		"hermes_handshake_duration_seconds_count 1",
 		"hermes_connections 1",
 		"go_goroutines ",
 		"process_resident_memory_bytes ",
@@ -156,7 +157,8 @@ func TestFreshEdgeServesEveryDocumentedSeries(t *testing.T) {
 		{"cluster", func(t *testing.T) []string {
 			suffix := strconv.FormatInt(time.Now().UnixNano(), 36)
 			return []string{"-nats-url=" + testsvc.NATSURL(t), "-nats-prefix=fresh" + suffix + ".",
-				"-redis-url=" + testsvc.RedisURL(t), "-redis-prefix=hermes-fresh:" + suffix + ":", "-router=off"}
+				"-redis-url=" + testsvc.RedisURL(t), "-redis-prefix=hermes-fresh:" + suffix + ":", "-router=off",
+				"-redis-pool-size=5"}
 		}, map[string]bool{"edge": true, "both": true, "Redis": true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -184,16 +186,20 @@ func TestFreshEdgeServesEveryDocumentedSeries(t *testing.T) {
 					}
 					continue
 				}
-				if kind == "histogram" {
+				series := freshValue(name, kind)
+				if series == nil {
 					continue
 				}
 				checked++
-				if series := freshValue(name); !series.Match(body) {
+				if !series.Match(body) {
 					t.Errorf("%s (%s, %s) is documented but a fresh edge does not serve it at %s", name, kind, side, series)
 				}
 			}
 			if checked < 10 {
 				t.Errorf("only %d documented series checked", checked)
+			}
+			if tc.sides["Redis"] && !strings.Contains(string(body), "\nhermes_redis_pool_max_connections 5\n") {
+				t.Error("-redis-pool-size=5 did not reach the Redis client: hermes_redis_pool_max_connections is not 5")
 			}
 		})
 	}
@@ -205,8 +211,12 @@ var documentedSeries = regexp.MustCompile("(?m)^\\| `([a-z_]+)` \\| (counter|gau
 
 // freshValue matches a series of name at the value a fresh process has:
 // 1 for hermes_build_info, any count for the Redis pool's gauges and for
-// its hits and misses (the connection's first PING is one), 0 for the rest.
-func freshValue(name string) *regexp.Regexp {
+// its hits and misses (the connection's first PING is one), a positive
+// number for the limits (of the budgets, of the Redis pool), 0 for the
+// rest. Of a histogram, it matches the count: at least 1 for
+// hermes_redis_command_duration_seconds (the first PING), and nil for the
+// others, which appear with their first observation.
+func freshValue(name, kind string) *regexp.Regexp {
 	value := "0"
 	switch name {
 	case "hermes_build_info":
@@ -214,6 +224,14 @@ func freshValue(name string) *regexp.Regexp {
 	case "hermes_redis_pool_connections", "hermes_redis_pool_idle_connections",
 		"hermes_redis_pool_hits_total", "hermes_redis_pool_misses_total":
 		value = "[0-9]+"
+	case "hermes_budget_limit_bytes", "hermes_redis_pool_max_connections", "hermes_redis_command_duration_seconds":
+		value = "[1-9][0-9.e+]*" // large ones print as 2.68435456e+08
+	}
+	if kind == "histogram" {
+		if name != "hermes_redis_command_duration_seconds" {
+			return nil
+		}
+		name += "_count"
 	}
 	return regexp.MustCompile("(?m)^" + regexp.QuoteMeta(name) + "(\\{[^}]*\\})? " + value + "$")
 }

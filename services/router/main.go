@@ -29,12 +29,15 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/router"
 	"github.com/hermes-mobile/gateway/pkg/store/memstore"
+	"github.com/hermes-mobile/gateway/pkg/store/redisstore"
+	"github.com/hermes-mobile/gateway/pkg/telemetry"
 )
 
 // flags is the command line; every flag falls back to its env var.
 type flags struct {
 	listen, natsURL, natsPrefix      string
 	redisURL, redisMode, redisPrefix string
+	redisPool                        int
 	deliverTokens, agentTokens       config.Secret
 	homeDevice, eventsMax, logLevel  string
 	adminListen, pprof               string
@@ -52,6 +55,7 @@ func (f *flags) register(fs *flag.FlagSet) {
 	config.String(fs, &f.redisURL, "redis-url", "REDIS_URL", "", "the cluster's Redis, redis://[user:pass@]host:port[/db] (required)")
 	config.String(fs, &f.redisMode, "redis-mode", "REDIS_MODE", "single", "what REDIS_URL names: single (one server), cluster (a Redis Cluster: redis://host:port?addr=host:port&addr=…) or sentinel (redis://sentinel:26379?master_name=NAME&addr=…&password=…)")
 	config.String(fs, &f.redisPrefix, "redis-prefix", "REDIS_PREFIX", "hermes:", "prefix of every Redis key")
+	config.Int(fs, &f.redisPool, "redis-pool-size", "REDIS_POOL_SIZE", redisstore.DefaultPoolSize, "most connections to Redis per process (a pool_size in REDIS_URL wins); commands wait for a free one")
 	config.SecretVar(fs, &f.deliverTokens, "deliver-tokens", "MOBILE_DELIVER_TOKENS", "`tokens` that may call POST /v1/deliver, comma-separated")
 	config.SecretVar(fs, &f.agentTokens, "agent-tokens", "MOBILE_AGENT_TOKENS", "`tokens` of the agent link (sessions, events, blobs), comma-separated")
 	config.String(fs, &f.homeDevice, "home-device", "MOBILE_HOME_DEVICE", "", "target of a deliver without one")
@@ -134,7 +138,8 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: s.level}))
+	// Records made inside a span carry its trace_id and span_id.
+	log := slog.New(telemetry.LogHandler(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: s.level})))
 
 	pprofOn, err := admin.PprofSetting(f.pprof)
 	if err != nil {
@@ -150,7 +155,7 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) (err error) {
 	}
 	g, err := gateway.Start(ctx, gateway.Config{
 		Name: "hermes-router", NoEdge: true, Router: true,
-		NATSURL: f.natsURL, NATSPrefix: f.natsPrefix, RedisURL: f.redisURL, RedisMode: f.redisMode, RedisPrefix: f.redisPrefix,
+		NATSURL: f.natsURL, NATSPrefix: f.natsPrefix, RedisURL: f.redisURL, RedisMode: f.redisMode, RedisPrefix: f.redisPrefix, RedisPoolSize: f.redisPool,
 		MaxBlobBytes: f.maxBlob, NewAgent: agent.Named(s.agent, s.openai, s.eventsMax),
 		APIListen: f.listen, API: s.api, RouterCfg: s.router, Telemetry: adm.Tel,
 		WaitForDeps: true,

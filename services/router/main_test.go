@@ -70,7 +70,7 @@ func mustParse(t *testing.T, args ...string) flags {
 
 func TestFlagDefaults(t *testing.T) {
 	clearEnv(t)
-	want := flags{listen: "127.0.0.1:8788", redisMode: "single", redisPrefix: "hermes:", agent: agent.Choice{Name: "demo", OpenAIBaseURL: "https://api.openai.com/v1", OpenAITimeout: 120 * time.Second}, eventsMax: "10000",
+	want := flags{listen: "127.0.0.1:8788", redisMode: "single", redisPrefix: "hermes:", redisPool: 32, agent: agent.Choice{Name: "demo", OpenAIBaseURL: "https://api.openai.com/v1", OpenAITimeout: 120 * time.Second}, eventsMax: "10000",
 		logLevel: "info", adminListen: "127.0.0.1:8790", maxBlob: 1 << 30, pprof: "off", blobTTL: 15 * time.Minute,
 		router: router.Config{PromptTTL: protocol.DefaultPromptTTL, OutboxMax: 256, SessionQueue: 1000, OutboxTTL: 10 * time.Minute, JournalLease: 15 * time.Second}}
 	if f := mustParse(t); !reflect.DeepEqual(f, want) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"os"
@@ -90,12 +91,17 @@ func TestRunServesMetrics(t *testing.T) {
 }
 
 // TestFreshRouterServesEveryDocumentedSeries mirrors the edge's
-// TestFreshEdgeServesEveryDocumentedSeries: a running router that has
-// served nothing yet already serves every counter and gauge docs/metrics.md
-// lists for the router, both sides, the router's HTTP API and Redis (a
-// histogram appears with its first observation).
+// TestFreshEdgeServesEveryDocumentedSeries: a running router with
+// AGENT=openai that has served nothing yet already serves every counter
+// and gauge docs/metrics.md lists for the router, both sides, the router's
+// HTTP API, Redis and the openai agent (a histogram appears with its first
+// observation), and its Redis pool has the REDIS_POOL_SIZE it was given.
 func TestFreshRouterServesEveryDocumentedSeries(t *testing.T) {
 	clearEnv(t)
+	t.Setenv("AGENT", "openai")
+	t.Setenv("OPENAI_MODEL", "test-model")
+	t.Setenv("OPENAI_BASE_URL", "http://127.0.0.1:1/v1") // never called
+	t.Setenv("REDIS_POOL_SIZE", "6")
 	doc, err := os.ReadFile("../../docs/metrics.md")
 	if err != nil {
 		t.Fatal(err)
@@ -117,18 +123,19 @@ func TestFreshRouterServesEveryDocumentedSeries(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	sides := map[string]bool{"router": true, "both": true, "router API": true, "Redis": true}
+	sides := map[string]bool{"router": true, "both": true, "router API": true, "Redis": true, "openai": true}
 	checked := 0
 	for _, r := range rows {
 		name, kind, side := r[1], r[2], r[3]
 		if side == "edge" && regexp.MustCompile("(?m)^"+name+"[{ ]").Match(body) {
 			t.Errorf("%s (%s) is served by a router, which runs no edge", name, side)
 		}
-		if kind == "histogram" || !sides[side] {
+		series := freshValue(name, kind)
+		if series == nil || !sides[side] {
 			continue
 		}
 		checked++
-		if series := freshValue(name); !series.Match(body) {
+		if !series.Match(body) {
 			t.Errorf("%s (%s, %s) is documented but a fresh router does not serve it at %s", name, kind, side, series)
 		}
 	}
@@ -140,6 +147,7 @@ func TestFreshRouterServesEveryDocumentedSeries(t *testing.T) {
 		`hermes_http_requests_total{method="POST",route="/v1/deliver",status_class="5xx"} 0`,
 		`hermes_http_requests_total{method="GET",route="/v1/events",status_class="2xx"} 0`,
 		`hermes_http_requests_total{method="GET",route="/readyz",status_class="5xx"} 0`,
+		"hermes_redis_pool_max_connections 6",
 	} {
 		if !strings.Contains(string(body), want+"\n") {
 			t.Errorf("/metrics lacks %q", want)
@@ -153,8 +161,12 @@ var documentedSeries = regexp.MustCompile("(?m)^\\| `([a-z_]+)` \\| (counter|gau
 
 // freshValue matches a series of name at the value a fresh process has:
 // 1 for hermes_build_info, any count for the Redis pool's gauges and for
-// its hits and misses (the connection's first PING is one), 0 for the rest.
-func freshValue(name string) *regexp.Regexp {
+// its hits and misses (the connection's first PING is one), a positive
+// number for the limits (of the budgets, of the Redis pool), 0 for the
+// rest. Of a histogram, it matches the count: at least 1 for
+// hermes_redis_command_duration_seconds (the first PING), and nil for the
+// others, which appear with their first observation.
+func freshValue(name, kind string) *regexp.Regexp {
 	value := "0"
 	switch name {
 	case "hermes_build_info":
@@ -162,6 +174,70 @@ func freshValue(name string) *regexp.Regexp {
 	case "hermes_redis_pool_connections", "hermes_redis_pool_idle_connections",
 		"hermes_redis_pool_hits_total", "hermes_redis_pool_misses_total":
 		value = "[0-9]+"
+	case "hermes_budget_limit_bytes", "hermes_redis_pool_max_connections", "hermes_redis_command_duration_seconds":
+		value = "[1-9][0-9.e+]*" // large ones print as 2.68435456e+08
+	}
+	if kind == "histogram" {
+		if name != "hermes_redis_command_duration_seconds" {
+			return nil
+		}
+		name += "_count"
 	}
 	return regexp.MustCompile("(?m)^" + regexp.QuoteMeta(name) + "(\\{[^}]*\\})? " + value + "$")
+}
+
+// TestAPIRequestLog: every request to the router's API is one info-level
+// JSON line with its method, route (the pattern, not the path, which names
+// a session; other for an unknown path), status, client address and
+// duration in seconds.
+func TestAPIRequestLog(t *testing.T) {
+	clearEnv(t)
+	rurl := testsvc.RedisURL(t)
+	prefix := uniquePrefix(t, rurl)
+	subjects := "al" + strings.Trim(strings.TrimPrefix(prefix, "hermes-routermain"), ":") + "."
+	f := mustParse(t, "-listen=127.0.0.1:0", "-nats-url="+testsvc.NATSURL(t), "-nats-prefix="+subjects, "-redis-url="+rurl,
+		"-redis-prefix="+prefix, "-admin-listen=off", "-agent-tokens=agent-token")
+	url, logs, _ := runRouter(t, f)
+	if code, _ := call(t, "POST", url+"/v1/sessions/mobile:secret-device/messages", "", `{"text":"hi"}`); code != http.StatusUnauthorized {
+		t.Fatalf("POST without a token: %d, want 401", code)
+	}
+	if code, _ := call(t, "GET", url+"/no/such/path", "", ""); code != http.StatusNotFound {
+		t.Fatalf("GET of an unknown path: %d, want 404", code)
+	}
+	want := []struct {
+		method, route string
+		status        float64
+	}{
+		{"POST", "/v1/sessions/{session}/messages", 401},
+		{"GET", "other", 404},
+	}
+	var lines []map[string]any
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		lines = lines[:0]
+		for line := range strings.Lines(logs.String()) {
+			var m map[string]any
+			if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "api request" {
+				lines = append(lines, m)
+			}
+		}
+		if len(lines) >= len(want) || time.Now().After(deadline) {
+			break
+		}
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("%d api request lines, want %d:\n%s", len(lines), len(want), logs.String())
+	}
+	for i, w := range want {
+		m := lines[i]
+		d, ok := m["duration"].(float64)
+		client, _ := m["client"].(string)
+		if m["level"] != "INFO" || m["method"] != w.method || m["route"] != w.route || m["status"] != w.status ||
+			!strings.HasPrefix(client, "127.0.0.1:") || !ok || d < 0 || d > 30 {
+			t.Errorf("api request line %v; want level INFO, method %s, route %s, status %v, a loopback client and a duration in seconds",
+				m, w.method, w.route, w.status)
+		}
+	}
+	if strings.Contains(logs.String(), "secret-device") {
+		t.Error("the log names the session of the path")
+	}
 }

@@ -298,7 +298,7 @@ func startAdminEdge(t *testing.T, c *cluster, name string, env ...string) (*edge
 
 // outboxOf describes what the device's outbox holds, for a failure message.
 func outboxOf(c *cluster, dev string) string {
-	rdb, err := redisstore.NewClient(c.redisMode, c.redis)
+	rdb, err := redisstore.NewClient(c.redisMode, c.redis, 0)
 	if err != nil {
 		return err.Error()
 	}

@@ -60,7 +60,7 @@ func TestEdgeKilledMidFlush(t *testing.T) {
 // outboxLen is the number of items in dev's outbox in Redis.
 func outboxLen(t *testing.T, c *cluster, dev string) int64 {
 	t.Helper()
-	rdb, err := redisstore.NewClient(c.redisMode, c.redis)
+	rdb, err := redisstore.NewClient(c.redisMode, c.redis, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

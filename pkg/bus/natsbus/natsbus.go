@@ -115,8 +115,9 @@ type Options struct {
 	// dispatchers (at least 1024 each); 0 means DefaultPending.
 	Pending int
 	// Telemetry counts the connection's losses and reconnects
-	// (hermes_nats_disconnects_total, hermes_nats_reconnects_total); nil
-	// counts nothing.
+	// (hermes_nats_disconnects_total, hermes_nats_reconnects_total) and
+	// its slow consumers (hermes_nats_slow_consumers_total); nil counts
+	// nothing.
 	Telemetry *telemetry.Telemetry
 	// RetryConnect makes Connect return at once, before the server is
 	// reached: the first connection is retried as a lost one is, forever,
@@ -487,6 +488,11 @@ func (b *Bus) onClosed(nc *nats.Conn) {
 }
 
 func (b *Bus) onAsyncError(_ *nats.Conn, sub *nats.Subscription, err error) {
+	if errors.Is(err, nats.ErrSlowConsumer) {
+		// nats.go reports a subscription once each time it begins
+		// dropping, not per message.
+		b.metrics.NATSSlowConsumer()
+	}
 	if sub == nil {
 		b.log.Warn("nats error", "err", err)
 		return

@@ -156,6 +156,19 @@ func wantCounts(t *testing.T, tel *telemetry.Telemetry, disconnects, reconnects 
 	}
 }
 
+// slowConsumers is the value tel serves for hermes_nats_slow_consumers_total
+// ("" when it serves none).
+func slowConsumers(tel *telemetry.Telemetry) string {
+	rec := httptest.NewRecorder()
+	tel.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	for line := range strings.Lines(rec.Body.String()) {
+		if v, ok := strings.CutPrefix(line, "hermes_nats_slow_consumers_total "); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
 func TestClosedBus(t *testing.T) {
 	b, err := natsbus.Embedded(natsbus.Options{Logger: testLogger(t)})
 	if err != nil {
@@ -282,11 +295,20 @@ func TestHeaderFirstValue(t *testing.T) {
 }
 
 // TestSlowConsumer: a blocked Handler fills its dispatcher's channel; the
-// overflow is dropped and logged, and the Bus goes on afterwards.
+// overflow is dropped, logged and counted in
+// hermes_nats_slow_consumers_total, and the Bus goes on afterwards.
 func TestSlowConsumer(t *testing.T) {
 	var logs testsvc.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, nil))
-	b := embedded(t, natsbus.Options{Logger: log, Dispatchers: 1, Pending: 1})
+	tel, err := telemetry.New(context.Background(), telemetry.Config{ServiceName: "natsbus-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tel.Shutdown(context.Background())
+	b := embedded(t, natsbus.Options{Logger: log, Dispatchers: 1, Pending: 1, Telemetry: tel})
+	if c := slowConsumers(tel); c != "0" {
+		t.Errorf("hermes_nats_slow_consumers_total is %q before any drop, want 0", c)
+	}
 	gate := make(chan struct{})
 	var calls atomic.Int32
 	mustSubscribe(t, b, "slow", func(*bus.Msg) {
@@ -302,6 +324,9 @@ func TestSlowConsumer(t *testing.T) {
 		}
 	}
 	waitFor(t, "the slow consumer to be logged", func() bool { return strings.Contains(logs.String(), "slow consumer") })
+	if c := slowConsumers(tel); c == "0" || c == "" {
+		t.Errorf("hermes_nats_slow_consumers_total is %q after drops, want at least 1", c)
+	}
 	close(gate)
 	// The Bus goes on: requests are answered again once the queue has room
 	// (a request that arrives while it is full is dropped like the rest).

@@ -25,8 +25,13 @@ const (
 
 // NewClient makes the client of url for mode with the settings every Store
 // needs (see Options.URL): the caller's context bounds each call, a refused
-// dial fails at once, and no command is retried unless the URL says so.
-func NewClient(mode, url string) (redis.UniversalClient, error) {
+// dial fails at once, no command is retried unless the URL says so, and a
+// pool of poolSize connections (per node of a cluster; DefaultPoolSize when
+// not positive) unless the URL's pool_size says otherwise.
+func NewClient(mode, url string, poolSize int) (redis.UniversalClient, error) {
+	if poolSize <= 0 {
+		poolSize = DefaultPoolSize
+	}
 	switch mode {
 	case "", ModeSingle:
 		o, err := redis.ParseURL(url)
@@ -34,6 +39,9 @@ func NewClient(mode, url string) (redis.UniversalClient, error) {
 			return nil, err
 		}
 		o.ContextTimeoutEnabled, o.DialerRetries = true, 1
+		if o.PoolSize == 0 {
+			o.PoolSize = poolSize
+		}
 		if o.MaxRetries == 0 {
 			o.MaxRetries = -1 // none; 0 would mean go-redis's default, 3
 		}
@@ -44,6 +52,9 @@ func NewClient(mode, url string) (redis.UniversalClient, error) {
 			return nil, err
 		}
 		o.ContextTimeoutEnabled, o.DialerRetries = true, 1
+		if o.PoolSize == 0 {
+			o.PoolSize = poolSize
+		}
 		if o.MaxRetries == 0 {
 			o.MaxRetries = -1
 		}
@@ -57,6 +68,9 @@ func NewClient(mode, url string) (redis.UniversalClient, error) {
 			return nil, fmt.Errorf("sentinel URL %q has no master_name parameter", redactURL(url))
 		}
 		o.ContextTimeoutEnabled, o.DialerRetries = true, 1
+		if o.PoolSize == 0 {
+			o.PoolSize = poolSize
+		}
 		if o.MaxRetries == 0 {
 			o.MaxRetries = -1
 		}

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -30,11 +31,13 @@ end
 // longest-lived item. A missing counter starts from the server clock in µs
 // and above the list's last item, so sequence numbers keep growing after
 // the outbox was emptied (see the package comment).
-// KEYS: outbox, seq. ARGV: item, max, ttl ms.
+// KEYS: outbox, seq. ARGV: item, max, ttl ms. Reply: the items dropped
+// past max, those dropped expired, and the outbox's length after the push.
 var pushOutboxScript = redis.NewScript(outboxFields + `
 local t = redis.call('TIME')
 local now = nowms(t)
 local max, ttl = tonumber(ARGV[2]), tonumber(ARGV[3])
+local expired = 0
 while true do
 	local head = redis.call('LINDEX', KEYS[1], 0)
 	if not head then
@@ -45,10 +48,12 @@ while true do
 		break
 	end
 	redis.call('LPOP', KEYS[1])
+	expired = expired + 1
 end
 if max < 1 then
+	local n = redis.call('LLEN', KEYS[1])
 	redis.call('DEL', KEYS[1])
-	return 0
+	return {n, expired, 0}
 end
 local seq
 if redis.call('EXISTS', KEYS[2]) == 1 then
@@ -64,14 +69,18 @@ else
 	end
 	redis.call('SET', KEYS[2], string.format('%.0f', seq))
 end
-redis.call('RPUSH', KEYS[1], string.format('%.0f|%.0f|', seq, now + ttl) .. ARGV[1])
-redis.call('LTRIM', KEYS[1], -max, -1)
+local n = redis.call('RPUSH', KEYS[1], string.format('%.0f|%.0f|', seq, now + ttl) .. ARGV[1])
+local full = 0
+if n > max then
+	full = n - max
+	redis.call('LTRIM', KEYS[1], -max, -1)
+end
 for _, k in ipairs(KEYS) do
 	if redis.call('PTTL', k) < ttl then
 		redis.call('PEXPIRE', k, ARGV[3])
 	end
 end
-return 0
+return {full, expired, n - full}
 `)
 
 // peekOutboxScript returns the live items after a sequence number, oldest
@@ -94,14 +103,16 @@ return out
 
 // ackOutboxScript removes the items up to a sequence number (and the passed
 // ones in front of them) if the owner record holds the reader's epoch.
-// KEYS: outbox, owner. ARGV: epoch, upTo. Reply: 1 owner matched, 0 not.
+// KEYS: outbox, owner. ARGV: epoch, upTo. Reply: 1 owner matched, 0 not,
+// and the items removed unwritten because they expired.
 var ackOutboxScript = redis.NewScript(outboxFields + `
 local cur = redis.call('GET', KEYS[2])
 if not cur or string.match(cur, '|(%d+)$') ~= ARGV[1] then
-	return 0
+	return {0, 0}
 end
 local now = nowms(redis.call('TIME'))
 local upTo = tonumber(ARGV[2])
+local expired = 0
 while true do
 	local head = redis.call('LINDEX', KEYS[1], 0)
 	if not head then
@@ -112,8 +123,11 @@ while true do
 		break
 	end
 	redis.call('LPOP', KEYS[1])
+	if seq > upTo then
+		expired = expired + 1
+	end
 end
-return 1
+return {1, expired}
 `)
 
 // PushOutbox appends item to device's outbox. Each item is forgotten ttl after
@@ -127,8 +141,12 @@ func (s *Store) PushOutbox(ctx context.Context, device string, item []byte, max 
 		return errBadTTL
 	}
 	keys := []string{s.outboxKey(device), s.outboxSeqKey(device)}
-	if err := pushOutboxScript.Run(ctx, s.rdb, keys, item, max, ms(ttl)).Err(); err != nil {
+	r, err := pushOutboxScript.Run(ctx, s.rdb, keys, item, max, ms(ttl)).Int64Slice()
+	if err != nil {
 		return s.redisErr(ctx, "PushOutbox", err)
+	}
+	if len(r) == 3 {
+		s.metrics.OutboxPushed(r[2], r[0], r[1])
 	}
 	return nil
 }
@@ -170,11 +188,15 @@ func (s *Store) AckOutbox(ctx context.Context, device string, epoch, upTo int64)
 		return false, opErr("AckOutbox", err)
 	}
 	keys := []string{s.outboxKey(device), s.ownerKey(device)}
-	n, err := ackOutboxScript.Run(ctx, s.rdb, keys, epoch, upTo).Int()
+	r, err := ackOutboxScript.Run(ctx, s.rdb, keys, epoch, upTo).Int64Slice()
 	if err != nil {
 		return false, s.redisErr(ctx, "AckOutbox", err)
 	}
-	return n == 1, nil
+	if len(r) != 2 {
+		return false, opErr("AckOutbox", fmt.Errorf("unexpected reply %v", r))
+	}
+	s.metrics.OutboxDropped(0, r[1])
+	return r[0] == 1, nil
 }
 
 // outboxSeqKey holds the last sequence number handed out for d's outbox.

@@ -117,6 +117,11 @@ const (
 	DefaultPrefix      = "hermes:"
 	DefaultUploadTTL   = 10 * time.Minute
 	DefaultPromptGrace = time.Hour
+	// DefaultPoolSize is the most connections a Store's client keeps for
+	// commands when neither Options.PoolSize nor the URL's pool_size says:
+	// go-redis's own default, 10 per CPU, would have 30 edges on 64-core
+	// nodes open 19,200 connections to one Redis.
+	DefaultPoolSize = 32
 )
 
 // errBadTTL rejects a ttl that is zero or negative: nothing would be kept.
@@ -131,11 +136,18 @@ type Options struct {
 	// call even when Redis stops answering; DialerRetries 1, so a call to a
 	// Redis that refuses connections fails at once rather than after about
 	// 2 s of redialing; and, unless the URL sets max_retries, no command
-	// retries (see the package comment).
+	// retries (see the package comment). The pool holds at most PoolSize
+	// connections for commands, unless the URL sets pool_size.
 	URL string
 	// Mode says what URL names: ModeSingle (the default when empty),
 	// ModeCluster or ModeSentinel; see each for its URL's form.
 	Mode string
+	// PoolSize bounds the connections of the client New makes from URL
+	// (REDIS_POOL_SIZE); a command that finds them all busy waits for one
+	// up to the pool timeout. A pool_size in URL wins over it; zero or
+	// negative means DefaultPoolSize. go-redis keeps up to 10 more for
+	// pipelines.
+	PoolSize int
 	// Client, when set, is used instead of URL, as it is configured, and is
 	// not closed by Close. It may be a cluster client; see the package
 	// comment.
@@ -215,11 +227,14 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		if opts.URL == "" {
 			return nil, errors.New("redisstore: neither URL nor Client is set")
 		}
-		rdb, err := NewClient(opts.Mode, opts.URL)
+		rdb, err := NewClient(opts.Mode, opts.URL, opts.PoolSize)
 		if err != nil {
 			return nil, fmt.Errorf("redisstore: %w", err)
 		}
 		s.rdb, s.ownClient = rdb, true
+		if m := opts.Telemetry.Metrics(); m != nil {
+			s.rdb.AddHook(durationHook{m})
+		}
 		if opts.Telemetry.Tracing() {
 			// Command names and timings only: arguments hold message
 			// texts, files and device ids, which spans never carry.
@@ -246,10 +261,43 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		s.stopObserve = m.ObserveRedis(func() telemetry.PoolStats {
 			st := s.rdb.PoolStats()
 			return telemetry.PoolStats{Hits: uint64(st.Hits), Misses: uint64(st.Misses), Timeouts: uint64(st.Timeouts),
-				Conns: int64(st.TotalConns), Idle: int64(st.IdleConns)}
+				Conns: int64(st.TotalConns), Idle: int64(st.IdleConns), Max: int64(s.PoolSize())}
 		})
 	}
 	return s, nil
+}
+
+// durationHook records each command's and pipeline's duration, from the
+// call (the wait for a pool connection included) to its reply.
+type durationHook struct{ m *telemetry.Metrics }
+
+func (durationHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h durationHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		start := time.Now()
+		err := next(ctx, cmd)
+		h.m.RedisCommand(time.Since(start))
+		return err
+	}
+}
+
+func (h durationHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		start := time.Now()
+		err := next(ctx, cmds)
+		h.m.RedisCommand(time.Since(start))
+		return err
+	}
+}
+
+// PoolSize is the most connections the client keeps for commands; 0 for a
+// client given in Options.Client that is not a *redis.Client.
+func (s *Store) PoolSize() int {
+	if c, ok := s.rdb.(*redis.Client); ok {
+		return c.Options().PoolSize
+	}
+	return 0
 }
 
 // Close closes the Redis client unless it came from Options.Client. It is

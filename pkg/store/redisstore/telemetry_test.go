@@ -163,3 +163,108 @@ func TestTelemetry(t *testing.T) {
 		t.Error("a closed Store still reports its pool")
 	}
 }
+
+// TestOutboxAndCommandMetrics: a fresh Store serves
+// hermes_outbox_dropped_total at 0 for both reasons and has timed its
+// start-up PING in hermes_redis_command_duration_seconds; a push past an
+// outbox's most counts the item it pushed out as full and the length it
+// left, and items that expired unwritten count as expired, whether a push
+// or an acknowledgement removes them.
+func TestOutboxAndCommandMetrics(t *testing.T) {
+	t.Parallel()
+	tel, err := telemetry.New(context.Background(), telemetry.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tel.Shutdown(context.Background())
+	s := newStore(t, sharedRedis(t), Options{Telemetry: tel})
+	ctx := t.Context()
+	full, expired := `hermes_outbox_dropped_total{reason="full"}`, `hermes_outbox_dropped_total{reason="expired"}`
+
+	fresh := samples(t, tel)
+	for _, name := range []string{full, expired} {
+		if v, ok := fresh[name]; !ok || v != 0 {
+			t.Errorf("fresh Store: %s = %v (present %v), want 0", name, v, ok)
+		}
+	}
+	if n := fresh["hermes_redis_command_duration_seconds_count"]; n < 1 {
+		t.Errorf("fresh Store: hermes_redis_command_duration_seconds_count = %v, want New's PING", n)
+	}
+
+	for _, item := range []string{"a", "b", "c"} {
+		if err := s.PushOutbox(ctx, "d1", []byte(item), 2, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := samples(t, tel)
+	if m[full] != 1 || m[expired] != 0 {
+		t.Errorf("three pushes into an outbox of 2: full %v, expired %v; want 1 and 0", m[full], m[expired])
+	}
+	if m["hermes_outbox_length_count"] != 3 || m["hermes_outbox_length_sum"] != 1+2+2 {
+		t.Errorf("outbox lengths: count %v, sum %v; want 3 pushes leaving 1, 2, 2",
+			m["hermes_outbox_length_count"], m["hermes_outbox_length_sum"])
+	}
+	if m["hermes_redis_command_duration_seconds_count"] < fresh["hermes_redis_command_duration_seconds_count"]+3 {
+		t.Errorf("three pushes later hermes_redis_command_duration_seconds_count = %v, was %v",
+			m["hermes_redis_command_duration_seconds_count"], fresh["hermes_redis_command_duration_seconds_count"])
+	}
+
+	// Expired: an item whose TTL passes unwritten behind a newer one (which
+	// keeps the outbox's key), removed by the next push; another, removed
+	// by an acknowledgement of nothing. (An outbox whose every item expired
+	// vanishes with its key, uncounted.)
+	only := func(device, want string) bool {
+		items, err := s.PeekOutbox(ctx, device, 0)
+		return err == nil && len(items) == 1 && string(items[0].Data) == want
+	}
+	epoch, err := s.ClaimDevice(ctx, "d3", "edge-1", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, device := range []string{"d2", "d3"} {
+		if err := s.PushOutbox(ctx, device, []byte("old"), 10, 20*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.PushOutbox(ctx, device, []byte("new"), 10, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !eventually(5*time.Second, func() bool { return only("d2", "new") && only("d3", "new") }) {
+		t.Fatal("the old items did not expire")
+	}
+	if m := samples(t, tel); m[expired] != 0 {
+		t.Errorf("before any push or ack removed them: expired %v, want 0", m[expired])
+	}
+	if err := s.PushOutbox(ctx, "d2", []byte("z"), 10, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.AckOutbox(ctx, "d3", epoch, 0); err != nil || !ok {
+		t.Fatalf("AckOutbox = %v, %v", ok, err)
+	}
+	m = samples(t, tel)
+	if m[full] != 1 || m[expired] != 2 {
+		t.Errorf("after two items expired: full %v, expired %v; want 1 and 2", m[full], m[expired])
+	}
+}
+
+// TestPoolSize: the pool holds Options.PoolSize connections, or
+// DefaultPoolSize (not go-redis's 10 per CPU), and a pool_size in the URL
+// wins over both.
+func TestPoolSize(t *testing.T) {
+	t.Parallel()
+	url := sharedRedis(t)
+	for _, tc := range []struct {
+		url  string
+		size int
+		want int
+	}{
+		{url, 0, DefaultPoolSize},
+		{url, 7, 7},
+		{url + "?pool_size=3", 7, 3},
+	} {
+		s := newStore(t, tc.url, Options{PoolSize: tc.size})
+		if got := s.PoolSize(); got != tc.want {
+			t.Errorf("URL %s, PoolSize %d: the client's pool size is %d, want %d", tc.url, tc.size, got, tc.want)
+		}
+	}
+}
