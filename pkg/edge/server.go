@@ -223,7 +223,7 @@ type Server struct {
 
 	// Byte budgets of the whole edge; see Config.MaxReadBytes and the rest.
 	reading, queued, uploading budget
-	helloBytes                 budget // Config.MaxHelloBytes
+	helloBytes                 budget       // Config.MaxHelloBytes
 	stopBudgets                func() error // ends their reporting
 
 	ctx     context.Context // cancelled by Close
