@@ -91,8 +91,11 @@ else
 fi
 echo "docker-compose.yml: valid"
 
-# The manifests' and compose file's contents, against the built services.
-go test -count=1 -v -run 'TestChart|TestCompose|TestDockerfile|TestTaskfile' ./deploy | tee "$out/test.log"
+# The manifests' and compose file's contents, against the built services;
+# TestChartAlerts renders the production values' PrometheusRule and checks
+# every alert's for:, its runbook_url's anchor in docs/operations.md and the
+# series it names against what a running edge and router serve.
+go test -count=1 -v -run 'TestChart|TestCompose|TestDockerfile|TestTaskfile|TestGithubSlug' ./deploy | tee "$out/test.log"
 if grep -q -- '--- SKIP' "$out/test.log"; then
   echo "a deploy test was skipped: helm or docker-compose is missing" >&2; exit 1
 fi

@@ -189,3 +189,16 @@ checksum/config: {{ include (print .Template.BasePath "/configmap.yaml") . | sha
 checksum/secret: {{ include (print .Template.BasePath "/secret.yaml") . | sha256sum }}
 {{- end }}
 {{- end }}
+
+{{/* A Prometheus duration (500ms, 15s, 1m, 1h) in milliseconds. */}}
+{{- define "hermes.milliseconds" -}}
+{{- $d := toString . }}
+{{- $m := regexFind "^[0-9]+(ms|s|m|h)$" $d }}
+{{- if not $m }}
+{{- fail (printf "duration %q: want a whole number with ms, s, m or h" $d) }}
+{{- end }}
+{{- $n := regexFind "^[0-9]+" $d | int64 }}
+{{- $unit := regexFind "[a-z]+$" $d }}
+{{- $per := dict "ms" 1 "s" 1000 "m" 60000 "h" 3600000 }}
+{{- mul $n (get $per $unit) }}
+{{- end }}
