@@ -45,9 +45,24 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 {{- end }}
 
-{{/* The image, tag defaulting to the chart's appVersion. */}}
+{{/* The image: by digest when image.digest is set, else by its tag
+(defaulting to the chart's appVersion). */}}
 {{- define "hermes.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
+{{- end }}
+
+{{/* Fails unless an autoscaling block's maxReplicas is at least its
+minReplicas (the schema cannot compare two values). Call with
+(list <autoscaling values> "edge.autoscaling"). */}}
+{{- define "hermes.checkReplicas" -}}
+{{- $a := index . 0 }}
+{{- if lt (int $a.maxReplicas) (int $a.minReplicas) }}
+{{- fail (printf "%s.maxReplicas (%d) is below %s.minReplicas (%d): the HorizontalPodAutoscaler would be rejected" (index . 1) (int $a.maxReplicas) (index . 1) (int $a.minReplicas)) }}
+{{- end }}
 {{- end }}
 
 {{/* The Secret holding the tokens: the user's or the chart's. */}}
