@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Checks the deployment files: helm lint and helm template of
 # charts/hermes-gateway with the default (plus the required auth.token) and
-# the production values, values that violate values.schema.json (each must
-# fail), then the Go tests of ./deploy, which render the chart again, decode
+# the production values, values that violate values.schema.json or a rule
+# between two values (each must fail, saying why), then the Go tests of ./deploy, which render the chart again, decode
 # every document strictly into the Kubernetes API Go types and check the
 # manifests (kinds, probes, preStop, terminationGracePeriodSeconds = preStop
 # + drain window + margin, Secrets, names, rollouts) and docker-compose.yml
@@ -65,12 +65,31 @@ done
 # Values that break the schema (values.schema.json) must not render.
 for bad in edge.preStopSleepSeconds=0 edge.drainWindowSeconds=0 edge.terminationMarginSeconds=14 \
     edge.drainWindow=10 router.agent=gpt edge.service.type=External \
-    "fullnameOverride=$(printf 'f%.0s' {1..46})" edge.resources.limits.memory=1.5Gi; do
+    "fullnameOverride=$(printf 'f%.0s' {1..46})" edge.resources.limits.memory=1.5Gi \
+    router.agent=openai image.digest=sha256:0123 redis.image=redis@sha256:0123; do
   if err="$("$HELM" template hermes "$CHART" --kube-version "$KUBE_VERSION" "${TOKEN[@]}" --set "$bad" 2>&1 >/dev/null)"; then
     echo "helm template rendered with $bad, which the schema forbids" >&2; exit 1
   fi
   grep -q "schema" <<<"$err" || { echo "unexpected error with $bad: $err" >&2; exit 1; }
 done
+# Rules between two values, which the schema cannot state, fail the render
+# with a message naming them ("values|message"); equal values render.
+for c in "edge.autoscaling.minReplicas=3,edge.autoscaling.maxReplicas=2|edge.autoscaling.maxReplicas (2) is below edge.autoscaling.minReplicas (3)" \
+    "router.autoscaling.enabled=true,router.autoscaling.minReplicas=4,router.autoscaling.maxReplicas=3|router.autoscaling.maxReplicas (3) is below router.autoscaling.minReplicas (4)" \
+    "metrics.serviceMonitor.enabled=true,metrics.serviceMonitor.interval=30s,metrics.serviceMonitor.scrapeTimeout=31s|metrics.serviceMonitor.scrapeTimeout 31s is longer than metrics.serviceMonitor.interval 30s"; do
+  if err="$("$HELM" template hermes "$CHART" --kube-version "$KUBE_VERSION" "${TOKEN[@]}" --set "${c%%|*}" 2>&1 >/dev/null)"; then
+    echo "helm template rendered with ${c%%|*}" >&2; exit 1
+  fi
+  grep -qF "${c#*|}" <<<"$err" || { echo "with ${c%%|*}: want \"${c#*|}\", got: $err" >&2; exit 1; }
+done
+for ok in edge.autoscaling.minReplicas=3,edge.autoscaling.maxReplicas=3 \
+    router.autoscaling.enabled=true,router.autoscaling.minReplicas=4,router.autoscaling.maxReplicas=4 \
+    metrics.serviceMonitor.enabled=true,metrics.serviceMonitor.interval=30s,metrics.serviceMonitor.scrapeTimeout=30s; do
+  "$HELM" template hermes "$CHART" --kube-version "$KUBE_VERSION" "${TOKEN[@]}" --set "$ok" >/dev/null
+done
+# The production values turn the alerts and the dashboard on.
+grep -q "kind: PrometheusRule" "$out/production.yaml" || { echo "the production values render no PrometheusRule" >&2; exit 1; }
+grep -q "hermes-gateway.json" "$out/production.yaml" || { echo "the production values render no dashboard" >&2; exit 1; }
 wc -l "$out"/*.yaml
 
 # docker-compose.yml, validated by compose itself (no engine needed).
@@ -91,8 +110,11 @@ else
 fi
 echo "docker-compose.yml: valid"
 
-# The manifests' and compose file's contents, against the built services.
-go test -count=1 -v -run 'TestChart|TestCompose|TestDockerfile|TestTaskfile' ./deploy | tee "$out/test.log"
+# The manifests' and compose file's contents, against the built services;
+# TestChartAlerts renders the production values' PrometheusRule and checks
+# every alert's for:, its runbook_url's anchor in docs/operations.md and the
+# series it names against what a running edge and router serve.
+go test -count=1 -v -run 'TestChart|TestCompose|TestDockerfile|TestTaskfile|TestGithubSlug' ./deploy | tee "$out/test.log"
 if grep -q -- '--- SKIP' "$out/test.log"; then
   echo "a deploy test was skipped: helm or docker-compose is missing" >&2; exit 1
 fi

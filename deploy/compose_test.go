@@ -37,7 +37,11 @@ type composeService struct {
 	Ports           []string           `yaml:"ports"`
 	Volumes         []string           `yaml:"volumes"`
 	StopGracePeriod string             `yaml:"stop_grace_period"`
-	Ulimits         struct {
+	Logging         struct {
+		Driver  string            `yaml:"driver"`
+		Options map[string]string `yaml:"options"`
+	} `yaml:"logging"`
+	Ulimits struct {
 		Nofile struct {
 			Soft int `yaml:"soft"`
 			Hard int `yaml:"hard"`
@@ -75,7 +79,7 @@ func interpolate(s string) string {
 // binary says which service a compose service runs: "edge" for the image's
 // entrypoint, "router" for hermes-router; "" for another image.
 func (s composeService) binary() string {
-	if s.Image != "hermes-gateway:local" {
+	if interpolate(s.Image) != "hermes-gateway:local" {
 		return ""
 	}
 	if len(s.Entrypoint) == 0 {
@@ -120,6 +124,12 @@ func TestCompose(t *testing.T) {
 		byBinary[s.binary()] = append(byBinary[s.binary()], name)
 		if s.binary() != "" {
 			checkEnv(t, "docker-compose.yml service "+name, s.binary(), keys(s.Environment))
+		}
+		if l := s.Logging; l.Driver != "json-file" || l.Options["max-size"] == "" || l.Options["max-file"] == "" {
+			t.Errorf("%s: logging %+v, want json-file rotated (max-size, max-file): Docker's default keeps one file that grows without end", name, l)
+		}
+		if img := s.Image; !strings.HasPrefix(img, "${") || !strings.HasSuffix(img, "}") || !strings.Contains(img, ":-") {
+			t.Errorf("%s: image %q, want ${X_IMAGE:-default} so it can be pinned by digest", name, img)
 		}
 		h := s.Healthcheck
 		if len(h.Test) < 2 || h.Test[0] != "CMD" || h.Interval == "" || h.Retries < 1 {
@@ -183,6 +193,13 @@ func TestCompose(t *testing.T) {
 
 	r := c.Services["router"]
 	wantDeps(t, "router", r, "redis", "nats")
+	// On SIGTERM a router gives HTTP requests up to 10 s, then agent calls
+	// up to 10 s (router.Config.CloseGrace), then hands its journals over
+	// and closes NATS and Redis; Docker's default of 10 s would kill it in
+	// the middle.
+	if grace, err := time.ParseDuration(r.StopGracePeriod); err != nil || grace < 25*time.Second {
+		t.Errorf("router: stop_grace_period %q, want at least 25 s (10 s of HTTP requests, 10 s of agent calls, a margin)", r.StopGracePeriod)
+	}
 	wantCluster(t, "router", r, c)
 	api, _ := r.env("MOBILE_ROUTER_LISTEN")
 	admin, _ := r.env("MOBILE_ADMIN_LISTEN")

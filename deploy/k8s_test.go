@@ -64,11 +64,25 @@ type serviceMonitor struct {
 			MatchLabels map[string]string `json:"matchLabels"`
 		} `json:"selector"`
 		Endpoints []struct {
-			Port     string `json:"port"`
-			Path     string `json:"path"`
-			Interval string `json:"interval"`
+			Port              string          `json:"port"`
+			Path              string          `json:"path"`
+			Interval          string          `json:"interval"`
+			ScrapeTimeout     string          `json:"scrapeTimeout,omitempty"`
+			Relabelings       []relabelConfig `json:"relabelings,omitempty"`
+			MetricRelabelings []relabelConfig `json:"metricRelabelings,omitempty"`
 		} `json:"endpoints"`
 	} `json:"spec"`
+}
+
+// relabelConfig is monitoring.coreos.com/v1 RelabelConfig.
+type relabelConfig struct {
+	Action       string   `json:"action,omitempty"`
+	SourceLabels []string `json:"sourceLabels,omitempty"`
+	Separator    *string  `json:"separator,omitempty"`
+	TargetLabel  string   `json:"targetLabel,omitempty"`
+	Regex        string   `json:"regex,omitempty"`
+	Modulus      uint64   `json:"modulus,omitempty"`
+	Replacement  *string  `json:"replacement,omitempty"`
 }
 
 // httpRoute is the part of gateway.networking.k8s.io/v1 HTTPRoute the chart

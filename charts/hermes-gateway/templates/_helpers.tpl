@@ -45,9 +45,24 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 {{- end }}
 
-{{/* The image, tag defaulting to the chart's appVersion. */}}
+{{/* The image: by digest when image.digest is set, else by its tag
+(defaulting to the chart's appVersion). */}}
 {{- define "hermes.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end }}
+{{- end }}
+
+{{/* Fails unless an autoscaling block's maxReplicas is at least its
+minReplicas (the schema cannot compare two values). Call with
+(list <autoscaling values> "edge.autoscaling"). */}}
+{{- define "hermes.checkReplicas" -}}
+{{- $a := index . 0 }}
+{{- if lt (int $a.maxReplicas) (int $a.minReplicas) }}
+{{- fail (printf "%s.maxReplicas (%d) is below %s.minReplicas (%d): the HorizontalPodAutoscaler would be rejected" (index . 1) (int $a.maxReplicas) (index . 1) (int $a.minReplicas)) }}
+{{- end }}
 {{- end }}
 
 {{/* The Secret holding the tokens: the user's or the chart's. */}}
@@ -188,4 +203,17 @@ checksum/config: {{ include (print .Template.BasePath "/configmap.yaml") . | sha
 {{- if not .Values.auth.existingSecret }}
 checksum/secret: {{ include (print .Template.BasePath "/secret.yaml") . | sha256sum }}
 {{- end }}
+{{- end }}
+
+{{/* A Prometheus duration (500ms, 15s, 1m, 1h) in milliseconds. */}}
+{{- define "hermes.milliseconds" -}}
+{{- $d := toString . }}
+{{- $m := regexFind "^[0-9]+(ms|s|m|h)$" $d }}
+{{- if not $m }}
+{{- fail (printf "duration %q: want a whole number with ms, s, m or h" $d) }}
+{{- end }}
+{{- $n := regexFind "^[0-9]+" $d | int64 }}
+{{- $unit := regexFind "[a-z]+$" $d }}
+{{- $per := dict "ms" 1 "s" 1000 "m" 60000 "h" 3600000 }}
+{{- mul $n (get $per $unit) }}
 {{- end }}
