@@ -55,9 +55,9 @@ func TestHermesPlugin(t *testing.T) {
 		edgeURL = strings.TrimSuffix(edgeURL, "/") + "/ws"
 	}
 
-	// Each supported Hermes version: tests/hermes_v0_18 and tests/hermes_v0_21
+	// Each supported Hermes line: tests/hermes_v0_18, hermes_v0_21 and hermes_v0_23
 	// copy what the plugin meets in it.
-	for _, version := range []string{"0.18", "0.21"} {
+	for _, version := range []string{"0.18", "0.21", "0.23"} {
 		t.Run("hermes-"+version, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
