@@ -105,6 +105,14 @@ def test_card_closes_at_once_when_the_runner_replaced_the_hook(tmp_path, monkeyp
                     await asyncio.sleep(0.05)
                 assert approval.resolve_gateway_approval(sk, "once") == 1  # /approve
                 assert (await asyncio.wait_for(waiter, 10))["choice"] == "once"
+                # The wait's settle ran before the waiter returned: the close is
+                # already under way, long before the next check and before the
+                # router's own expiry of the card (MOBILE_PROMPT_TTL, 4 s).
+                for _ in range(20):
+                    if card["id"] not in hermes.adapter._cards:
+                        break
+                    await asyncio.sleep(0.05)
+                assert card["id"] not in hermes.adapter._cards, "the card waits for the next check"
                 await phone.expect(lambda f: f["t"] == "prompt_done" and f["id"] == card["id"], timeout=WAIT)
         finally:
             await hermes.stop()
