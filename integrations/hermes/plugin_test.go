@@ -21,8 +21,16 @@ import (
 )
 
 // python is the interpreter the suite runs with: Debian's, so the packages
-// are python3-pytest and python3-aiohttp.
-const python = "/usr/bin/python3"
+// are python3-pytest and python3-aiohttp. MOBILE_TEST_PYTHON names another
+// (a newer Python with the same packages on its path).
+var python = pythonPath()
+
+func pythonPath() string {
+	if p := os.Getenv("MOBILE_TEST_PYTHON"); p != "" {
+		return p
+	}
+	return "/usr/bin/python3"
+}
 
 func TestHermesPlugin(t *testing.T) {
 	needPython(t)
