@@ -63,6 +63,7 @@ BACKOFF_MIN = 0.5
 BACKOFF_MAX = 30.0
 STREAM_IDLE = 45.0
 REQUEST_TIMEOUT = 45.0  # a router call may wait up to 30 s while NATS is away
+MAX_INFLIGHT = 1000  # events read but not yet handled (all devices); the reader waits past it
 
 _IMAGE_EXTS = {".jpg", ".jpeg", ".png", ".webp", ".bmp"}
 _VOICE_EXTS = {".ogg", ".opus", ".mp3", ".wav", ".m4a", ".flac"}
@@ -256,13 +257,23 @@ CARD_MARGIN = 2  # seconds a card closes before Hermes stops waiting for it
 
 class _Card:
     """An open card: what it answers in Hermes. binding (approvals) is
-    ("request", request_id) on Hermes ≥ 0.21 and ("entry", queue entry) on 0.18."""
+    ("request", request_id) on Hermes ≥ 0.21 and ("entry", queue entry) on 0.18;
+    multi marks a multi-select clarify."""
 
-    __slots__ = ("kind", "session_key", "hermes_id", "choices", "chat_id", "options", "binding")
+    __slots__ = ("kind", "session_key", "hermes_id", "choices", "chat_id", "options", "binding", "multi")
 
-    def __init__(self, kind, session_key, hermes_id, choices, chat_id, options=None, binding=None):
+    def __init__(self, kind, session_key, hermes_id, choices, chat_id, options=None, binding=None, multi=False):
         self.kind, self.session_key, self.hermes_id = kind, session_key, hermes_id
         self.choices, self.chat_id, self.options, self.binding = choices, chat_id, options or [], binding
+        self.multi = multi
+
+
+DEFAULT_DESCRIPTION = "dangerous command"  # what Hermes shows for an approval without a description
+
+
+def _description(value) -> str:
+    """An approval's description as Hermes shows it: empty or missing is "dangerous command"."""
+    return str(value or "") or DEFAULT_DESCRIPTION
 
 
 def _shown(command: str) -> str:
@@ -276,16 +287,21 @@ def _shown(command: str) -> str:
 
 def _same_request(data: dict, command: str, description: str) -> bool:
     raw = str(data.get("command") or "")
-    return (command in (raw, _shown(raw))) and str(data.get("description", "dangerous command")) == description
+    return (command in (raw, _shown(raw))) and _description(data.get("description")) == _description(description)
 
 
-def _bind_approval(session_key: str, command: str, description: str, taken: set):
-    """The pending approval a card for (command, description) answers: the
-    oldest one of the session showing them that no open card answers yet;
-    None when there is none (the card is then not sent)."""
+def _bind_approval(session_key: str, command: str, description: str, taken: set, request_id: str = ""):
+    """The pending approval a card for (command, description) answers: the one
+    Hermes names (metadata approval_id) when it is pending, else the oldest one
+    of the session showing them that no open card answers yet; None when there
+    is none (the card is then not sent)."""
     from tools import approval
     lister = getattr(approval, "list_gateway_approvals", None)
     if lister is not None:  # Hermes ≥ 0.21: request ids
+        if request_id:
+            named = ("request", request_id)
+            pending = any(d.get("request_id") == request_id for d in lister(session_key))
+            return named if pending and named not in taken else None
         for data in lister(session_key):
             binding = ("request", data.get("request_id"))
             if binding[1] and binding not in taken and _same_request(data, command, description):
@@ -332,6 +348,52 @@ def _resolve_approval(card: _Card, choice: str) -> bool:
     return True
 
 
+def _expire_approval(card: _Card) -> None:
+    """The card expired unanswered: nobody refused the command. Where Hermes can
+    withdraw a pending approval (withdraw_gateway_approval) it is withdrawn, so
+    the wait ends at once as "withdrawn", never as the user's deny; elsewhere it
+    stays pending and Hermes's own timeout (2 s later) ends it as a timeout."""
+    from tools import approval
+    how, what = card.binding
+    withdraw = getattr(approval, "withdraw_gateway_approval", None)
+    if how == "request" and withdraw is not None:
+        withdraw(card.session_key, what, "the approval card on the phone expired unanswered")
+
+
+# Settle hooks of open approval cards by request id. Hermes keeps one settle
+# per request and its turn runner registers its own (the timeout notice) after
+# the card is sent, replacing the plugin's; _chain_settles makes such a later
+# registration run the plugin's too.
+_OUR_SETTLES: Dict[str, Any] = {}
+
+
+def _chain_settles() -> None:
+    """Wraps tools.approval.register_gateway_settle once so a hook registered
+    for a request with an open card runs that card's close after it."""
+    try:
+        from tools import approval
+    except Exception:
+        return
+    register = getattr(approval, "register_gateway_settle", None)
+    if register is None or getattr(register, "_mobile_chained", False):
+        return
+
+    def register_gateway_settle(session_key, request_id, settle):
+        mine = _OUR_SETTLES.get(request_id)
+        if mine is not None and settle is not mine:
+            theirs = settle
+
+            def settle(*args, **kwargs):
+                try:
+                    theirs(*args, **kwargs)
+                finally:
+                    mine(*args, **kwargs)
+        return register(session_key, request_id, settle)
+    register_gateway_settle._mobile_chained = True
+    register_gateway_settle.__wrapped__ = register
+    approval.register_gateway_settle = register_gateway_settle
+
+
 def _hermes_setting(getters, default: float) -> float:
     for module, name in getters:
         try:
@@ -356,9 +418,54 @@ def _slash_confirm_timeout() -> float:
     return _hermes_setting([("tools.slash_confirm", "DEFAULT_TIMEOUT_SECONDS")], 300)
 
 
-def _card_ttl(wait: float) -> int:
-    """A card's timeout_seconds: it closes before Hermes's wait ends (the router caps it too)."""
+def _card_ttl(wait: float) -> Optional[int]:
+    """A card's timeout_seconds: it closes before Hermes's wait ends (the router
+    caps it too). None when Hermes waits without limit (a wait of 0 or less):
+    the card then lives as long as the router lets it."""
+    if wait <= 0:
+        return None
     return max(1, int(wait) - CARD_MARGIN)
+
+
+def _with_ttl(body: dict, wait: float) -> dict:
+    ttl = _card_ttl(wait)
+    if ttl is not None:
+        body["timeout_seconds"] = ttl
+    return body
+
+
+def _clarify_multi(clarify_id: str, kwargs: dict) -> bool:
+    """Whether Hermes asked a multi-select clarify: the newest runner registers
+    multi_select on the entry (tools.clarify_gateway) and does not pass it to
+    send_clarify; an older one may pass it as a keyword."""
+    if "multi_select" in kwargs:
+        return bool(kwargs["multi_select"])
+    try:
+        from tools import clarify_gateway
+        with clarify_gateway._lock:
+            return bool(getattr(clarify_gateway._entries.get(clarify_id), "multi_select", False))
+    except Exception:
+        return False
+
+
+def _multi_answer(text: str, choices: list) -> Optional[str]:
+    """A multi-select answer typed on the phone ("1, 3" or "Berlin, Paris") as
+    Hermes takes it: a JSON list of every chosen label; None when a part names
+    no choice (the text then goes to Hermes as it is)."""
+    text = text.strip()
+    tokens = [t.strip() for t in text.split(",") if t.strip()] if "," in text else text.split()
+    if not all(t.isdigit() for t in tokens):
+        tokens = [t.strip() for t in text.split(",") if t.strip()]
+    picked = []
+    for t in tokens:
+        if t.isdigit() and 1 <= int(t) <= len(choices):
+            picked.append(choices[int(t) - 1])
+        else:
+            match = next((c for c in choices if c.casefold() == t.casefold()), None)
+            if match is None:
+                return None
+            picked.append(match)
+    return json.dumps(list(dict.fromkeys(picked))) if picked else None
 
 
 class MobileAdapter(BasePlatformAdapter):
@@ -394,6 +501,14 @@ class MobileAdapter(BasePlatformAdapter):
         self._opening = 0
         self._opened = asyncio.Condition()
         self._binding: set = set()  # approvals whose card is being opened
+        self._closed: "OrderedDict[str, str]" = OrderedDict()  # closed card id → chat_id
+        # The event stream is handed over per device: one worker and queue
+        # each, so a slow or failing event holds up only its own device.
+        self._workers: Dict[str, asyncio.Task] = {}
+        self._queues: Dict[str, asyncio.Queue] = {}
+        self._inflight: list = []  # [cursor, done] of events handed out, in stream order
+        self._room = asyncio.Semaphore(MAX_INFLIGHT)
+        self._read_cursor = ""
 
     @property
     def name(self) -> str:
@@ -415,6 +530,9 @@ class MobileAdapter(BasePlatformAdapter):
                 read_bufsize=MAX_EVENT_LINE,
             )
         self.cursor = self._load_cursor()
+        if not self._inflight:  # else the reader goes on after the events it handed out
+            self._read_cursor = self.cursor
+        _chain_settles()
         if self._reader is None or self._reader.done():
             self._reader = asyncio.create_task(self._read_events())
         self._mark_connected()
@@ -431,6 +549,15 @@ class MobileAdapter(BasePlatformAdapter):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._reader
             self._reader = None
+        for task in self._workers.values():
+            task.cancel()
+        for task in list(self._workers.values()):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._workers.clear()
+        self._queues.clear()
+        self._inflight.clear()
+        self._room = asyncio.Semaphore(MAX_INFLIGHT)
         if self._http is not None:
             await self._http.close()
             self._http = None
@@ -466,8 +593,7 @@ class MobileAdapter(BasePlatformAdapter):
             try:
                 async for cursor, event in self._stream():
                     delay = BACKOFF_MIN
-                    await self._dispatch(event)
-                    self._save_cursor(cursor)
+                    await self._hand_over(cursor, event)
                 logger.info("[Mobile] event stream ended; reconnecting")
             except asyncio.CancelledError:
                 raise
@@ -483,9 +609,63 @@ class MobileAdapter(BasePlatformAdapter):
             await asyncio.sleep(delay * (0.5 + random.random() / 2))
             delay = min(delay * 2, BACKOFF_MAX)
 
+    async def _hand_over(self, cursor: str, event: dict) -> None:
+        """Queues an event for its device's worker. The saved cursor moves past an
+        event only when it and every event before it are handled, so a restart
+        neither loses nor repeats one; at most MAX_INFLIGHT wait."""
+        await self._room.acquire()
+        self._read_cursor = cursor
+        record = [cursor, False]
+        self._inflight.append(record)
+        device = str(event.get("device") or "")
+        if event.get("kind") == "prompt":  # a card's answer never waits behind the device's messages
+            device = "prompt:" + device
+        queue = self._queues.get(device)
+        if queue is None:
+            queue = self._queues[device] = asyncio.Queue()
+            self._workers[device] = asyncio.create_task(self._work(device, queue))
+        queue.put_nowait((record, event))
+
+    async def _work(self, device: str, queue: "asyncio.Queue") -> None:
+        """Hands one device's events to Hermes in order. A file the router cannot
+        give now (5xx, unreachable) is tried again with backoff; any other
+        failure is logged and the event skipped."""
+        while True:
+            if queue.empty():
+                self._queues.pop(device, None)
+                self._workers.pop(device, None)
+                return
+            record, event = queue.get_nowait()
+            delay = BACKOFF_MIN
+            while True:
+                try:
+                    await self._dispatch(event)
+                    break
+                except asyncio.CancelledError:
+                    raise
+                except (RouterError, OSError) as e:
+                    if aiohttp is None or self._http is None:
+                        break
+                    logger.warning("[Mobile] event %s of %s: %s; retrying in %.1fs", event.get("id"), device, e, delay)
+                    await asyncio.sleep(delay * (0.5 + random.random() / 2))
+                    delay = min(delay * 2, BACKOFF_MAX)
+                except Exception as e:
+                    logger.exception("[Mobile] event %s of %s failed, skipped: %s", event.get("id"), device, e)
+                    break
+            record[1] = True
+            self._room.release()
+            self._advance()
+
+    def _advance(self) -> None:
+        cursor = None
+        while self._inflight and self._inflight[0][1]:
+            cursor = self._inflight.pop(0)[0]
+        if cursor is not None:
+            self._save_cursor(cursor)
+
     async def _stream(self):
         """Yields (cursor, event) from one SSE connection."""
-        url = f"{self.router_url}/v1/events?format=sse&cursor={quote(self.cursor)}"
+        url = f"{self.router_url}/v1/events?format=sse&cursor={quote(self._read_cursor)}"
         headers = {"Authorization": "Bearer " + self.agent_token, "Accept": "text/event-stream"}
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=STREAM_IDLE)
         async with self._http.get(url, headers=headers, timeout=timeout) as resp:
@@ -531,9 +711,9 @@ class MobileAdapter(BasePlatformAdapter):
             try:
                 msg_type, path = await self._cache_media(kind, media, ev.get("format") or "")
                 media_urls, media_types = [path], [str(media.get("mime") or "")]
-            except (RouterError, ValueError, OSError) as e:
-                if isinstance(e, RouterError) and e.status != 404:
-                    raise  # the router is away: read this event again later
+            except (RouterError, ValueError, OSError, aiohttp.ClientError) as e:
+                if isinstance(e, RouterError) and e.status != 404 or isinstance(e, (OSError, aiohttp.ClientError)):
+                    raise  # the router is away: this device's worker tries again
                 logger.warning("[Mobile] the file of %s cannot be had: %s", ev.get("id"), e)
                 text = (text + "\n" if text else "") + "[the file was no longer available]"
         # The sender is the device the gateway authenticated (its token):
@@ -599,7 +779,7 @@ class MobileAdapter(BasePlatformAdapter):
 
     async def _close_card(self, card_id: str, card: "_Card") -> None:
         """Closes a card Hermes no longer waits for (the phone shows it expired)."""
-        self._cards.pop(card_id, None)
+        self._forget_card(card_id, card)
         if self._http is None:
             return
         url = _session_path(self.router_url, card.chat_id, "prompts/" + quote(card_id, safe=""))
@@ -609,6 +789,14 @@ class MobileAdapter(BasePlatformAdapter):
                     await _answer(resp)
         except Exception as e:
             logger.warning("[Mobile] closing card %s failed (it expires by itself): %s", card_id, e)
+
+    def _forget_card(self, card_id: str, card: "_Card") -> None:
+        self._cards.pop(card_id, None)
+        if card.binding and card.binding[0] == "request":
+            _OUR_SETTLES.pop(card.binding[1], None)
+        self._closed[card_id] = card.chat_id
+        while len(self._closed) > MAX_OPEN_CARDS:
+            self._closed.popitem(last=False)
 
     async def _watch_approvals(self) -> None:
         """Closes approval cards whose Hermes wait has ended, while any is open."""
@@ -632,14 +820,17 @@ class MobileAdapter(BasePlatformAdapter):
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._opened.wait_for(
                         lambda: card_id in self._cards or not self._opening), REQUEST_TIMEOUT)
-        card = self._cards.pop(card_id, None)
+        card = self._cards.get(card_id)
         if card is None:
             logger.info("[Mobile] answer to an unknown or closed card %s: nothing resolved", p.get("id"))
             return
+        self._forget_card(card_id, card)
         option, text = str(p.get("option") or ""), str(p.get("text") or "")
         if card.options and option not in card.options:
             option = ""  # not a button the card showed: the safe answer
-        if card.kind == "exec_approval":
+        if card.kind == "exec_approval" and p.get("expired"):
+            _expire_approval(card)
+        elif card.kind == "exec_approval":
             if not _resolve_approval(card, option or "deny"):
                 logger.info("[Mobile] card %s answered after its approval ended: nothing resolved", p.get("id"))
         elif card.kind == "slash_confirm":
@@ -651,9 +842,11 @@ class MobileAdapter(BasePlatformAdapter):
             from tools import clarify_gateway
             choices = card.choices
             if option.startswith("c") and option[1:].isdigit() and int(option[1:]) < len(choices):
-                clarify_gateway.resolve_gateway_clarify(card.hermes_id, choices[int(option[1:])])
+                choice = choices[int(option[1:])]
+                clarify_gateway.resolve_gateway_clarify(card.hermes_id, json.dumps([choice]) if card.multi else choice)
             elif text and not p.get("expired"):
-                clarify_gateway.resolve_gateway_clarify(card.hermes_id, text)
+                answer = _multi_answer(text, choices) if card.multi and choices else None
+                clarify_gateway.resolve_gateway_clarify(card.hermes_id, answer or text)
             else:  # "other" without text, or expired: the next typed message answers
                 clarify_gateway.mark_awaiting_text(card.hermes_id)
 
@@ -680,7 +873,8 @@ class MobileAdapter(BasePlatformAdapter):
         answer resolves that approval only. When the approval cannot be told
         apart, no card is sent (Hermes then asks in text, /approve)."""
         taken = self._binding | {c.binding for c in self._cards.values() if c.kind == "exec_approval"}
-        binding = _bind_approval(session_key, command, description, taken)
+        request_id = str((metadata or {}).get("approval_id") or "")
+        binding = _bind_approval(session_key, command, description, taken, request_id)
         if binding is None:
             return SendResult(success=False, error="the pending approval of this card cannot be identified")
         self._binding.add(binding)  # taken while its card is being opened, too
@@ -698,9 +892,8 @@ class MobileAdapter(BasePlatformAdapter):
             if allow_permanent:
                 options.append("always")
         options.append("deny")
-        body = {"kind": "exec_approval", "text": "Run this command?", "command": command,
-                "description": description or "", "options": options,
-                "timeout_seconds": _card_ttl(_approval_timeout())}
+        body = _with_ttl({"kind": "exec_approval", "text": "Run this command?", "command": command,
+                          "description": _description(description), "options": options}, _approval_timeout())
         res = await self._card(chat_id, body, _Card("exec_approval", session_key, "", [], chat_id, options, binding))
         if res.success and binding[0] == "request":
             self._close_when_settled(session_key, binding[1], res.message_id)
@@ -718,6 +911,7 @@ class MobileAdapter(BasePlatformAdapter):
         def settle(reason=None):
             with contextlib.suppress(RuntimeError):  # the loop is gone: the gateway is stopping
                 loop.call_soon_threadsafe(self._close_if_open, card_id)
+        _OUR_SETTLES[request_id] = settle
         if not register(session_key, request_id, settle):
             self._close_if_open(card_id)  # it ended already
 
@@ -738,16 +932,21 @@ class MobileAdapter(BasePlatformAdapter):
                                  confirm_id: str, metadata: Optional[dict] = None, **kwargs) -> SendResult:
         """A slash_confirm card; the answer goes to tools.slash_confirm.resolve with its confirm_id."""
         text = f"{title}\n\n{message}" if title and message else (title or message or "Confirm?")
-        body = {"kind": "slash_confirm", "text": text, "timeout_seconds": _card_ttl(_slash_confirm_timeout())}
+        body = _with_ttl({"kind": "slash_confirm", "text": text}, _slash_confirm_timeout())
         return await self._card(chat_id, body, _Card("slash_confirm", session_key, confirm_id, [], chat_id))
 
     async def send_clarify(self, chat_id: str, question: str, choices: Optional[list], clarify_id: str,
                            session_key: str, metadata: Optional[dict] = None, **kwargs) -> SendResult:
-        """A clarify card (c0… and other); the answer goes to tools.clarify_gateway with its clarify_id."""
+        """A clarify card (c0… and other); the answer goes to tools.clarify_gateway
+        with its clarify_id. A multi-select question is answered with a JSON list of
+        every choice: one button, or their numbers or names typed under "other"."""
         labels = [str(c) for c in (choices or []) if str(c)][:32]
-        body = {"kind": "clarify", "text": question or "?", "choices": labels,
-                "timeout_seconds": _card_ttl(_clarify_timeout())}
-        return await self._card(chat_id, body, _Card("clarify", session_key, clarify_id, labels, chat_id))
+        multi = bool(labels) and _clarify_multi(clarify_id, kwargs)
+        text = question or "?"
+        if multi:
+            text += "\n\n(Several apply? Choose other and type their numbers, e.g. 1, 3.)"
+        body = _with_ttl({"kind": "clarify", "text": text, "choices": labels}, _clarify_timeout())
+        return await self._card(chat_id, body, _Card("clarify", session_key, clarify_id, labels, chat_id, multi=multi))
 
     async def retire_clarify_card(self, clarify_id: str, notice: Optional[str] = None) -> None:
         """Hermes (v0.21) ended a clarify wait unanswered: the card closes on the phone."""
@@ -779,7 +978,14 @@ class MobileAdapter(BasePlatformAdapter):
 
     async def edit_message(self, chat_id: str, message_id: str, content: str, *,
                            finalize: bool = False) -> SendResult:
-        """The complete new text of message_id; finalize marks the last edit."""
+        """The complete new text of message_id; finalize marks the last edit. An
+        edit of a card (Hermes's approval timeout notice) closes the card and
+        sends the text as a message of its own."""
+        card = self._cards.get(message_id)
+        if card is not None or message_id in self._closed:
+            if card is not None:
+                await self._close_card(message_id, card)
+            return await self.send(chat_id, content)
         body = {"id": message_id, "text": content[:MAX_TEXT_CHARS] or " ", "edit": True, "final": bool(finalize)}
         return await self._say(chat_id, "messages", body)
 
@@ -933,8 +1139,30 @@ def _entry_fields() -> Optional[set]:
         return None
 
 
+def _missing_hermes_parts() -> list:
+    """What of Hermes the plugin needs and this one lacks (the check that stands
+    in for a version range): a platform registry, and an approval queue it can
+    bind cards to (request ids, ≥ 0.21, or the queue itself, 0.18)."""
+    missing = []
+    try:
+        from gateway.platform_registry import PlatformEntry  # noqa: F401
+    except Exception:
+        missing.append("gateway.platform_registry.PlatformEntry")
+    try:
+        from tools import approval
+        if not (hasattr(approval, "list_gateway_approvals") or hasattr(approval, "_gateway_queues")):
+            missing.append("tools.approval's gateway queue")
+    except Exception:
+        missing.append("tools.approval")
+    return missing
+
+
 def register(ctx):
     """Plugin entry point: registers the "mobile" platform."""
+    missing = _missing_hermes_parts()
+    if missing or not hasattr(ctx, "register_platform"):
+        raise RuntimeError("the mobile plugin needs Hermes Agent 0.18.2 or later; this one lacks "
+                           + ", ".join(missing or ["PluginContext.register_platform"]))
     home = os.getenv("MOBILE_HOME_DEVICE", "").strip()
     if home and not os.getenv("MOBILE_HOME_CHANNEL"):
         os.environ["MOBILE_HOME_CHANNEL"] = home  # cron reads the <PLATFORM>_HOME_CHANNEL Hermes names

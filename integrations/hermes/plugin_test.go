@@ -21,8 +21,16 @@ import (
 )
 
 // python is the interpreter the suite runs with: Debian's, so the packages
-// are python3-pytest and python3-aiohttp.
-const python = "/usr/bin/python3"
+// are python3-pytest and python3-aiohttp. MOBILE_TEST_PYTHON names another
+// (a newer Python with the same packages on its path).
+var python = pythonPath()
+
+func pythonPath() string {
+	if p := os.Getenv("MOBILE_TEST_PYTHON"); p != "" {
+		return p
+	}
+	return "/usr/bin/python3"
+}
 
 func TestHermesPlugin(t *testing.T) {
 	needPython(t)
@@ -55,9 +63,9 @@ func TestHermesPlugin(t *testing.T) {
 		edgeURL = strings.TrimSuffix(edgeURL, "/") + "/ws"
 	}
 
-	// Each supported Hermes version: tests/hermes_v0_18 and tests/hermes_v0_21
+	// Each supported Hermes line: tests/hermes_v0_18, hermes_v0_21 and hermes_v0_23
 	// copy what the plugin meets in it.
-	for _, version := range []string{"0.18", "0.21"} {
+	for _, version := range []string{"0.18", "0.21", "0.23"} {
 		t.Run("hermes-"+version, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()

@@ -1,5 +1,5 @@
 """Test harness: a phone on the real edge WebSocket, the plugin on the real
-router, the stand-ins of one Hermes version (hermes_v0_18, hermes_v0_21) on the import path.
+router, the stand-ins of one Hermes version (hermes_v0_18, hermes_v0_21, hermes_v0_23) on the import path.
 
 integrations/hermes/plugin_test.go starts the router (AGENT=link) and an edge
 and runs this suite with MOBILE_TEST_* variables naming them.
@@ -17,8 +17,8 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 # The Hermes version the stand-ins copy: hermes_v0_18 (7a43ab04) or
-# hermes_v0_21 (00067189). plugin_test.go runs the suite once for each.
-HERMES_VERSION = os.getenv("MOBILE_TEST_HERMES", "0.21")
+# hermes_v0_21 (00067189) or hermes_v0_23 (544ac55e, efb968a7). plugin_test.go runs the suite once for each.
+HERMES_VERSION = os.getenv("MOBILE_TEST_HERMES", "0.23")
 STUBS = HERE / ("hermes_v" + HERMES_VERSION.replace(".", "_"))
 sys.path[:0] = [str(STUBS), str(HERE.parent)]
 

@@ -87,13 +87,14 @@ def test_expired_cards_resolve_safely(tmp_path):
                     fut = asyncio.run_coroutine_threadsafe(a.send_exec_approval(dev, data["command"], sk), loop)
                     assert fut.result(15).success
                 waiter = asyncio.create_task(asyncio.to_thread(
-                    approval.request, sk, {"command": "reboot"}, notify, 30))
+                    approval.request, sk, {"command": "reboot"}, notify, 8))
                 await phone.expect(lambda f: f["t"] == "prompt")
                 assert (await a.send_clarify(dev, "Name?", None, "cl-9", sk)).success
                 assert (await a.send_slash_confirm(dev, "Reload?", "", sk, "sc-9")).success
                 for _ in range(3):
                     await phone.expect(lambda f: f["t"] == "prompt_done" and f.get("expired"), timeout=15)
-                assert await asyncio.wait_for(waiter, 15) == {"resolved": True, "choice": "deny"}
+                got = await asyncio.wait_for(waiter, 35)
+                assert got["resolved"] is False and got["choice"] is None, got  # nobody said deny
                 await answered(clarify_gateway.calls, n_clar + 1, 15)
                 await answered(slash_confirm.calls, n_conf + 1, 15)
                 assert clarify_gateway.calls[n_clar] == ("awaiting_text", "cl-9")  # the next message answers

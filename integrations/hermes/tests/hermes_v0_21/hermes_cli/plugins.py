@@ -14,6 +14,9 @@ from pathlib import Path
 
 import yaml
 
+# Whether this line reads requires_hermes (0.18 does not); a source build of
+# it reports VERSION 0.0.0 and is still gated.
+READS_REQUIRES_HERMES = True
 VERSION = "0.21.3"
 _NS_PARENT = "hermes_plugins"
 
@@ -97,7 +100,7 @@ class PluginManager:
     def _load_plugin(self, manifest):
         key = manifest["name"]
         spec = str(manifest.get("requires_hermes") or "").strip()
-        if VERSION >= "0.21" and spec and not version_satisfies(spec, VERSION):
+        if READS_REQUIRES_HERMES and spec and not version_satisfies(spec, VERSION):
             self.errors[key] = f"requires hermes {spec}, running {VERSION}"
             return
         try:
