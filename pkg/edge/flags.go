@@ -21,5 +21,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	config.Seconds(fs, &c.ReadTimeout, "read-timeout", "MOBILE_READ_TIMEOUT", def.ReadTimeout, "bound on the arrival of one whole message once its first byte came")
 	config.MiB(fs, &c.MaxOutboundBytes, "max-outbound", "MOBILE_MAX_OUTBOUND_MIB", def.MaxOutboundBytes, "frames queued for one socket; past it the socket is closed as a slow reader")
 	config.Seconds(fs, &c.OwnerTTL, "owner-ttl", "MOBILE_OWNER_TTL", def.OwnerTTL, "a device's owner record lives this long without the edge's heartbeat (every third of it)")
+	config.Seconds(fs, &c.PageTimeout, "page-timeout", "MOBILE_PAGE_TIMEOUT", def.PageTimeout, "a page request's headers must arrive within this once its first line came (idle page connections: 6×, writes: 3×)")
+	config.Int(fs, &c.MaxPageConns, "max-page-conns", "MOBILE_MAX_PAGE_CONNS", def.MaxPageConns, "open connections for the pages (not /ws) across the edge; past it a page request is answered 503")
 	config.Seconds(fs, &c.AckWait, "ack-wait", "MOBILE_ACK_WAIT", def.AckWait, "how long a delivery to a phone that acks waits for its ack (under the router's 15 s)")
 }
