@@ -142,3 +142,32 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestEventsReadBoundedBySize: a JSON read of 100 entries of 12 KiB stops
+// once it holds 256 KiB (at most one read of 16 entries past it), and the
+// next read from its cursor goes on where it stopped: nothing lost.
+func TestEventsReadBoundedBySize(t *testing.T) {
+	const entries = 100
+	e := startSingle(t, apiConfig(nil))
+	text := strings.Repeat("y", 12<<10)
+	for i := range entries {
+		data, _ := json.Marshal(map[string]any{"kind": "text", "session": "mobile:log", "device": "log", "id": fmt.Sprint("m-", i), "text": text})
+		if _, err := e.store.AppendEvent(t.Context(), data, 10000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, cursor := e.readEvents(t, "max=100")
+	// 256 KiB is 21 entries and a bit: the read that passes it is the
+	// second of 16.
+	if len(first) != 32 {
+		t.Fatalf("a read of 100 entries of 12 KiB gave %d; want 32 (two reads of 16, past 256 KiB)", len(first))
+	}
+	rest, _ := e.readEvents(t, "max=100&cursor="+cursor)
+	if len(rest) != 32 || rest[0].Event.ID != "m-32" {
+		t.Fatalf("the next read gave %d entries from %q; want 32 from m-32", len(rest), rest[0].Event.ID)
+	}
+	small, _ := e.readEvents(t, "max=3")
+	if len(small) != 3 {
+		t.Fatalf("max=3 gave %d entries", len(small))
+	}
+}
