@@ -20,7 +20,8 @@ import (
 // quiet, divided by N. The phones are bare sockets (no reader goroutine, no
 // buffers), so nearly all of the difference is the server's. "plain" says
 // hello with a device id only; "bounds" with every device field and the
-// user's name past their bound (12,000 characters, cut to 120). Run:
+// user's name past their bound (12,000 characters, cut to 120), the user's
+// id at it. Run:
 //
 //	go test -run '^$' -bench IdleConnectionMemory -benchtime 1x ./pkg/gateway
 func BenchmarkIdleConnectionMemory(b *testing.B) {
@@ -68,13 +69,14 @@ func plainHello(i int) []byte {
 }
 
 // boundsHello is a hello whose device fields and user name are 12,000
-// characters long (the id is made unique in its first 120).
+// characters long (the id is made unique in its first 120) and whose user
+// id is exactly at its bound: as much as fits in the 64 KiB before hello.
 func boundsHello(i int) []byte {
 	long := strings.Repeat("f", protocol.MaxTextChars)
 	id := fmt.Sprintf("bounds-%d-", i)
 	b, _ := json.Marshal(map[string]any{"t": "hello", "token": testToken,
 		"device": map[string]any{"id": id + long[len(id):], "name": long, "platform": long, "app_version": long},
-		"user":   map[string]any{"id": "u-1", "name": long}})
+		"user":   map[string]any{"id": long[:protocol.MaxUserFieldChars], "name": long}})
 	return b
 }
 
@@ -89,7 +91,7 @@ func idleMemory(t testing.TB, n *node, conns int, hello func(i int) []byte) (per
 		runtime.GC()
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
-		return ms.HeapAlloc, ms.StackInuse, runtime.NumGoroutine()
+		return ms.HeapInuse, ms.StackInuse, runtime.NumGoroutine()
 	}
 	ctx := testCtx(t) // one context for every dial: one per dial would be counted as the server's
 	heap0, stack0, g0 := measure()
