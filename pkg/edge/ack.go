@@ -4,6 +4,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/wire"
 )
 
@@ -24,6 +25,11 @@ const recentAcks = 64
 // enough that a device id taken over by a client that never acks stops
 // waiting AckWait for each delivery a day after the last ack.
 const acksTTL = 24 * time.Hour
+
+// recentAckBytes bounds the ids of those acks by their size: 64 ids of
+// 128 ASCII characters. Past either bound the oldest is forgotten, so a
+// connection holds at most this much of its phone's early acks.
+const recentAckBytes = recentAcks * protocol.MaxIDChars
 
 // ackable reports whether the phone acknowledges out once it displayed it:
 // the final frame of a message, the last chunk of a file. (Earlier edits
@@ -107,10 +113,17 @@ func (c *conn) onAck(id string) {
 		if c.recentAcks == nil {
 			c.recentAcks = make([]string, 0, recentAcks)
 		}
-		if len(c.recentAcks) == recentAcks {
+		size := len(id)
+		for _, x := range c.recentAcks {
+			size += len(x)
+		}
+		for len(c.recentAcks) > 0 && (len(c.recentAcks) == recentAcks || size > recentAckBytes) {
+			size -= len(c.recentAcks[0])
 			c.recentAcks = append(c.recentAcks[:0], c.recentAcks[1:]...)
 		}
-		c.recentAcks = append(c.recentAcks, id)
+		if size <= recentAckBytes {
+			c.recentAcks = append(c.recentAcks, id)
+		}
 	}
 	c.mu.Unlock()
 	if first {

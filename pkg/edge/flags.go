@@ -25,6 +25,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	config.Seconds(fs, &c.ReadTimeout, "read-timeout", env["ReadTimeout"], def.ReadTimeout, "bound on the arrival of one whole message once its first byte came")
 	config.MiB(fs, &c.MaxOutboundBytes, "max-outbound", env["MaxOutboundBytes"], def.MaxOutboundBytes, "frames queued for one socket; past it the socket is closed as a slow reader")
 	config.Seconds(fs, &c.OwnerTTL, "owner-ttl", env["OwnerTTL"], def.OwnerTTL, "a device's owner record lives this long without the edge's heartbeat (every third of it)")
+	config.Seconds(fs, &c.PageTimeout, "page-timeout", env["PageTimeout"], def.PageTimeout, "a page request's headers must arrive within this once its first line came (idle page connections: 6×, writes: 3×)")
+	config.Int(fs, &c.MaxPageConns, "max-page-conns", env["MaxPageConns"], def.MaxPageConns, "open connections for the pages (not /ws) across the edge; past it a page request is answered 503")
 	config.Seconds(fs, &c.AckWait, "ack-wait", env["AckWait"], def.AckWait, "how long a delivery to a phone that acks waits for its ack (under the router's 15 s)")
 }
 
@@ -43,6 +45,8 @@ var fieldEnv = map[string]string{
 	"ReadTimeout":          "MOBILE_READ_TIMEOUT",
 	"MaxOutboundBytes":     "MOBILE_MAX_OUTBOUND_MIB",
 	"OwnerTTL":             "MOBILE_OWNER_TTL",
+	"PageTimeout":          "MOBILE_PAGE_TIMEOUT",
+	"MaxPageConns":         "MOBILE_MAX_PAGE_CONNS",
 	"AckWait":              "MOBILE_ACK_WAIT",
 	"BlobTTL":              "MOBILE_BLOB_TTL",
 }

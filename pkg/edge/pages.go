@@ -8,12 +8,17 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // maxRequestLine bounds the first line of a request read to choose between
 // the WebSocket and the pages (a longer one is not a page request).
 const maxRequestLine = 4096
+
+// pageHeaderBytes bounds the headers of a page request (64 KiB; past it
+// 431).
+const pageHeaderBytes = 64 << 10
 
 // route reads the request line of nc. A request for /ws (or any request
 // when Config.Pages is nil) goes on to the WebSocket upgrade, which reads
@@ -32,11 +37,45 @@ func (s *Server) route(nc net.Conn) (net.Conn, bool) {
 		// An overlong or cut line goes to the upgrader, which refuses it.
 		return rc, false
 	}
+	p := s.pages()
+	if p == nil {
+		nc.Close() // the server is closed
+		return nil, true
+	}
+	if !p.admit() {
+		s.log.Warn("refusing a page request: too many page connections", "limit", s.cfg.MaxPageConns)
+		refusePage(nc, pageRefusal)
+		return nil, true
+	}
 	nc.SetDeadline(time.Time{})
-	if p := s.pages(); p == nil || !p.offer(rc) {
+	if !p.offer(rc) {
+		p.open.Add(-1)
 		nc.Close() // the server is closed
 	}
 	return nil, true
+}
+
+// pageRefusal answers a page request past MaxPageConns.
+const pageRefusal = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n" +
+	"Retry-After: 1\r\nConnection: close\r\nContent-Length: 34\r\n\r\ntoo many page requests; try again\n"
+
+// pageBodyRefusal answers a page request that announces a body.
+const pageBodyRefusal = "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n" +
+	"Connection: close\r\nContent-Length: 29\r\n\r\na page request takes no body\n"
+
+// refusePage writes answer on nc and closes it, within a second. What
+// the client sends meanwhile is read first, so that closing does not reset
+// the connection before the answer is read.
+func refusePage(nc net.Conn, answer string) {
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(time.Second))
+	if _, err := io.WriteString(nc, answer); err != nil {
+		return
+	}
+	if cw, ok := nc.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+	}
+	io.Copy(io.Discard, io.LimitReader(nc, maxRequestLine))
 }
 
 // isWebSocketPath reports whether the request line asks for /ws.
@@ -69,6 +108,14 @@ type replayConn struct {
 
 func (c *replayConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 
+// CloseWrite sends the socket's FIN, when it has one.
+func (c *replayConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
 // pageServer is an http.Server fed the page connections of the WebSocket
 // listener.
 type pageServer struct {
@@ -76,6 +123,57 @@ type pageServer struct {
 	conns chan net.Conn
 	done  chan struct{}
 	once  sync.Once
+	limit int64
+	open  atomic.Int64 // page connections admitted and not closed
+}
+
+// admit counts a new page connection if it fits MaxPageConns.
+func (p *pageServer) admit() bool {
+	if p.open.Add(1) > p.limit {
+		p.open.Add(-1)
+		return false
+	}
+	return true
+}
+
+// connState gives back a page connection's place once it is closed (a
+// hijacked one: see noBody).
+func (p *pageServer) connState(_ net.Conn, st http.ConnState) {
+	if st == http.StateClosed {
+		p.open.Add(-1)
+	}
+}
+
+// PageConns is the number of open page connections.
+func (s *Server) PageConns() int {
+	if s.cfg.Pages == nil {
+		return 0
+	}
+	if p := s.pages(); p != nil {
+		return int(p.open.Load())
+	}
+	return 0
+}
+
+// noBody serves h to requests without a body. A page request that
+// announces one is answered 400 and closed without reading it: the server
+// would otherwise wait for the body before it reuses or closes the
+// connection, and a client that never sends it would hold it.
+func (p *pageServer) noBody(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength == 0 {
+			h.ServeHTTP(w, r)
+			return
+		}
+		nc, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			w.Header().Set("Connection", "close")
+			http.Error(w, "a page request takes no body", http.StatusBadRequest)
+			return
+		}
+		refusePage(nc, pageBodyRefusal)
+		p.open.Add(-1)
+	})
 }
 
 // pages starts the page server on first use; nil once the server is closed
@@ -84,14 +182,19 @@ func (s *Server) pages() *pageServer {
 	s.pagesOnce.Do(func() {
 		p := &pageServer{
 			srv: &http.Server{
-				Handler:           s.cfg.Pages,
-				ReadHeaderTimeout: handshakeTimeout,
-				IdleTimeout:       time.Minute,
+				Handler:           nil, // below: p.noBody
+				ReadHeaderTimeout: s.cfg.PageTimeout,
+				ReadTimeout:       s.cfg.PageTimeout,
+				WriteTimeout:      3 * s.cfg.PageTimeout,
+				IdleTimeout:       6 * s.cfg.PageTimeout,
+				MaxHeaderBytes:    pageHeaderBytes,
 				ErrorLog:          nil,
 			},
 			conns: make(chan net.Conn),
 			done:  make(chan struct{}),
+			limit: int64(s.cfg.MaxPageConns),
 		}
+		p.srv.Handler, p.srv.ConnState = p.noBody(s.cfg.Pages), p.connState
 		s.pageSrv = p
 		s.goFunc(func() { _ = p.srv.Serve(p) }) // http.ErrServerClosed once the edge closes
 	})

@@ -50,6 +50,16 @@ type Config struct {
 	Pages http.Handler
 	// AvatarPath is where Pages serves the avatar page ("/avatar/").
 	AvatarPath string
+	// PageTimeout bounds a page request's headers once its request line
+	// came, and the whole request (10 s); a page connection idle between
+	// requests is closed after 6 × PageTimeout and a response must be
+	// written within 3 × PageTimeout. The pages read no body: a request
+	// that announces one is answered and its connection closed.
+	PageTimeout time.Duration
+	// MaxPageConns bounds the open page connections of the edge (1024);
+	// past it a page request is answered 503 and closed at once. Phones
+	// (/ws) never count against it nor wait behind it.
+	MaxPageConns int
 
 	HelloTimeout time.Duration // first frame must be hello within (15 s)
 	TypingIdle   time.Duration // speaking → idle without messages (3 s)
@@ -143,14 +153,15 @@ func (c Config) Validate() error {
 	for name, d := range map[string]time.Duration{"HelloTimeout": c.HelloTimeout, "TypingIdle": c.TypingIdle,
 		"ThinkingIdle": c.ThinkingIdle, "ReadTimeout": c.ReadTimeout, "WriteTimeout": c.WriteTimeout,
 		"PingInterval": c.PingInterval, "OwnerTTL": c.OwnerTTL, "BlobTTL": c.BlobTTL, "OpTimeout": c.OpTimeout,
-		"AckWait": c.AckWait, "ClaimTTL": c.ClaimTTL} {
+		"AckWait": c.AckWait, "ClaimTTL": c.ClaimTTL, "PageTimeout": c.PageTimeout} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s: %v is negative", setting(name), d))
 		}
 	}
 	for name, n := range map[string]int64{"MaxOutboundBytes": int64(c.MaxOutboundBytes), "MaxReadBytes": c.MaxReadBytes,
 		"MaxQueuedBytes": c.MaxQueuedBytes, "MaxUploadBytes": c.MaxUploadBytes, "PingMisses": int64(c.PingMisses),
-		"MaxHelloBytes": c.MaxHelloBytes, "MaxHelloConns": int64(c.MaxHelloConns), "MaxHelloConnsPerAddr": int64(c.MaxHelloConnsPerAddr)} {
+		"MaxHelloBytes": c.MaxHelloBytes, "MaxHelloConns": int64(c.MaxHelloConns), "MaxHelloConnsPerAddr": int64(c.MaxHelloConnsPerAddr),
+		"MaxPageConns": int64(c.MaxPageConns)} {
 		if n < 0 {
 			errs = append(errs, fmt.Errorf("%s: %d is negative", setting(name), n))
 		}
@@ -184,6 +195,10 @@ func (c *Config) setDefaults() {
 	def(&c.ClaimTTL, 3*c.OpTimeout)
 	def(&c.AckWait, 10*time.Second)
 	def(&c.PingInterval, 30*time.Second)
+	def(&c.PageTimeout, handshakeTimeout)
+	if c.MaxPageConns <= 0 {
+		c.MaxPageConns = 1024
+	}
 	if c.PingMisses <= 0 {
 		c.PingMisses = 2
 	}

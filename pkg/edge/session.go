@@ -389,7 +389,7 @@ func (c *conn) onMedia(f *protocol.MediaUp) {
 	charged := false
 	if f.Parts > 1 {
 		var ok bool
-		if charged, ok = c.chargeUpload(f.ID, f.Part, f.Parts, int64(len(f.Data))); !ok {
+		if charged, ok = c.chargeUpload(f.ID, f.Part, f.Parts, int64(len(f.Data)), int64(len(part.Meta))); !ok {
 			cancel()
 			c.logger().Warn("refusing an upload part: the edge's upload budget is spent", "budget", c.srv.cfg.MaxUploadBytes)
 			c.sendError(protocol.NewError(protocol.CodeInternalError, "the gateway's upload buffers are full; send this part again later"))
@@ -595,8 +595,12 @@ func (c *conn) releaseState() {
 	}
 }
 
+// uploadEntryBytes is what an unfinished upload costs besides its id,
+// metadata and bytes: its entries here and in the store.
+const uploadEntryBytes = 256
+
 // upload is what an unfinished upload of this connection holds of the
-// edge's upload budget.
+// edge's upload budget: its parts' bytes, and its id and metadata.
 type upload struct {
 	bytes int64
 	count int
@@ -604,10 +608,11 @@ type upload struct {
 }
 
 // chargeUpload takes n bytes of the edge's upload budget for part of the
-// upload id in parts. The part that completes its file takes nothing: it
-// is not buffered. ok is false when the bytes do not fit; charged says
-// whether any were taken.
-func (c *conn) chargeUpload(id string, part, parts int, n int64) (charged, ok bool) {
+// upload id in parts; the first part stored also takes what the upload's
+// id and its meta bytes of metadata hold. The part that completes its file
+// takes nothing: it is not buffered. ok is false when the bytes do not
+// fit; charged says whether any were taken.
+func (c *conn) chargeUpload(id string, part, parts int, n, meta int64) (charged, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.flags.is(flagClosed) { // teardown has released the rest
@@ -616,6 +621,9 @@ func (c *conn) chargeUpload(id string, part, parts int, n int64) (charged, ok bo
 	u := c.uploads[id]
 	if u != nil && u.count == parts && !u.got[part] && len(u.got) == parts-1 {
 		return false, true
+	}
+	if u == nil || u.count != parts {
+		n += uploadEntryBytes + int64(len(id)) + meta
 	}
 	if !c.srv.uploading.take(n) {
 		return false, false
@@ -649,6 +657,7 @@ func (c *conn) unchargeUpload(id string, part int, n int64) {
 	delete(u.got, part)
 	if len(u.got) == 0 {
 		delete(c.uploads, id)
+		n += u.bytes // what its id and metadata held
 	}
 	c.srv.uploading.release(n)
 }

@@ -6,6 +6,7 @@ package gateway_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -68,27 +69,32 @@ func TestReadBudget(t *testing.T) {
 }
 
 // TestUploadBudget: with MaxUploadBytes 2 MiB, one device's open part of
-// exactly 2 MiB is stored; another device's first byte then gets a
+// exactly 2 MiB with its upload's id and metadata is stored (a byte more
+// is refused); another device's first byte then gets a
 // non-fatal internal_error and is not stored. When the first file
 // completes its bytes are given back and the refused part, sent again, is
-// taken; a connection that closes gives back what its uploads held.
+// taken (with its upload's id and metadata); a connection that closes
+// gives back what its uploads held.
 func TestUploadBudget(t *testing.T) {
 	const limit = 2 * mdMiB
 	n := startNode(t, func(c *gateway.Config) { c.Edge.MaxUploadBytes = limit; mdQuiet(c) })
 	a, _ := n.connect(t, "tel-upb-a")
 	b, _ := n.connect(t, "tel-upb-b")
 	file := mdBytes(limit+5, 81)
-	mdSendPart(t, a, "upb-1", "document", file[:limit], 0, 2)
+	cut := limit - mdUploadCharge("upb-1", "document") // the upload's id and metadata count too
+	mdSendPart(t, a, "upb-1", "document", file[:cut+1], 0, 2)
+	mtExpectError(t, a, protocol.CodeInternalError)
+	mdSendPart(t, a, "upb-1", "document", file[:cut], 0, 2)
 	mtAlive(t, a)
-	if got := mdUploadBytes(t, n, "tel-upb-a"); got != limit {
-		t.Fatalf("%d bytes buffered, want exactly %d", got, limit)
+	if got := mdUploadBytes(t, n, "tel-upb-a"); got != cut {
+		t.Fatalf("%d bytes buffered, want exactly %d", got, cut)
 	}
 	mdSendPart(t, b, "upb-2", "document", []byte{1}, 0, 2)
 	mtExpectError(t, b, protocol.CodeInternalError)
 	if got := mdUploadBytes(t, n, "tel-upb-b"); got != 0 {
 		t.Fatalf("the refused part was stored: %d bytes", got)
 	}
-	mdSendPart(t, a, "upb-1", "document", file[limit:], 1, 2)
+	mdSendPart(t, a, "upb-1", "document", file[cut:], 1, 2)
 	mtAlive(t, a)
 	if _, got := mdAgentFile(t, n, "tel-upb-a", "upb-1"); !bytes.Equal(got, file) {
 		t.Fatalf("the agent got %d other bytes", len(got))
@@ -98,11 +104,19 @@ func TestUploadBudget(t *testing.T) {
 	}
 	mdSendPart(t, b, "upb-2", "document", []byte{1}, 0, 2)
 	mtAlive(t, b)
-	if _, _, u := n.Edge.BudgetsInUse(); u != 1 {
-		t.Fatalf("budget holds %d bytes, want the 1 of the part sent again", u)
+	if _, _, u := n.Edge.BudgetsInUse(); u != 1+int64(mdUploadCharge("upb-2", "document")) {
+		t.Fatalf("budget holds %d bytes, want the 1 of the part sent again and what its upload's id and metadata hold", u)
 	}
 	b.CloseNow()
 	waitFor(t, "the closed connection's upload given back", func() bool { _, _, u := n.Edge.BudgetsInUse(); return u == 0 })
+}
+
+// mdUploadCharge is what an upload sent by mdSendPart holds of the edge's
+// upload budget besides its bytes: its entries (256 bytes), its id and
+// its metadata as the store keeps it.
+func mdUploadCharge(id, kind string) int {
+	meta, _ := json.Marshal(map[string]string{"kind": kind, "mime": "application/octet-stream", "filename": id + ".bin", "caption": ""})
+	return 256 + len(id) + len(meta)
 }
 
 // waitFor polls cond until it holds, failing the test after a generous

@@ -1,11 +1,14 @@
 package gateway_test
 
 import (
+	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"runtime"
 	"strings"
 	"testing"
@@ -14,6 +17,8 @@ import (
 	"github.com/gobwas/ws"
 	"github.com/gobwas/ws/wsutil"
 
+	"github.com/hermes-mobile/gateway/internal/testsvc"
+	"github.com/hermes-mobile/gateway/pkg/edge"
 	"github.com/hermes-mobile/gateway/pkg/gateway"
 	"github.com/hermes-mobile/gateway/pkg/web"
 )
@@ -119,5 +124,130 @@ func TestAvatarURLBehindProxy(t *testing.T) {
 				t.Fatalf("ready %s, want %s", msg, want)
 			}
 		})
+	}
+}
+
+// TestPagesWithBodyAnnouncedDoNotHoldThePort: 2,100 requests for the
+// browser client and the avatar page that announce a body and never send
+// it are answered 400 (or 503 while the 1,024 page connections are in use)
+// and closed, each within PageTimeout (10 s) of being sent: the pages read
+// no body. They were held for as long as the client kept them, until the
+// edge ran out of files. A phone connects and round-trips while they come.
+func TestPagesWithBodyAnnouncedDoNotHoldThePort(t *testing.T) {
+	const requests = 2100
+	n := startNode(t, func(cfg *gateway.Config) {
+		cfg.Edge.Pages = web.Handler(web.Options{Client: true})
+		cfg.Edge.AvatarPath = web.AvatarPath
+	})
+	addr := n.Addr().String()
+	timeout := edge.DefaultConfig().PageTimeout
+	type sent struct {
+		nc net.Conn
+		at time.Time
+	}
+	socks := make([]sent, 0, requests)
+	defer func() {
+		for _, s := range socks {
+			s.nc.Close()
+		}
+	}()
+	for i := range requests {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatalf("dial %d: %v", i, err)
+		}
+		path := []string{"/", "/avatar/"}[i%2]
+		if _, err := fmt.Fprintf(nc, "GET %s HTTP/1.1\r\nHost: %s\r\nContent-Length: 1000\r\n\r\n", path, addr); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		socks = append(socks, sent{nc, time.Now()})
+		if i == requests/2 {
+			phone, _ := n.connect(t, "tel-pages-body")
+			mtMarker(t, n, phone, "tel-pages-body")
+		}
+	}
+	phone, _ := n.connect(t, "tel-pages-body-after")
+	mtMarker(t, n, phone, "tel-pages-body-after")
+	statuses := map[int]int{}
+	for i, s := range socks {
+		s.nc.SetReadDeadline(s.at.Add(testsvc.Slack(timeout)))
+		resp, err := http.ReadResponse(bufio.NewReader(s.nc), nil)
+		if err != nil {
+			t.Fatalf("request %d: no answer within %v: %v", i, testsvc.Slack(timeout), err)
+		}
+		_, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		// The edge closes the connection: nothing more comes.
+		if k, err := s.nc.Read(make([]byte, 1)); k != 0 || err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("request %d: the connection was not closed within %v: %d, %v", i, testsvc.Slack(timeout), k, err)
+		}
+		statuses[resp.StatusCode]++
+	}
+	t.Logf("statuses: %v", statuses)
+	if statuses[http.StatusBadRequest]+statuses[http.StatusServiceUnavailable] != requests || statuses[http.StatusBadRequest] == 0 {
+		t.Fatalf("statuses %v; want %d × 400 or 503", statuses, requests)
+	}
+	waitFor(t, "the page connections closed", func() bool { return n.Edge.PageConns() == 0 })
+}
+
+// TestPageConnsBudget: with MaxPageConns 8 and PageTimeout 2 s, 8 page
+// requests whose headers never end are held, the 9th is answered 503 at
+// once, a phone still connects and round-trips, and the 8 are closed
+// within the timeout; then a page request is answered 200 again.
+func TestPageConnsBudget(t *testing.T) {
+	const limit, timeout = 8, 2 * time.Second
+	n := startNode(t, func(cfg *gateway.Config) {
+		cfg.Edge.Pages = web.Handler(web.Options{Client: true})
+		cfg.Edge.AvatarPath = web.AvatarPath
+		cfg.Edge.MaxPageConns = limit
+		cfg.Edge.PageTimeout = timeout
+	})
+	addr := n.Addr().String()
+	start := time.Now()
+	held := make([]net.Conn, limit)
+	for i := range held {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		fmt.Fprintf(nc, "GET / HTTP/1.1\r\nHost: %s\r\n", addr) // the headers never end
+		held[i] = nc
+	}
+	waitFor(t, "the page connections held", func() bool { return n.Edge.PageConns() == limit })
+	get := func() *http.Response {
+		t.Helper()
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		fmt.Fprintf(nc, "GET / HTTP/1.1\r\nHost: %s\r\n\r\n", addr)
+		nc.SetReadDeadline(time.Now().Add(testsvc.Slack(timeout)))
+		resp, err := http.ReadResponse(bufio.NewReader(nc), nil)
+		if err != nil {
+			t.Fatalf("no answer: %v", err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	if resp := get(); resp.StatusCode != http.StatusServiceUnavailable || !resp.Close {
+		t.Fatalf("a page request past the budget: %d %v; want 503 and close", resp.StatusCode, resp.Header)
+	}
+	phone, _ := n.connect(t, "tel-page-budget")
+	mtMarker(t, n, phone, "tel-page-budget")
+	for i, nc := range held {
+		nc.SetReadDeadline(start.Add(testsvc.Slack(2 * timeout)))
+		if _, err := io.Copy(io.Discard, nc); err != nil {
+			t.Fatalf("held request %d: not closed within the page timeout: %v", i, err)
+		}
+	}
+	waitFor(t, "the page connections closed", func() bool { return n.Edge.PageConns() == 0 })
+	if resp := get(); resp.StatusCode != http.StatusOK {
+		t.Fatalf("a page request once the budget is free: %d", resp.StatusCode)
 	}
 }

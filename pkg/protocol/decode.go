@@ -166,8 +166,8 @@ func decodeHello(w *wire) (ClientFrame, *Error) {
 	}
 	if w.User != nil {
 		h.User = User{
-			ID:   Truncate(w.User.ID, MaxDeviceFieldChars),
-			Name: Truncate(w.User.Name, MaxDeviceFieldChars),
+			ID:   Truncate(w.User.ID, MaxUserFieldChars),
+			Name: Truncate(w.User.Name, MaxUserFieldChars),
 		}
 	}
 	return h, nil
@@ -246,7 +246,7 @@ func decodeMedia(w *wire) (ClientFrame, *Error) {
 	return &MediaUp{
 		ID:       Truncate(w.ID, MaxIDChars),
 		Kind:     w.Kind,
-		Mime:     MimeOf(w.Mime, w.Filename), // the extension survives truncation
+		Mime:     MimeOf(mimeOf(w.Mime), w.Filename), // the extension survives truncation
 		Filename: filename,
 		Caption:  w.Caption,
 		Data:     w.Data,
@@ -265,7 +265,7 @@ func decodePrompt(w *wire) (ClientFrame, *Error) {
 	if e := checkText("text", w.Text); e != nil {
 		return nil, e
 	}
-	return &PromptAnswer{PromptID: w.PromptID, OptionID: w.OptionID, Text: w.Text}, nil
+	return &PromptAnswer{PromptID: Truncate(w.PromptID, MaxIDChars), OptionID: Truncate(w.OptionID, MaxIDChars), Text: w.Text}, nil
 }
 
 func decodeDeliver(w *wire) (ClientFrame, *Error) {
@@ -283,7 +283,7 @@ func decodeDeliver(w *wire) (ClientFrame, *Error) {
 			return nil, NewError(CodeTooBig, "media file is larger than "+MiB(MaxMediaBytes))
 		}
 		filename := Truncate(m.Filename, MaxFilenameChars)
-		d.Media = &DeliverMedia{Kind: m.Kind, Mime: MimeOf(m.Mime, m.Filename), Filename: filename, Data: m.Data}
+		d.Media = &DeliverMedia{Kind: m.Kind, Mime: MimeOf(mimeOf(m.Mime), m.Filename), Filename: filename, Data: m.Data}
 	}
 	if d.Text == "" && d.Media == nil {
 		return nil, NewError(CodeBadFrame, "deliver needs text or media")
@@ -307,7 +307,9 @@ func checkText(field, s string) *Error {
 	return nil
 }
 
-// Truncate cuts s to at most n Unicode code points.
+// Truncate cuts s to at most n Unicode code points. A cut string is a
+// copy: it does not keep the rest of s in memory (a 15 MiB id cut to 128
+// characters holds at most 512 bytes).
 func Truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
@@ -315,11 +317,21 @@ func Truncate(s string, n int) string {
 	i := 0
 	for pos := range s {
 		if i == n {
-			return s[:pos]
+			return strings.Clone(s[:pos])
 		}
 		i++
 	}
 	return s
+}
+
+// mimeOf returns m, or "" when m is longer than MaxMimeChars: no media
+// type is (RFC 6838 allows 127 characters on either side of the slash), so
+// the type comes from the filename instead.
+func mimeOf(m string) string {
+	if len(m) > MaxMimeChars {
+		return ""
+	}
+	return m
 }
 
 // MimeOf returns m, or the type the filename's extension names, or

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -262,6 +263,7 @@ var idFrames = map[string]func(id string) string{
 	"media":   func(id string) string { return `{"t":"media","id":` + quote(id) + `,"kind":"image","data":"YQ=="}` },
 	"ack":     func(id string) string { return `{"t":"ack","id":` + quote(id) + `}` },
 	"deliver": func(id string) string { return `{"t":"deliver","id":` + quote(id) + `,"text":"x"}` },
+	"prompt":  func(id string) string { return `{"t":"prompt","prompt_id":` + quote(id) + `,"option_id":"once"}` },
 }
 
 func quote(s string) string {
@@ -281,6 +283,8 @@ func frameID(f protocol.ClientFrame) string {
 		return f.ID
 	case *protocol.Deliver:
 		return f.ID
+	case *protocol.PromptAnswer:
+		return f.PromptID
 	}
 	panic("frame without id")
 }
@@ -840,6 +844,81 @@ func TestTypeOf(t *testing.T) {
 	} {
 		if got := protocol.TypeOf([]byte(in)); got != want {
 			t.Errorf("TypeOf(%s) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestDecodeTruncatedFieldsHoldOnlyTheirBound: a frame keeps what the
+// protocol allows of an overlong id or hello field, not the whole string
+// it was cut from. 32 frames of each kind with 64 KiB ids held 2 MiB each
+// when a cut string shared the decoded one's memory; the test allows
+// 512 KiB for all of them.
+func TestDecodeTruncatedFieldsHoldOnlyTheirBound(t *testing.T) {
+	const frames, size = 32, 64 << 10
+	long := strings.Repeat("x", size)
+	hello := func(s string) string {
+		return `{"t":"hello","token":"tok","device":{"id":` + quote(s) + `,"name":` + quote(s) + `,"platform":` + quote(s) +
+			`,"app_version":` + quote(s) + `},"user":{"id":` + quote(s) + `,"name":` + quote(s) + `}}`
+	}
+	builds := map[string]func(string) string{"hello": hello,
+		"option_id": func(s string) string { return `{"t":"prompt","prompt_id":"p","option_id":` + quote(s) + `}` },
+		"mime": func(s string) string {
+			return `{"t":"media","id":"f","kind":"document","mime":` + quote(s) + `,"filename":"a.pdf","parts":2,"data":"YQ=="}`
+		},
+	}
+	for typ, build := range idFrames {
+		builds[typ] = build
+	}
+	for typ, build := range builds {
+		t.Run(typ, func(t *testing.T) {
+			heap := func() uint64 {
+				runtime.GC()
+				var ms runtime.MemStats
+				runtime.ReadMemStats(&ms)
+				return ms.HeapAlloc
+			}
+			before := heap()
+			kept := make([]protocol.ClientFrame, frames)
+			for i := range kept {
+				kept[i] = decodeOK(t, []byte(build(long)))
+			}
+			held := int64(heap()) - int64(before)
+			if held > 512<<10 {
+				t.Errorf("%d %s frames with %d-byte fields hold %d KiB; want under 512 KiB", frames, typ, size, held>>10)
+			}
+			runtime.KeepAlive(kept)
+		})
+	}
+}
+
+// TestDecodeUserFieldsTruncated: user.id and user.name are cut at
+// MaxUserFieldChars code points, like the device's fields.
+func TestDecodeUserFieldsTruncated(t *testing.T) {
+	for _, tt := range []struct{ in, want string }{
+		{strings.Repeat("ж", protocol.MaxUserFieldChars), strings.Repeat("ж", protocol.MaxUserFieldChars)},
+		{strings.Repeat("ж", protocol.MaxUserFieldChars+1), strings.Repeat("ж", protocol.MaxUserFieldChars)},
+	} {
+		msg := marshal(t, map[string]any{"t": "hello", "token": "tok", "user": map[string]any{"id": tt.in, "name": tt.in}})
+		h := decodeOK(t, msg).(*protocol.Hello)
+		if h.User.ID != tt.want || h.User.Name != tt.want {
+			t.Errorf("user of %d code points: id %d, name %d code points, want %d", utf8.RuneCountInString(tt.in),
+				utf8.RuneCountInString(h.User.ID), utf8.RuneCountInString(h.User.Name), utf8.RuneCountInString(tt.want))
+		}
+	}
+}
+
+// TestDecodeLongMimeIgnored: a mime type longer than any media type is
+// replaced by the filename's, as if the app had sent none.
+func TestDecodeLongMimeIgnored(t *testing.T) {
+	at := "application/" + strings.Repeat("x", protocol.MaxMimeChars-len("application/"))
+	for _, tt := range []struct{ mime, want string }{
+		{at, at},
+		{at + "x", "application/pdf"},
+	} {
+		m := decodeOK(t, []byte(`{"t":"media","id":"f","kind":"document","mime":`+quote(tt.mime)+`,"filename":"a.pdf","data":"YQ=="}`)).(*protocol.MediaUp)
+		d := decodeOK(t, []byte(`{"t":"deliver","id":"d","media":{"kind":"document","mime":`+quote(tt.mime)+`,"filename":"a.pdf","data":"YQ=="}}`)).(*protocol.Deliver)
+		if m.Mime != tt.want || d.Media.Mime != tt.want {
+			t.Errorf("mime of %d bytes: media %.30q, deliver %.30q; want %.30q", len(tt.mime), m.Mime, d.Media.Mime, tt.want)
 		}
 	}
 }

@@ -41,10 +41,18 @@ const (
 	// DedupWindow is how long a <chat_id>:<id> key is remembered.
 	DedupWindow = 600 * time.Second
 
-	// MaxIDChars is where a client id is truncated.
+	// MaxIDChars is where a client id is truncated: the id of text,
+	// audio, media, ack and deliver, and a prompt answer's prompt_id and
+	// option_id.
 	MaxIDChars = 128
-	// MaxDeviceFieldChars is where device.* and user.* strings are truncated.
+	// MaxDeviceFieldChars is where device.* strings are truncated.
 	MaxDeviceFieldChars = 120
+	// MaxUserFieldChars is where user.id and user.name are truncated. The
+	// specification names no bound for them; the device's is used.
+	MaxUserFieldChars = 120
+	// MaxMimeChars bounds a client's mime type (bytes): a longer one is
+	// ignored and the type is derived from the filename.
+	MaxMimeChars = 255
 	// MaxFilenameChars is where a media filename is truncated.
 	MaxFilenameChars = 200
 	// MaxPingTSBytes bounds a ping's ts, which the pong echoes: larger

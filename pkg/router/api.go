@@ -50,6 +50,10 @@ type APIConfig struct {
 	// Each holds a store connection (with Redis, one of the pool's) while it
 	// waits; the reads beyond it poll once a second instead.
 	MaxWaiting int
+	// MaxStreams bounds the event reads (streams, long polls) one token
+	// has open at once (8); past it GET /v1/events gets 429
+	// too_many_streams.
+	MaxStreams int
 	// ReadyTimeout bounds the checks of /readyz (2 s).
 	ReadyTimeout time.Duration
 
@@ -86,6 +90,9 @@ func (c *APIConfig) setDefaults() {
 	}
 	if c.MaxWaiting <= 0 {
 		c.MaxWaiting = 8
+	}
+	if c.MaxStreams <= 0 {
+		c.MaxStreams = 8
 	}
 	if c.ReadyTimeout <= 0 {
 		c.ReadyTimeout = 2 * time.Second
@@ -129,6 +136,9 @@ type API struct {
 	waiting chan struct{} // a slot per event read waiting in the store
 	readers atomic.Int64  // event reads in progress (long polls, streams)
 
+	streamsMu sync.Mutex
+	streams   map[tokens.Digest]int // event requests open, by token digest
+
 	// ctx ends with Close or with the router: the event streams end.
 	ctx       context.Context
 	cancel    context.CancelFunc
@@ -146,6 +156,7 @@ func NewAPI(r *Router, cfg APIConfig) *API {
 		deliverTokens: tokens.NewSet(cfg.DeliverTokens),
 		agentTokens:   tokens.NewSet(cfg.AgentTokens),
 		waiting:       make(chan struct{}, cfg.MaxWaiting),
+		streams:       make(map[tokens.Digest]int),
 		endpoints:     make(map[string][]string),
 	}
 	a.ctx, a.cancel = context.WithCancel(r.ctx)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"mime"
 	"net/http"
@@ -13,7 +14,9 @@ import (
 	"time"
 
 	"github.com/hermes-mobile/gateway/pkg/admin"
+	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/store"
+	"github.com/hermes-mobile/gateway/pkg/tokens"
 	"github.com/hermes-mobile/gateway/pkg/wire"
 )
 
@@ -31,7 +34,20 @@ const (
 	pollEvery = time.Second
 	// waitStep is the longest one wait in the store.
 	waitStep = time.Second
+	// eventsChunk is how many entries one read takes from the store.
+	eventsChunk = 16
+	// eventsReadBytes bounds the entries one read holds: past it (at least
+	// one entry read) a read stops and the client asks again from its
+	// cursor. With an entry of at most about 150 KiB (a text of 12,000
+	// characters), a read holds under 3 MiB.
+	eventsReadBytes = 256 << 10
+	// streamFlushBytes is how much of a stream is buffered before it is
+	// written: a stream holds its read and at most this (and an entry).
+	streamFlushBytes = 64 << 10
 )
+
+// codeTooManyReads answers an event read past APIConfig.MaxStreams.
+const codeTooManyReads protocol.Code = "too_many_streams"
 
 // eventItem is one entry of the JSON answer of GET /v1/events.
 type eventItem struct {
@@ -49,6 +65,14 @@ type eventsBody struct {
 // Server-Sent Events stream, or as one JSON answer when the query has wait
 // or max, or format=json, or the client accepts JSON and not event streams.
 func (a *API) events(w http.ResponseWriter, req *http.Request) error {
+	token, _ := bearer(req.Header.Get("Authorization")) // authorized
+	release, ok := a.openRead(tokens.Sum(token))
+	if !ok {
+		w.Header().Set("Retry-After", "1")
+		return apiErr(http.StatusTooManyRequests, codeTooManyReads,
+			fmt.Sprintf("this token has %d event reads open, the most allowed; close one first", a.cfg.MaxStreams))
+	}
+	defer release()
 	q := req.URL.Query()
 	cursor := q.Get("cursor")
 	if id := strings.TrimSpace(req.Header.Get("Last-Event-ID")); id != "" {
@@ -94,7 +118,7 @@ func (a *API) eventsJSON(w http.ResponseWriter, req *http.Request, cursor string
 	}
 	ctx, stop := a.streamContext(req)
 	defer stop()
-	es, err := a.read(ctx, cursor, max, wait)
+	es, err := a.readBounded(ctx, cursor, max, wait)
 	if err != nil && ctx.Err() != nil && req.Context().Err() == nil {
 		es, err = nil, nil // the API is closing: answer what there is
 	}
@@ -127,7 +151,7 @@ func (a *API) eventsStream(w http.ResponseWriter, req *http.Request, cursor stri
 	ctx, stop := a.streamContext(req)
 	defer stop()
 	// The first read checks the cursor while an error can still be answered.
-	es, err := a.r.store.ReadEvents(ctx, cursor, eventsPage, 0)
+	es, err := a.readBounded(ctx, cursor, eventsPage, 0)
 	if err != nil {
 		return err
 	}
@@ -145,6 +169,12 @@ func (a *API) eventsStream(w http.ResponseWriter, req *http.Request, cursor stri
 				a.log.Warn("skipping an event log entry that is not JSON", "cursor", e.Cursor)
 			}
 			cursor = e.Cursor
+			if buf.Len() >= streamFlushBytes {
+				if err := a.flush(w, rc, &buf); err != nil {
+					a.log.Debug("event stream ended", "err", err)
+					return nil
+				}
+			}
 		}
 		if buf.Len() == 0 {
 			buf.WriteString(": keepalive\n\n")
@@ -153,7 +183,8 @@ func (a *API) eventsStream(w http.ResponseWriter, req *http.Request, cursor stri
 			a.log.Debug("event stream ended", "err", err)
 			return nil
 		}
-		if es, err = a.read(ctx, cursor, eventsPage, a.cfg.KeepAlive); err != nil {
+		es = nil // not held while waiting for the next
+		if es, err = a.readBounded(ctx, cursor, eventsPage, a.cfg.KeepAlive); err != nil {
 			if ctx.Err() == nil {
 				a.log.Warn("event stream: reading the log failed; ending the stream", "err", err)
 			}
@@ -217,6 +248,53 @@ func (a *API) streamContext(req *http.Request) (context.Context, func()) {
 		stop()
 		cancel()
 	}
+}
+
+// openRead counts an event read of the token whose digest is d, if it
+// has fewer than MaxStreams open; release ends it.
+func (a *API) openRead(d tokens.Digest) (release func(), ok bool) {
+	a.streamsMu.Lock()
+	defer a.streamsMu.Unlock()
+	if a.streams[d] >= a.cfg.MaxStreams {
+		return nil, false
+	}
+	a.streams[d]++
+	return func() {
+		a.streamsMu.Lock()
+		defer a.streamsMu.Unlock()
+		if a.streams[d]--; a.streams[d] == 0 {
+			delete(a.streams, d)
+		}
+	}, true
+}
+
+// readBounded returns up to max entries after cursor, waiting up to wait
+// for the first, in reads of eventsChunk: it stops once it holds
+// eventsReadBytes, so that no reader holds more than that and a chunk of
+// the log whatever its entries' size.
+func (a *API) readBounded(ctx context.Context, after string, max int, wait time.Duration) ([]store.EventEntry, error) {
+	var out []store.EventEntry
+	size := 0
+	for len(out) < max && size < eventsReadBytes {
+		n := min(max-len(out), eventsChunk)
+		es, err := a.read(ctx, after, n, wait)
+		if err != nil {
+			if len(out) > 0 {
+				return out, nil // the next read reports it
+			}
+			return nil, err
+		}
+		for _, e := range es {
+			size += len(e.Cursor) + len(e.Data)
+			after = e.Cursor
+		}
+		out = append(out, es...)
+		if len(es) < n {
+			break
+		}
+		wait = 0
+	}
+	return out, nil
 }
 
 // Readers is the number of event reads in progress: long polls and event

@@ -72,7 +72,7 @@ func TestFlagDefaults(t *testing.T) {
 			MaxReadBytes: 256 << 20, MaxQueuedBytes: 256 << 20, MaxUploadBytes: 256 << 20,
 			MaxHelloBytes: 16 << 20, MaxHelloConns: 10_000, MaxHelloConnsPerAddr: 256,
 			MaxOutboundBytes: 32 << 20, WriteTimeout: 10 * time.Second, ReadTimeout: time.Minute, OwnerTTL: 30 * time.Second,
-			AckWait: 10 * time.Second},
+			AckWait: 10 * time.Second, PageTimeout: 10 * time.Second, MaxPageConns: 1024},
 		routerCfg: router.Config{PromptTTL: protocol.DefaultPromptTTL, OutboxMax: 256, SessionQueue: 1000, OutboxTTL: 10 * time.Minute, JournalLease: 15 * time.Second},
 		agent:     agent.Choice{Name: "demo", OpenAIBaseURL: "https://api.openai.com/v1", OpenAITimeout: 120 * time.Second}}
 	if !reflect.DeepEqual(f, want) {
@@ -120,6 +120,8 @@ func TestEnvAndFlags(t *testing.T) {
 		{"MOBILE_READ_TIMEOUT", "read-timeout", "45", "90", func(f flags) string { return f.edgeCfg.ReadTimeout.String() }},
 		{"MOBILE_OWNER_TTL", "owner-ttl", "45", "90", func(f flags) string { return f.edgeCfg.OwnerTTL.String() }},
 		{"MOBILE_ACK_WAIT", "ack-wait", "45", "90", func(f flags) string { return f.edgeCfg.AckWait.String() }},
+		{"MOBILE_PAGE_TIMEOUT", "page-timeout", "45", "90", func(f flags) string { return f.edgeCfg.PageTimeout.String() }},
+		{"MOBILE_MAX_PAGE_CONNS", "max-page-conns", "45", "90", func(f flags) string { return strconv.Itoa(f.edgeCfg.MaxPageConns) }},
 		{"MOBILE_BLOB_TTL", "blob-ttl", "45", "90", func(f flags) string { return f.blobTTL.String() }},
 		{"MOBILE_OUTBOX_MAX", "outbox-max", "45", "90", func(f flags) string { return strconv.Itoa(f.routerCfg.OutboxMax) }},
 		{"MOBILE_OUTBOX_TTL", "outbox-ttl", "45", "90", func(f flags) string { return f.routerCfg.OutboxTTL.String() }},

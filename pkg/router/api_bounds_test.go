@@ -1,0 +1,173 @@
+package router_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hermes-mobile/gateway/pkg/router"
+)
+
+// liveHeap is the process's live heap once it settled: two readings after
+// a collection that agree within 256 KiB.
+func liveHeap(t *testing.T) int64 {
+	t.Helper()
+	read := func() int64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return int64(ms.HeapAlloc)
+	}
+	last := read()
+	for range 50 {
+		time.Sleep(10 * time.Millisecond) // goroutines of earlier tests end
+		h := read()
+		if d := h - last; d < 256<<10 && d > -256<<10 {
+			return h
+		}
+		last = h
+	}
+	t.Fatalf("the heap did not settle: %d KiB", last>>10)
+	return 0
+}
+
+// slowStream opens GET /v1/events as an event stream on a socket with a
+// 4 KiB receive buffer that reads nothing past the answer's head, and
+// returns the socket and the answer.
+func slowStream(t *testing.T, base string) (net.Conn, *http.Response) {
+	t.Helper()
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		var err error
+		rc.Control(func(fd uintptr) { err = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4<<10) })
+		return err
+	}}
+	host := strings.TrimPrefix(base, "http://")
+	nc, err := d.Dial("tcp", host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	fmt.Fprintf(nc, "GET /v1/events HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nAccept: text/event-stream\r\n\r\n", host, agentToken)
+	nc.SetReadDeadline(time.Now().Add(20 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(nc), nil)
+	if err != nil {
+		t.Fatalf("GET /v1/events: %v", err)
+	}
+	return nc, resp
+}
+
+// TestEventsSlowStreamsBounded: 60 event streams of one token that stop
+// reading a log of 7 MiB (600 texts of 12,000 characters). 8 (MaxStreams)
+// are served and the 9th on get 429 too_many_streams; each served one holds
+// at most a bounded read and 64 KiB, so the router's heap grows by less
+// than 24 MiB. Unbounded, each held a page of 100 entries twice (about
+// 2.4 MiB here: 300 such streams took a router to 4 GiB). A phone and the
+// agent still round-trip, and once a stream closes another is served.
+func TestEventsSlowStreamsBounded(t *testing.T) {
+	const streams, entries = 60, 600
+	e := startSingle(t, apiConfig(func(c *router.APIConfig) { c.WriteTimeout = time.Minute }))
+	text := strings.Repeat("x", 12000)
+	for i := range entries {
+		data, _ := json.Marshal(map[string]any{"kind": "text", "session": "mobile:log", "device": "log", "id": fmt.Sprint("m-", i), "text": text})
+		if _, err := e.store.AppendEvent(t.Context(), data, 10000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := liveHeap(t)
+	var open []net.Conn
+	statuses := map[int]int{}
+	for i := range streams {
+		nc, resp := slowStream(t, e.url)
+		statuses[resp.StatusCode]++
+		switch resp.StatusCode {
+		case http.StatusOK:
+			open = append(open, nc)
+		case http.StatusTooManyRequests:
+			body, _ := io.ReadAll(resp.Body)
+			var m map[string]any
+			if json.Unmarshal(body, &m) != nil || m["error"] != "too_many_streams" || resp.Header.Get("Content-Type") != "application/json" {
+				t.Fatalf("stream %d: 429 %s %s; want a JSON too_many_streams", i, resp.Header.Get("Content-Type"), body)
+			}
+			nc.Close()
+		default:
+			t.Fatalf("stream %d: status %d", i, resp.StatusCode)
+		}
+	}
+	if statuses[http.StatusOK] != 8 || statuses[http.StatusTooManyRequests] != streams-8 {
+		t.Fatalf("statuses %v; want 8 × 200 and %d × 429", statuses, streams-8)
+	}
+	// Every stream served is stuck writing: none reads the log.
+	waitFor(t, "the streams to stop reading the log", func() bool { return e.api.Readers() == 0 })
+	held := liveHeap(t) - before
+	t.Logf("%d slow streams: the heap grew %d KiB", len(open), held>>10)
+	if held > 24<<20 {
+		t.Fatalf("%d slow streams hold %d KiB; want under 24 MiB", len(open), held>>10)
+	}
+
+	dev := device("tel")
+	phone := e.phone(t, dev)
+	if err := phone.Text("m-1", "hello"); err != nil {
+		t.Fatal(err)
+	}
+	wantOK(t, e.call(t, "POST", "/v1/sessions/mobile:"+dev+"/messages", agentToken, map[string]any{"id": "a-1", "text": "answer"}))
+	if f := expect(t, phone, "message"); !strings.Contains(f.String(), "answer") {
+		t.Fatalf("the phone got %s", f)
+	}
+	wantError(t, e.call(t, "GET", "/v1/events?wait=0", agentToken, nil), http.StatusTooManyRequests, "too_many_streams")
+
+	open[0].Close()
+	waitFor(t, "a stream served once one closed", func() bool {
+		nc, resp := slowStream(t, e.url)
+		defer nc.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+}
+
+// waitFor polls cond until it holds, failing the test after 20 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("still waiting for %s after 20 s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestEventsReadBoundedBySize: a JSON read of 100 entries of 12 KiB stops
+// once it holds 256 KiB (at most one read of 16 entries past it), and the
+// next read from its cursor goes on where it stopped: nothing lost.
+func TestEventsReadBoundedBySize(t *testing.T) {
+	const entries = 100
+	e := startSingle(t, apiConfig(nil))
+	text := strings.Repeat("y", 12<<10)
+	for i := range entries {
+		data, _ := json.Marshal(map[string]any{"kind": "text", "session": "mobile:log", "device": "log", "id": fmt.Sprint("m-", i), "text": text})
+		if _, err := e.store.AppendEvent(t.Context(), data, 10000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, cursor := e.readEvents(t, "max=100")
+	// 256 KiB is 21 entries and a bit: the read that passes it is the
+	// second of 16.
+	if len(first) != 32 {
+		t.Fatalf("a read of 100 entries of 12 KiB gave %d; want 32 (two reads of 16, past 256 KiB)", len(first))
+	}
+	rest, _ := e.readEvents(t, "max=100&cursor="+cursor)
+	if len(rest) != 32 || rest[0].Event.ID != "m-32" {
+		t.Fatalf("the next read gave %d entries from %q; want 32 from m-32", len(rest), rest[0].Event.ID)
+	}
+	small, _ := e.readEvents(t, "max=3")
+	if len(small) != 3 {
+		t.Fatalf("max=3 gave %d entries", len(small))
+	}
+}
