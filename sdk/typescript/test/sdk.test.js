@@ -12,7 +12,7 @@ import {
   MEDIA_CHUNK_BYTES,
   MAX_MEDIA_BYTES,
   MAX_AUDIO_BYTES,
-} from "../dist/index.js";
+} from "../dist/esm/index.js";
 import { startGateway } from "./gateway.js";
 
 let gw;

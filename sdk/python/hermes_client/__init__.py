@@ -28,6 +28,8 @@ from typing import Any, Awaitable, Callable, Dict, List, Optional
 
 import websockets
 
+__version__ = "1.0.0"
+
 PROTOCOL_VERSION = 1
 MAX_FRAME_BYTES = 16 * 1024 * 1024
 MAX_TEXT_CHARS = 12000
