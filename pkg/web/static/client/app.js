@@ -14,6 +14,7 @@ var HermesError = class extends Error {
     this.code = code;
     this.fatal = !!opts.fatal;
     this.local = !!opts.local;
+    if (opts.id) this.id = opts.id;
   }
   /** Errors after which the client does not reconnect: retrying as is cannot help. */
   get permanent() {
@@ -56,6 +57,7 @@ function local(code, message) {
   return new HermesError(code, message, { local: true });
 }
 var Client = class {
+  // ids written since the last pong, for errors
   constructor(opts) {
     /** The last ready frame; null before the first. */
     this.readyFrame = null;
@@ -77,6 +79,17 @@ var Client = class {
     this.keepalive = null;
     this.typingTimer = null;
     this.firstReady = null;
+    this.openTimer = null;
+    this.failure = "";
+    // why the current socket is failing, for connect()'s error
+    this.gotReady = false;
+    // on the current socket
+    this.offline = [];
+    // card answers and deliveries written after the next ready
+    this.resendTimer = null;
+    this.writes = 0;
+    // frames written on this socket
+    this.unconfirmed = [];
     this.opts = {
       reconnect: true,
       minDelay: 500,
@@ -85,6 +98,9 @@ var Client = class {
       pongTimeout: 15e3,
       autoAck: true,
       typingIdle: 6e3,
+      connectTimeout: 1e4,
+      readyTimeout: 1e4,
+      maxResends: 8,
       ...opts,
       device: { ...opts.device, id: opts.device?.id || "dev-" + newId().slice(0, 12) }
     };
@@ -128,6 +144,7 @@ var Client = class {
   close() {
     this.stopped = true;
     clearTimeout(this.retryTimer);
+    clearTimeout(this.resendTimer);
     this.failFirst(local("internal_error", "closed"));
     if (this.ws) {
       const ws = this.ws;
@@ -136,6 +153,7 @@ var Client = class {
         ws.close(1e3);
       } catch {
       }
+      this.emit("disconnected", { code: 1e3, reason: "closed by the app", reconnect: false });
     }
     this.setState("closed");
   }
@@ -148,22 +166,32 @@ var Client = class {
       else ws.close(4e3, "dropped");
     } catch {
     }
-    this.onClose(void 0, "");
+    this.onClose(1006, "");
+  }
+  giveUp(why) {
+    this.failure = why;
+    this.drop();
   }
   open() {
     const WS = this.opts.WebSocket ?? globalThis.WebSocket;
     if (!WS) throw local("internal_error", "no WebSocket: pass the ws package's WebSocket in options.WebSocket");
     this.setState("connecting");
     let ws;
+    this.failure = "";
+    this.gotReady = false;
     try {
       ws = new WS(this.opts.url);
     } catch (e) {
-      this.scheduleRetry();
+      this.failure = `cannot open ${this.opts.url}: ${e?.message ?? e}`;
+      this.onClose(1006, "");
       return;
     }
     this.ws = ws;
     ws.binaryType = "arraybuffer";
+    this.openTimer = setTimeout(() => this.giveUp(`no connection within ${this.opts.connectTimeout} ms`), this.opts.connectTimeout);
     ws.onopen = () => {
+      clearTimeout(this.openTimer);
+      this.openTimer = setTimeout(() => this.giveUp(`no ready within ${this.opts.readyTimeout} ms`), this.opts.readyTimeout);
       const hello = { t: "hello", token: this.opts.token, device: this.opts.device };
       if (this.opts.user) hello.user = this.opts.user;
       this.write(hello);
@@ -180,27 +208,45 @@ var Client = class {
       if (f && typeof f === "object" && typeof f.t === "string") this.handle(f);
     };
     ws.onclose = (ev) => {
-      if (this.ws === ws) this.onClose(ev?.code, ev?.reason ?? "");
+      if (this.ws === ws) this.onClose(ev?.code ?? 1006, ev?.reason ?? "");
     };
-    ws.onerror = () => {
+    ws.onerror = (ev) => {
+      if (!this.failure) this.failure = ev?.message || ev?.error?.message || `cannot connect to ${this.opts.url}`;
     };
   }
   detach() {
     if (!this.ws) return;
-    this.ws.onopen = this.ws.onmessage = this.ws.onclose = this.ws.onerror = null;
+    this.ws.onopen = this.ws.onmessage = this.ws.onclose = null;
+    this.ws.onerror = () => {
+    };
     this.ws = null;
     clearInterval(this.keepalive);
+    clearTimeout(this.openTimer);
+    clearTimeout(this.resendTimer);
     for (const p of this.pings.values()) {
       clearTimeout(p.timer);
       p.reject(local("internal_error", "connection closed before pong"));
     }
     this.pings.clear();
+    this.unconfirmed = [];
+    this.writes = 0;
     for (const o of this.outbox.values()) o.seq = 0;
     this.incoming.clear();
   }
   onClose(code, reason) {
     this.detach();
-    if (code === 1008 && (reason === "auth_failed" || reason === "forbidden")) this.stop(new HermesError(reason, "connection refused", { fatal: true }));
+    if (code === 1008 && (reason === "auth_failed" || reason === "forbidden")) {
+      this.stop(new HermesError(reason, "connection refused", { fatal: true }));
+    } else if (!this.gotReady && this.firstReady) {
+      const why = this.failure || (code === 1006 ? `cannot connect to ${this.opts.url}` : `closed with ${code} ${reason}`.trim());
+      const err = local("connect_failed", why);
+      this.emit("error", err);
+      this.stop(err);
+    } else if (code === 1e3) {
+      this.stop(local("internal_error", "replaced by a newer connection"));
+    }
+    const reconnect = !this.stopped && this.opts.reconnect;
+    if (this.gotReady || this.stopped) this.emit("disconnected", { code, reason: reason || this.failure, reconnect });
     if (this.stopped) {
       this.setState("closed");
       return;
@@ -211,6 +257,7 @@ var Client = class {
     this.stopped = true;
     clearTimeout(this.retryTimer);
     this.failFirst(err);
+    this.setState("closed");
   }
   failFirst(err) {
     if (this.firstReady) {
@@ -238,6 +285,9 @@ var Client = class {
   write(f) {
     if (!this.ws || this.ws.readyState !== 1) return false;
     this.ws.send(JSON.stringify(f));
+    this.writes++;
+    const id = f.t === "prompt" ? f.prompt_id : f.t === "text" || f.t === "audio" || f.t === "deliver" || f.t === "media" && !f.part ? f.id : "";
+    if (id) this.unconfirmed.push({ id, n: this.writes });
     this.emit("sent", f);
     return true;
   }
@@ -245,6 +295,8 @@ var Client = class {
     this.emit("frame", f);
     switch (f.t) {
       case "ready":
+        clearTimeout(this.openTimer);
+        this.gotReady = true;
         this.readyFrame = f;
         this.attempt = 0;
         this.setState("open");
@@ -254,6 +306,7 @@ var Client = class {
           this.firstReady = null;
         }
         this.flush();
+        for (const q of this.offline.splice(0)) this.write(q);
         if (this.opts.pingInterval > 0) {
           this.keepalive = setInterval(() => this.ping().catch(() => {
           }), this.opts.pingInterval);
@@ -291,7 +344,8 @@ var Client = class {
     }
   }
   onError(f) {
-    const err = new HermesError(f.code, f.message ?? "", { fatal: !!f.fatal });
+    const ids = new Set(this.unconfirmed.map((u) => u.id));
+    const err = new HermesError(f.code, f.message ?? "", { fatal: !!f.fatal, id: ids.size === 1 ? [...ids][0] : void 0 });
     if (f.code === "internal_error") this.transientError = true;
     if (err.permanent && err.fatal) this.stop(err);
     this.emit("error", err);
@@ -335,6 +389,10 @@ var Client = class {
     this.emit("mediaProgress", { id: f.id, part, parts });
     if (!f.final && inc.got < parts) return;
     this.incoming.delete(f.id);
+    if (inc.got < parts && inc.got > 0) {
+      this.emit("error", new HermesError("bad_frame", `incoming file ${f.id}: ${inc.got} of ${parts} parts`, { local: true, id: f.id }));
+      return;
+    }
     const m = inc.meta;
     const file = { id: f.id, kind: m.kind, mime: m.mime, filename: m.filename, size: m.size };
     if (m.caption) file.caption = m.caption;
@@ -366,7 +424,7 @@ var Client = class {
     return v;
   }
   enqueue(id, frames) {
-    this.outbox.set(id, { id, frames, seq: 0 });
+    this.outbox.set(id, { id, frames, seq: 0, sends: 0 });
     if (this.state === "open") this.flush();
     return id;
   }
@@ -387,18 +445,28 @@ var Client = class {
     if (!p) return;
     this.pings.delete(ts);
     clearTimeout(p.timer);
+    this.unconfirmed = this.unconfirmed.filter((u) => u.n > p.writes);
     const retry = this.transientError;
     this.transientError = false;
+    let sends = 0;
     for (const [id, o] of this.outbox) {
       if (o.seq === 0 || o.seq > p.mark) continue;
-      if (retry) {
-        o.seq = 0;
-      } else {
+      if (!retry) {
         this.outbox.delete(id);
         this.emit("acknowledged", id);
+      } else if (++o.sends > this.opts.maxResends) {
+        this.outbox.delete(id);
+        this.emit("error", new HermesError("internal_error", `${id}: given up after ${o.sends} sends met internal_error`, { id }));
+      } else {
+        o.seq = 0;
+        sends = Math.max(sends, o.sends);
       }
     }
-    if (retry) setTimeout(() => this.state === "open" && this.flush(), this.opts.minDelay * Math.random());
+    if (sends > 0) {
+      clearTimeout(this.resendTimer);
+      const cap = Math.min(this.opts.maxDelay, this.opts.minDelay * 2 ** (sends - 1));
+      this.resendTimer = setTimeout(() => this.state === "open" && this.flush(), cap / 2 + Math.random() * cap / 2);
+    }
     p.resolve(Date.now() - p.sentAt);
   }
   /** Sends a text; returns its id. */
@@ -434,7 +502,11 @@ var Client = class {
     const f = { t: "prompt", prompt_id: promptId };
     if (optionId) f.option_id = optionId;
     if (text2) f.text = text2;
-    if (!this.write(f)) throw local("internal_error", "not connected");
+    this.writeOrQueue(f);
+  }
+  /** Writes f now, or after the next ready when not connected (card answers and deliveries). */
+  writeOrQueue(f) {
+    if (this.state !== "open" || !this.write(f)) this.offline.push(f);
   }
   /** Tells the agent the user is typing. */
   sendTyping() {
@@ -448,14 +520,14 @@ var Client = class {
     if (opts.target) f.target = opts.target;
     if (opts.text) f.text = opts.text;
     if (opts.media) f.media = opts.media;
-    if (!this.write(f)) throw local("internal_error", "not connected");
+    this.writeOrQueue(f);
     return id;
   }
   /** Round-trip time in ms of a ping; rejects when the connection closes or no pong comes in time. */
   ping() {
     return new Promise((resolve, reject) => {
       const ts = this.lastTs = Math.max(this.lastTs + 1, Date.now());
-      const p = { sentAt: Date.now(), mark: this.seq, resolve, reject, timer: null };
+      const p = { sentAt: Date.now(), mark: this.seq, writes: this.writes, resolve, reject, timer: null };
       if (!this.write({ t: "ping", ts })) {
         reject(local("internal_error", "not connected"));
         return;
