@@ -11,16 +11,31 @@ const statusEl = $<HTMLElement>("status");
 const typingEl = $<HTMLElement>("typing");
 const errorEl = $<HTMLElement>("error");
 const avatar = $<HTMLIFrameElement>("avatar");
+const announcer = $<HTMLElement>("announce");
+const loginError = $<HTMLElement>("login-error");
+const server = $<HTMLInputElement>("server");
 
 let client: Client | null = null;
 
+// The device id is the tab's (session storage): two tabs are two devices,
+// each with its own session, rather than one device taking itself back from
+// the other. A reload keeps it.
 function deviceId(): string {
-  let id = localStorage.getItem("hermes.device");
+  let id = sessionStorage.getItem("hermes.device");
   if (!id) {
     id = "web-" + newId().slice(0, 12);
-    localStorage.setItem("hermes.device", id);
+    sessionStorage.setItem("hermes.device", id);
   }
   return id;
+}
+
+// Screen readers hear each answer once, when it is final, not every edit of
+// a streaming bubble: the messages are not a live region, this is.
+const announced = new Set<string>();
+function announce(key: string, text: string) {
+  if (announced.has(key)) return;
+  announced.add(key);
+  announcer.textContent = text;
 }
 
 function wsURL(): string {
@@ -46,6 +61,8 @@ function showMessage(m: Message) {
   el.textContent = m.text;
   el.classList.toggle("streaming", !m.final);
   el.classList.toggle("final", m.final);
+  el.setAttribute("aria-busy", String(!m.final));
+  if (m.final) announce(m.id, m.text);
   scrollDown();
 }
 
@@ -68,6 +85,7 @@ function showMedia(f: MediaFile) {
   meta.className = "meta";
   meta.textContent = `${f.filename || f.kind} · ${f.size} bytes${f.caption ? " · " + f.caption : ""}`;
   el.append(meta);
+  announce(f.id, "File: " + meta.textContent);
 }
 
 function showPrompt(p: PromptFrame) {
@@ -101,6 +119,7 @@ function showPrompt(p: PromptFrame) {
   }
   el.append(opts);
   messages.append(el);
+  announce(p.id, p.text + (p.command ? ": " + p.command : ""));
   scrollDown();
 }
 
@@ -119,11 +138,30 @@ function setAvatar(state: string) {
 
 function showError(e: unknown) {
   errorEl.textContent = e instanceof HermesError ? e.message : String(e);
+  const id = e instanceof HermesError ? e.id : undefined;
+  const mine = id ? messages.querySelector(`.msg.me[data-id="${CSS.escape(id)}"]`) : null;
+  if (mine && (e as HermesError).code === "internal_error") setSendState(mine, "failed", "not sent");
 }
 
-function start(token: string, name: string) {
+// My bubbles: pending (dashed, "sending…") until the gateway has taken
+// them, then sent ("✓ sent").
+function mine(cls: string, id: string, label: string): HTMLDivElement {
+  const el = bubble("me " + cls, id);
+  el.append(document.createTextNode(label), Object.assign(document.createElement("span"), { className: "state" }));
+  setSendState(el, "pending", "sending…");
+  return el;
+}
+
+function setSendState(el: Element, state: "pending" | "sent" | "failed", label: string) {
+  el.classList.remove("pending", "sent", "failed");
+  el.classList.add(state);
+  const s = el.querySelector(".state");
+  if (s) s.textContent = label;
+}
+
+function start(token: string, name: string, url: string) {
   client?.close();
-  const c = new Client({ url: wsURL(), token, device: { id: deviceId(), name, platform: "web", app_version: "1.0.0" }, user: { name } });
+  const c = new Client({ url, token, device: { id: deviceId(), name, platform: "web", app_version: "1.0.0" }, user: { name } });
   client = c;
   (window as any).hermes = c;
   c.on("state", (s) => {
@@ -139,18 +177,33 @@ function start(token: string, name: string) {
   c.on("promptDone", (d) => promptDone(d.id, d.option_id, d.expired));
   c.on("avatar", setAvatar);
   c.on("typing", (on) => (typingEl.hidden = !on));
-  c.on("acknowledged", (id) => messages.querySelector(`.msg.me[data-id="${CSS.escape(id)}"]`)?.classList.add("sent"));
+  c.on("acknowledged", (id) => {
+    const el = messages.querySelector(`.msg.me[data-id="${CSS.escape(id)}"]`);
+    if (el) setSendState(el, "sent", "✓ sent");
+  });
   c.on("error", showError);
+  c.on("disconnected", (d) => {
+    if (client !== c || d.reconnect || d.reason === "closed by the app") return;
+    statusEl.textContent = d.code === 1000 ? "replaced" : "disconnected";
+    errorEl.textContent =
+      d.code === 1000 ? "This device connected again elsewhere (another tab or window); this one has stopped. Reload to take it back." : `Disconnected: ${d.reason || d.code}`;
+  });
   c.connect().then(
     () => {
       sessionStorage.setItem("hermes.token", token);
+      sessionStorage.setItem("hermes.server", url);
       localStorage.setItem("hermes.name", name);
       login.hidden = true;
       chat.hidden = false;
       text.focus();
     },
     (e) => {
-      $<HTMLElement>("login-error").textContent = e instanceof HermesError && e.code === "auth_failed" ? "No access: check the token." : String(e.message ?? e);
+      loginError.textContent =
+        e instanceof HermesError && e.code === "auth_failed"
+          ? "No access: check the token."
+          : e instanceof HermesError && e.code === "connect_failed"
+            ? `Cannot connect to ${url}: ${e.message.replace(/^connect_failed: /, "")}`
+            : String(e.message ?? e);
       login.hidden = false;
       chat.hidden = true;
     },
@@ -159,8 +212,8 @@ function start(token: string, name: string) {
 
 login.onsubmit = (e) => {
   e.preventDefault();
-  $<HTMLElement>("login-error").textContent = "";
-  start($<HTMLInputElement>("token").value.trim(), $<HTMLInputElement>("device").value.trim() || "Browser");
+  loginError.textContent = "";
+  start($<HTMLInputElement>("token").value.trim(), $<HTMLInputElement>("device").value.trim() || "Browser", server.value.trim() || wsURL());
 };
 
 $<HTMLButtonElement>("logout").onclick = () => {
@@ -177,7 +230,7 @@ $<HTMLFormElement>("composer").onsubmit = (e) => {
   if (!client || !t.trim()) return;
   try {
     const id = client.sendText(t);
-    bubble("me", id).textContent = t;
+    mine("", id, t);
     text.value = "";
     errorEl.textContent = "";
   } catch (err) {
@@ -212,8 +265,7 @@ async function sendBlob(blob: Blob, filename: string, kind?: MediaKindIn) {
   try {
     const data = new Uint8Array(await blob.arrayBuffer());
     const id = client.sendFile(data, { kind: kind ?? kindOf(blob.type), mime: blob.type || undefined, filename });
-    const el = bubble("me file", id);
-    el.textContent = `${filename} · ${data.length} bytes`;
+    mine("file", id, `${filename} · ${data.length} bytes`);
     errorEl.textContent = "";
   } catch (err) {
     showError(err);
@@ -221,6 +273,7 @@ async function sendBlob(blob: Blob, filename: string, kind?: MediaKindIn) {
 }
 
 const fileInput = $<HTMLInputElement>("file");
+$<HTMLButtonElement>("attach").onclick = () => fileInput.click();
 fileInput.onchange = async () => {
   for (const f of Array.from(fileInput.files ?? [])) await sendBlob(f, f.name);
   fileInput.value = "";
@@ -254,7 +307,7 @@ recordBtn.onclick = async () => {
       if (ogg) {
         try {
           const id = client.sendVoice(new Uint8Array(await blob.arrayBuffer()), "ogg");
-          bubble("me voice", id).textContent = `voice note · ${blob.size} bytes`;
+          mine("voice", id, `voice note · ${blob.size} bytes`);
         } catch (err) {
           showError(err);
         }
@@ -272,5 +325,6 @@ recordBtn.onclick = async () => {
 
 // Back from a reload in the same tab: log in again with the kept token.
 $<HTMLInputElement>("device").value = localStorage.getItem("hermes.name") ?? "";
+server.value = sessionStorage.getItem("hermes.server") || wsURL();
 const kept = sessionStorage.getItem("hermes.token");
-if (kept) start(kept, localStorage.getItem("hermes.name") || "Browser");
+if (kept) start(kept, localStorage.getItem("hermes.name") || "Browser", server.value);

@@ -573,14 +573,23 @@ var statusEl = $("status");
 var typingEl = $("typing");
 var errorEl = $("error");
 var avatar = $("avatar");
+var announcer = $("announce");
+var loginError = $("login-error");
+var server = $("server");
 var client = null;
 function deviceId() {
-  let id = localStorage.getItem("hermes.device");
+  let id = sessionStorage.getItem("hermes.device");
   if (!id) {
     id = "web-" + newId().slice(0, 12);
-    localStorage.setItem("hermes.device", id);
+    sessionStorage.setItem("hermes.device", id);
   }
   return id;
+}
+var announced = /* @__PURE__ */ new Set();
+function announce(key, text2) {
+  if (announced.has(key)) return;
+  announced.add(key);
+  announcer.textContent = text2;
 }
 function wsURL() {
   return (location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/ws";
@@ -602,6 +611,8 @@ function showMessage(m) {
   el.textContent = m.text;
   el.classList.toggle("streaming", !m.final);
   el.classList.toggle("final", m.final);
+  el.setAttribute("aria-busy", String(!m.final));
+  if (m.final) announce(m.id, m.text);
   scrollDown();
 }
 function showMedia(f) {
@@ -623,6 +634,7 @@ function showMedia(f) {
   meta.className = "meta";
   meta.textContent = `${f.filename || f.kind} \xB7 ${f.size} bytes${f.caption ? " \xB7 " + f.caption : ""}`;
   el.append(meta);
+  announce(f.id, "File: " + meta.textContent);
 }
 function showPrompt(p) {
   const el = document.createElement("div");
@@ -655,6 +667,7 @@ function showPrompt(p) {
   }
   el.append(opts);
   messages.append(el);
+  announce(p.id, p.text + (p.command ? ": " + p.command : ""));
   scrollDown();
 }
 function promptDone(id, option, expired) {
@@ -670,10 +683,25 @@ function setAvatar(state) {
 }
 function showError(e) {
   errorEl.textContent = e instanceof HermesError ? e.message : String(e);
+  const id = e instanceof HermesError ? e.id : void 0;
+  const mine2 = id ? messages.querySelector(`.msg.me[data-id="${CSS.escape(id)}"]`) : null;
+  if (mine2 && e.code === "internal_error") setSendState(mine2, "failed", "not sent");
 }
-function start(token, name) {
+function mine(cls, id, label) {
+  const el = bubble("me " + cls, id);
+  el.append(document.createTextNode(label), Object.assign(document.createElement("span"), { className: "state" }));
+  setSendState(el, "pending", "sending\u2026");
+  return el;
+}
+function setSendState(el, state, label) {
+  el.classList.remove("pending", "sent", "failed");
+  el.classList.add(state);
+  const s = el.querySelector(".state");
+  if (s) s.textContent = label;
+}
+function start(token, name, url) {
   client?.close();
-  const c = new Client({ url: wsURL(), token, device: { id: deviceId(), name, platform: "web", app_version: "1.0.0" }, user: { name } });
+  const c = new Client({ url, token, device: { id: deviceId(), name, platform: "web", app_version: "1.0.0" }, user: { name } });
   client = c;
   window.hermes = c;
   c.on("state", (s) => {
@@ -689,18 +717,27 @@ function start(token, name) {
   c.on("promptDone", (d) => promptDone(d.id, d.option_id, d.expired));
   c.on("avatar", setAvatar);
   c.on("typing", (on) => typingEl.hidden = !on);
-  c.on("acknowledged", (id) => messages.querySelector(`.msg.me[data-id="${CSS.escape(id)}"]`)?.classList.add("sent"));
+  c.on("acknowledged", (id) => {
+    const el = messages.querySelector(`.msg.me[data-id="${CSS.escape(id)}"]`);
+    if (el) setSendState(el, "sent", "\u2713 sent");
+  });
   c.on("error", showError);
+  c.on("disconnected", (d) => {
+    if (client !== c || d.reconnect || d.reason === "closed by the app") return;
+    statusEl.textContent = d.code === 1e3 ? "replaced" : "disconnected";
+    errorEl.textContent = d.code === 1e3 ? "This device connected again elsewhere (another tab or window); this one has stopped. Reload to take it back." : `Disconnected: ${d.reason || d.code}`;
+  });
   c.connect().then(
     () => {
       sessionStorage.setItem("hermes.token", token);
+      sessionStorage.setItem("hermes.server", url);
       localStorage.setItem("hermes.name", name);
       login.hidden = true;
       chat.hidden = false;
       text.focus();
     },
     (e) => {
-      $("login-error").textContent = e instanceof HermesError && e.code === "auth_failed" ? "No access: check the token." : String(e.message ?? e);
+      loginError.textContent = e instanceof HermesError && e.code === "auth_failed" ? "No access: check the token." : e instanceof HermesError && e.code === "connect_failed" ? `Cannot connect to ${url}: ${e.message.replace(/^connect_failed: /, "")}` : String(e.message ?? e);
       login.hidden = false;
       chat.hidden = true;
     }
@@ -708,8 +745,8 @@ function start(token, name) {
 }
 login.onsubmit = (e) => {
   e.preventDefault();
-  $("login-error").textContent = "";
-  start($("token").value.trim(), $("device").value.trim() || "Browser");
+  loginError.textContent = "";
+  start($("token").value.trim(), $("device").value.trim() || "Browser", server.value.trim() || wsURL());
 };
 $("logout").onclick = () => {
   client?.close();
@@ -724,7 +761,7 @@ $("composer").onsubmit = (e) => {
   if (!client || !t.trim()) return;
   try {
     const id = client.sendText(t);
-    bubble("me", id).textContent = t;
+    mine("", id, t);
     text.value = "";
     errorEl.textContent = "";
   } catch (err) {
@@ -755,14 +792,14 @@ async function sendBlob(blob, filename, kind) {
   try {
     const data = new Uint8Array(await blob.arrayBuffer());
     const id = client.sendFile(data, { kind: kind ?? kindOf(blob.type), mime: blob.type || void 0, filename });
-    const el = bubble("me file", id);
-    el.textContent = `${filename} \xB7 ${data.length} bytes`;
+    mine("file", id, `${filename} \xB7 ${data.length} bytes`);
     errorEl.textContent = "";
   } catch (err) {
     showError(err);
   }
 }
 var fileInput = $("file");
+$("attach").onclick = () => fileInput.click();
 fileInput.onchange = async () => {
   for (const f of Array.from(fileInput.files ?? [])) await sendBlob(f, f.name);
   fileInput.value = "";
@@ -793,7 +830,7 @@ recordBtn.onclick = async () => {
       if (ogg) {
         try {
           const id = client.sendVoice(new Uint8Array(await blob.arrayBuffer()), "ogg");
-          bubble("me voice", id).textContent = `voice note \xB7 ${blob.size} bytes`;
+          mine("voice", id, `voice note \xB7 ${blob.size} bytes`);
         } catch (err) {
           showError(err);
         }
@@ -809,5 +846,6 @@ recordBtn.onclick = async () => {
   }
 };
 $("device").value = localStorage.getItem("hermes.name") ?? "";
+server.value = sessionStorage.getItem("hermes.server") || wsURL();
 var kept = sessionStorage.getItem("hermes.token");
-if (kept) start(kept, localStorage.getItem("hermes.name") || "Browser");
+if (kept) start(kept, localStorage.getItem("hermes.name") || "Browser", server.value);
