@@ -62,7 +62,21 @@ export interface ClientOptions {
   readyTimeout?: number;
   /** Sends of one text or file that may meet internal_error before it is given up (default 8). */
   maxResends?: number;
+  /** Called before each connection's hello for a fresh token (token refresh); the token option is used without it. */
+  getToken?: () => string | Promise<string>;
+  /** Where the client says what it does and what went wrong (default: errors of handlers to console.error). */
+  logger?: Logger;
 }
+
+export type LogLevel = "debug" | "info" | "warn" | "error";
+export type Logger = (level: LogLevel, message: string, data?: unknown) => void;
+
+const consoleLogger: Logger = (level, message, data) => {
+  if (level === "error") console.error("hermes:", message, data ?? "");
+};
+
+/** One event as the async iterator of Client.events() yields it. */
+export type ClientEvent = { [K in keyof ClientEvents]: { type: K; value: ClientEvents[K] } }[keyof ClientEvents];
 
 /** Why a socket closed: the close code (1006 when none came) and reason, and whether the client reconnects. */
 export interface Disconnected {
@@ -130,6 +144,11 @@ export interface ClientEvents {
 
 type Handler<T> = (v: T) => void;
 
+const ALL_EVENTS: (keyof ClientEvents)[] = [
+  "ready", "state", "disconnected", "message", "media", "mediaProgress", "prompt", "promptDone",
+  "avatar", "typing", "delivered", "error", "frame", "sent", "acknowledged",
+];
+
 interface Outgoing {
   id: string;
   frames: ClientFrame[];
@@ -170,7 +189,7 @@ function local(code: string, message: string): HermesError {
  * internal_error in between: the gateway handles a socket's frames in order.
  */
 export class Client {
-  readonly opts: Required<Omit<ClientOptions, "user" | "WebSocket">> & Pick<ClientOptions, "user" | "WebSocket">;
+  readonly opts: Required<Omit<ClientOptions, "user" | "WebSocket" | "getToken">> & Pick<ClientOptions, "user" | "WebSocket" | "getToken">;
   /** The last ready frame; null before the first. */
   readyFrame: ReadyFrame | null = null;
   state: ConnectionState = "closed";
@@ -197,6 +216,7 @@ export class Client {
   private gotReady = false; // on the current socket
   private offline: ClientFrame[] = []; // card answers and deliveries written after the next ready
   private resendTimer: any = null;
+  private closers = new Set<() => void>(); // ends the events() iterators
   private writes = 0; // frames written on this socket
   private unconfirmed: { id: string; n: number }[] = []; // ids written since the last pong, for errors
 
@@ -212,6 +232,7 @@ export class Client {
       connectTimeout: 10000,
       readyTimeout: 10000,
       maxResends: 8,
+      logger: consoleLogger,
       ...opts,
       device: { ...opts.device, id: opts.device?.id || "dev-" + newId().slice(0, 12) },
     };
@@ -224,12 +245,71 @@ export class Client {
     return () => set!.delete(fn);
   }
 
+  /** Like on(), for the first event only. */
+  once<K extends keyof ClientEvents>(type: K, fn: Handler<ClientEvents[K]>): () => void {
+    const off = this.on(type, (v) => {
+      off();
+      fn(v);
+    });
+    return off;
+  }
+
+  /** Removes a handler given to on(). */
+  off<K extends keyof ClientEvents>(type: K, fn: Handler<ClientEvents[K]>): void {
+    this.handlers.get(type)?.delete(fn);
+  }
+
+  /**
+   * The events of the given types (all when none) as an async iterator, in
+   * order, from now until close() or until signal aborts:
+   * `for await (const ev of c.events(["message"])) ...`. Events wait in the
+   * iterator until read.
+   */
+  events(types?: (keyof ClientEvents)[], opts: { signal?: AbortSignal } = {}): AsyncIterableIterator<ClientEvent> {
+    const queue: ClientEvent[] = [];
+    let wake: (() => void) | null = null;
+    let done = false;
+    const offs: (() => void)[] = [];
+    const finish = () => {
+      done = true;
+      offs.forEach((off) => off());
+      wake?.();
+    };
+    for (const type of types ?? ALL_EVENTS) {
+      offs.push(
+        this.on(type, (value: any) => {
+          queue.push({ type, value } as ClientEvent);
+          wake?.();
+        }),
+      );
+    }
+    this.closers.add(finish);
+    offs.push(() => this.closers.delete(finish));
+    if (opts.signal?.aborted) finish();
+    opts.signal?.addEventListener("abort", finish, { once: true });
+    const it: AsyncIterableIterator<ClientEvent> = {
+      [Symbol.asyncIterator]: () => it,
+      next: async () => {
+        while (!queue.length && !done) await new Promise<void>((r) => (wake = r));
+        wake = null;
+        if (queue.length) return { value: queue.shift()!, done: false };
+        return { value: undefined, done: true };
+      },
+      return: async () => {
+        finish();
+        queue.length = 0;
+        return { value: undefined, done: true };
+      },
+    };
+    return it;
+  }
+
   private emit<K extends keyof ClientEvents>(type: K, v: ClientEvents[K]): void {
     for (const fn of this.handlers.get(type) ?? []) {
       try {
         fn(v);
       } catch (e) {
-        console.error(e);
+        this.opts.logger("error", `a ${type} handler threw`, e);
       }
     }
   }
@@ -248,11 +328,27 @@ export class Client {
    * Connects and resolves with the first ready frame; rejects on an error
    * that stops the client (auth_failed, forbidden) or when close() is called first.
    */
-  connect(): Promise<ReadyFrame> {
+  connect(opts: { signal?: AbortSignal } = {}): Promise<ReadyFrame> {
     if (!this.stopped) return Promise.reject(local("bad_frame", "already connected"));
+    const signal = opts.signal;
+    if (signal?.aborted) return Promise.reject(local("cancelled", "connect() cancelled"));
     this.stopped = false;
     this.attempt = 0;
     const p = new Promise<ReadyFrame>((resolve, reject) => (this.firstReady = { resolve, reject }));
+    if (signal) {
+      // Cancelling connect() closes the client; after ready the signal does nothing.
+      const abort = () => {
+        if (!this.firstReady) return;
+        this.failFirst(local("cancelled", "connect() cancelled"));
+        this.close();
+      };
+      signal.addEventListener("abort", abort, { once: true });
+      p.then(
+        () => signal.removeEventListener("abort", abort),
+        () => signal.removeEventListener("abort", abort),
+      );
+    }
+    this.opts.logger("info", `connecting to ${this.opts.url}`);
     this.open();
     return p;
   }
@@ -260,6 +356,7 @@ export class Client {
   /** Closes the connection and stops reconnecting. Unconfirmed sends stay pending for the next connect(). */
   close(): void {
     this.stopped = true;
+    for (const end of [...this.closers]) end();
     clearTimeout(this.retryTimer);
     clearTimeout(this.resendTimer);
     this.failFirst(local("internal_error", "closed"));
@@ -307,10 +404,20 @@ export class Client {
     this.ws = ws;
     ws.binaryType = "arraybuffer";
     this.openTimer = setTimeout(() => this.giveUp(`no connection within ${this.opts.connectTimeout} ms`), this.opts.connectTimeout);
-    ws.onopen = () => {
+    ws.onopen = async () => {
       clearTimeout(this.openTimer);
       this.openTimer = setTimeout(() => this.giveUp(`no ready within ${this.opts.readyTimeout} ms`), this.opts.readyTimeout);
-      const hello: ClientFrame = { t: "hello", token: this.opts.token, device: this.opts.device };
+      let token = this.opts.token;
+      if (this.opts.getToken) {
+        try {
+          token = await this.opts.getToken();
+        } catch (e: any) {
+          if (this.ws === ws) this.giveUp(`getToken failed: ${e?.message ?? e}`);
+          return;
+        }
+        if (this.ws !== ws) return;
+      }
+      const hello: ClientFrame = { t: "hello", token, device: this.opts.device };
       if (this.opts.user) hello.user = this.opts.user;
       this.write(hello);
     };
@@ -370,6 +477,7 @@ export class Client {
       this.stop(local("internal_error", "replaced by a newer connection"));
     }
     const reconnect = !this.stopped && this.opts.reconnect;
+    this.opts.logger(reconnect ? "warn" : "info", `socket closed (${code}${reason ? " " + reason : ""}${this.failure ? ": " + this.failure : ""})`, { reconnect });
     if (this.gotReady || this.stopped) this.emit("disconnected", { code, reason: reason || this.failure, reconnect });
     if (this.stopped) {
       this.setState("closed");
@@ -380,6 +488,7 @@ export class Client {
 
   private stop(err: HermesError): void {
     this.stopped = true;
+    for (const end of [...this.closers]) end();
     clearTimeout(this.retryTimer);
     this.failFirst(err);
     this.setState("closed");
@@ -400,6 +509,7 @@ export class Client {
     }
     const cap = Math.min(this.opts.maxDelay, this.opts.minDelay * 2 ** this.attempt++);
     clearTimeout(this.retryTimer);
+    this.opts.logger("debug", `reconnecting in up to ${cap} ms`);
     this.retryTimer = setTimeout(() => {
       if (!this.stopped) this.open();
     }, Math.random() * cap);

@@ -25,7 +25,9 @@ export type ErrorCode =
   | "auth_required"
   | "internal_error"
   /** Local only: the first connection of connect() failed (bad URL, unreachable, no ready in time). */
-  | "connect_failed";
+  | "connect_failed"
+  /** Local only: connect() was cancelled by its AbortSignal. */
+  | "cancelled";
 
 export interface Device {
   id?: string;

@@ -418,6 +418,72 @@ test("a file whose last part comes without the earlier ones is refused, not hand
   }
 });
 
+test("once and off; events() as an async iterator, ended by its signal", async () => {
+  const c = newClient(uniq("ts-api"));
+  await c.connect();
+  const onceSeen = [];
+  c.once("message", (m) => onceSeen.push(m.text));
+  const all = [];
+  const fn = (m) => all.push(m.text);
+  c.on("message", fn);
+  c.off("message", fn);
+  const stop = new AbortController();
+  const it = c.events(["message", "acknowledged"], { signal: stop.signal });
+  const id = c.sendText("iterate");
+  const got = [];
+  for await (const ev of it) {
+    got.push(ev.type);
+    if (ev.type === "message" && ev.value.final) stop.abort();
+  }
+  assert.deepEqual(onceSeen, ["You said: "], "once: the first version only");
+  assert.deepEqual(all, [], "off: no calls");
+  assert.ok(got.includes("acknowledged") && got.filter((t) => t === "message").length === 3, got.join(","));
+  assert.equal(c.pending.includes(id), false);
+  // A closed client ends its iterators.
+  const rest = c.events();
+  c.close();
+  assert.deepEqual(await rest.next(), { value: undefined, done: true });
+});
+
+test("getToken is asked before each connection; a logger hears a handler's error", async () => {
+  const logs = [];
+  let asked = 0;
+  const c = newClient(uniq("ts-token"), {
+    token: "stale",
+    getToken: async () => (asked++, gw.token),
+    logger: (level, msg) => logs.push([level, msg]),
+  });
+  c.on("ready", () => {
+    throw new Error("a broken handler");
+  });
+  await c.connect();
+  assert.equal(asked, 1);
+  assert.ok(logs.some(([l, m]) => l === "error" && /ready handler threw/.test(m)), JSON.stringify(logs));
+  const back = waitFor(c, "ready");
+  c.drop();
+  await back;
+  assert.equal(asked, 2, "a fresh token for the reconnect");
+  assert.ok(logs.some(([l, m]) => l === "warn" && /socket closed/.test(m)), JSON.stringify(logs));
+});
+
+test("connect() is cancelled by its AbortSignal", async () => {
+  const tcp = createServer(() => {});
+  await new Promise((r) => tcp.listen(0, "127.0.0.1", r));
+  try {
+    const c = newClient(uniq("ts-cancel"), { url: `ws://127.0.0.1:${tcp.address().port}/ws` });
+    const ac = new AbortController();
+    const p = c.connect({ signal: ac.signal });
+    ac.abort();
+    await within(assert.rejects(p, (e) => e.code === "cancelled"), 5000, "cancelled connect");
+    assert.equal(c.state, "closed");
+    const pre = new AbortController();
+    pre.abort();
+    await assert.rejects(newClient(uniq("ts-cancel2")).connect({ signal: pre.signal }), (e) => e.code === "cancelled");
+  } finally {
+    tcp.close();
+  }
+});
+
 test("a wrong token: auth_failed, typed, and no reconnect", async () => {
   const c = newClient(uniq("ts-auth"), { token: "wrong" });
   let connecting = 0;

@@ -50,6 +50,26 @@ function newId(prefix = "") {
 }
 
 // src/client.ts
+var consoleLogger = (level, message, data) => {
+  if (level === "error") console.error("hermes:", message, data ?? "");
+};
+var ALL_EVENTS = [
+  "ready",
+  "state",
+  "disconnected",
+  "message",
+  "media",
+  "mediaProgress",
+  "prompt",
+  "promptDone",
+  "avatar",
+  "typing",
+  "delivered",
+  "error",
+  "frame",
+  "sent",
+  "acknowledged"
+];
 function bytesOf(b) {
   return b instanceof Uint8Array ? b : new Uint8Array(b);
 }
@@ -87,6 +107,8 @@ var Client = class {
     this.offline = [];
     // card answers and deliveries written after the next ready
     this.resendTimer = null;
+    this.closers = /* @__PURE__ */ new Set();
+    // ends the events() iterators
     this.writes = 0;
     // frames written on this socket
     this.unconfirmed = [];
@@ -101,6 +123,7 @@ var Client = class {
       connectTimeout: 1e4,
       readyTimeout: 1e4,
       maxResends: 8,
+      logger: consoleLogger,
       ...opts,
       device: { ...opts.device, id: opts.device?.id || "dev-" + newId().slice(0, 12) }
     };
@@ -111,12 +134,68 @@ var Client = class {
     set.add(fn);
     return () => set.delete(fn);
   }
+  /** Like on(), for the first event only. */
+  once(type, fn) {
+    const off = this.on(type, (v) => {
+      off();
+      fn(v);
+    });
+    return off;
+  }
+  /** Removes a handler given to on(). */
+  off(type, fn) {
+    this.handlers.get(type)?.delete(fn);
+  }
+  /**
+   * The events of the given types (all when none) as an async iterator, in
+   * order, from now until close() or until signal aborts:
+   * `for await (const ev of c.events(["message"])) ...`. Events wait in the
+   * iterator until read.
+   */
+  events(types, opts = {}) {
+    const queue = [];
+    let wake = null;
+    let done = false;
+    const offs = [];
+    const finish = () => {
+      done = true;
+      offs.forEach((off) => off());
+      wake?.();
+    };
+    for (const type of types ?? ALL_EVENTS) {
+      offs.push(
+        this.on(type, (value) => {
+          queue.push({ type, value });
+          wake?.();
+        })
+      );
+    }
+    this.closers.add(finish);
+    offs.push(() => this.closers.delete(finish));
+    if (opts.signal?.aborted) finish();
+    opts.signal?.addEventListener("abort", finish, { once: true });
+    const it = {
+      [Symbol.asyncIterator]: () => it,
+      next: async () => {
+        while (!queue.length && !done) await new Promise((r) => wake = r);
+        wake = null;
+        if (queue.length) return { value: queue.shift(), done: false };
+        return { value: void 0, done: true };
+      },
+      return: async () => {
+        finish();
+        queue.length = 0;
+        return { value: void 0, done: true };
+      }
+    };
+    return it;
+  }
   emit(type, v) {
     for (const fn of this.handlers.get(type) ?? []) {
       try {
         fn(v);
       } catch (e) {
-        console.error(e);
+        this.opts.logger("error", `a ${type} handler threw`, e);
       }
     }
   }
@@ -132,17 +211,33 @@ var Client = class {
    * Connects and resolves with the first ready frame; rejects on an error
    * that stops the client (auth_failed, forbidden) or when close() is called first.
    */
-  connect() {
+  connect(opts = {}) {
     if (!this.stopped) return Promise.reject(local("bad_frame", "already connected"));
+    const signal = opts.signal;
+    if (signal?.aborted) return Promise.reject(local("cancelled", "connect() cancelled"));
     this.stopped = false;
     this.attempt = 0;
     const p = new Promise((resolve, reject) => this.firstReady = { resolve, reject });
+    if (signal) {
+      const abort = () => {
+        if (!this.firstReady) return;
+        this.failFirst(local("cancelled", "connect() cancelled"));
+        this.close();
+      };
+      signal.addEventListener("abort", abort, { once: true });
+      p.then(
+        () => signal.removeEventListener("abort", abort),
+        () => signal.removeEventListener("abort", abort)
+      );
+    }
+    this.opts.logger("info", `connecting to ${this.opts.url}`);
     this.open();
     return p;
   }
   /** Closes the connection and stops reconnecting. Unconfirmed sends stay pending for the next connect(). */
   close() {
     this.stopped = true;
+    for (const end of [...this.closers]) end();
     clearTimeout(this.retryTimer);
     clearTimeout(this.resendTimer);
     this.failFirst(local("internal_error", "closed"));
@@ -189,10 +284,20 @@ var Client = class {
     this.ws = ws;
     ws.binaryType = "arraybuffer";
     this.openTimer = setTimeout(() => this.giveUp(`no connection within ${this.opts.connectTimeout} ms`), this.opts.connectTimeout);
-    ws.onopen = () => {
+    ws.onopen = async () => {
       clearTimeout(this.openTimer);
       this.openTimer = setTimeout(() => this.giveUp(`no ready within ${this.opts.readyTimeout} ms`), this.opts.readyTimeout);
-      const hello = { t: "hello", token: this.opts.token, device: this.opts.device };
+      let token = this.opts.token;
+      if (this.opts.getToken) {
+        try {
+          token = await this.opts.getToken();
+        } catch (e) {
+          if (this.ws === ws) this.giveUp(`getToken failed: ${e?.message ?? e}`);
+          return;
+        }
+        if (this.ws !== ws) return;
+      }
+      const hello = { t: "hello", token, device: this.opts.device };
       if (this.opts.user) hello.user = this.opts.user;
       this.write(hello);
     };
@@ -246,6 +351,7 @@ var Client = class {
       this.stop(local("internal_error", "replaced by a newer connection"));
     }
     const reconnect = !this.stopped && this.opts.reconnect;
+    this.opts.logger(reconnect ? "warn" : "info", `socket closed (${code}${reason ? " " + reason : ""}${this.failure ? ": " + this.failure : ""})`, { reconnect });
     if (this.gotReady || this.stopped) this.emit("disconnected", { code, reason: reason || this.failure, reconnect });
     if (this.stopped) {
       this.setState("closed");
@@ -255,6 +361,7 @@ var Client = class {
   }
   stop(err) {
     this.stopped = true;
+    for (const end of [...this.closers]) end();
     clearTimeout(this.retryTimer);
     this.failFirst(err);
     this.setState("closed");
@@ -273,6 +380,7 @@ var Client = class {
     }
     const cap = Math.min(this.opts.maxDelay, this.opts.minDelay * 2 ** this.attempt++);
     clearTimeout(this.retryTimer);
+    this.opts.logger("debug", `reconnecting in up to ${cap} ms`);
     this.retryTimer = setTimeout(() => {
       if (!this.stopped) this.open();
     }, Math.random() * cap);
