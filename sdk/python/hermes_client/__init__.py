@@ -21,10 +21,11 @@ import asyncio
 import base64
 import inspect
 import json
+import logging
 import os
 import random
 import time
-from typing import Any, Awaitable, Callable, Dict, List, Optional
+from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 import websockets
 
@@ -127,7 +128,9 @@ class Client:
                  reconnect: bool = True, min_delay: float = 0.5, max_delay: float = 30.0,
                  ping_interval: float = 25.0, pong_timeout: float = 15.0, auto_ack: bool = True,
                  typing_idle: float = 6.0, connect_timeout: float = 10.0, ready_timeout: float = 10.0,
-                 max_resends: int = 8):
+                 max_resends: int = 8,
+                 get_token: Optional[Callable[[], Union[str, Awaitable[str]]]] = None,
+                 logger: Optional[logging.Logger] = None):
         self.url, self.token, self.user = url, token, user
         self.device = dict(device or {})
         if not self.device.get("id"):
@@ -136,6 +139,9 @@ class Client:
         self.ping_interval, self.pong_timeout, self.auto_ack = ping_interval, pong_timeout, auto_ack
         self.typing_idle, self.connect_timeout, self.ready_timeout = typing_idle, connect_timeout, ready_timeout
         self.max_resends = max_resends
+        self.get_token = get_token
+        self.log = logger or logging.getLogger("hermes_client")
+        self._iterators: List[asyncio.Queue] = []  # of events(); None in one ends it
         self.ready: Optional[dict] = None
         self.state = "closed"
         self.avatar = "idle"
@@ -168,7 +174,47 @@ class Client:
         self._handlers.setdefault(name, []).append(fn)
         return lambda: self._handlers[name].remove(fn) if fn in self._handlers[name] else None
 
+    def once(self, name: str, fn: Callable[[Any], Any]) -> Callable[[], None]:
+        """Like on(), for the first event only."""
+        def first(v):
+            off()
+            return fn(v)
+        off = self.on(name, first)
+        return off
+
+    def off(self, name: str, fn: Callable[[Any], Any]) -> None:
+        """Removes a handler given to on()."""
+        if fn in self._handlers.get(name, ()):
+            self._handlers[name].remove(fn)
+
+    async def events(self, names: Optional[Iterable[str]] = None) -> AsyncIterator[Tuple[str, Any]]:
+        """The events of the given names (all when None) as (name, value), in
+        order, queued until read, until the client stops; ``break`` or
+        cancelling the task leaves it::
+
+            async for name, value in client.events(["message", "error"]):
+                ...
+        """
+        want = set(names) if names is not None else None
+        q: asyncio.Queue = asyncio.Queue()
+        self._iterators.append(q)
+        try:
+            while True:
+                item = await q.get()
+                if item is None:
+                    return
+                if want is None or item[0] in want:
+                    yield item
+        finally:
+            self._iterators.remove(q)
+
+    def _end_iterators(self) -> None:
+        for q in self._iterators:
+            q.put_nowait(None)
+
     async def _emit(self, name: str, value: Any) -> None:
+        for q in self._iterators:
+            q.put_nowait((name, value))
         self._queue((name, value))
 
     def _queue(self, item: tuple) -> None:
@@ -195,10 +241,10 @@ class Client:
                         r = fn(value)
                         if inspect.isawaitable(r):
                             await r
-                    except Exception as e:  # an app's handler must not kill the connection
-                        print(f"hermes_client: {name} handler: {e!r}")
-            except Exception as e:
-                print(f"hermes_client: {e!r}")
+                    except Exception:  # an app's handler must not kill the connection
+                        self.log.exception("a %s handler raised", name)
+            except Exception:
+                self.log.exception("after the handlers")
             finally:
                 self._events.task_done()
 
@@ -234,8 +280,14 @@ class Client:
             raise _local("bad_frame", "already connected")
         self._stopped = False
         self._first = asyncio.get_running_loop().create_future()
+        self.log.info("connecting to %s", self.url)
         self._task = asyncio.get_running_loop().create_task(self._run())
-        return await self._first
+        try:
+            return await asyncio.shield(self._first)
+        except asyncio.CancelledError:
+            # Cancelling connect() (task.cancel(), asyncio.wait_for) closes the client.
+            await self.close()
+            raise
 
     async def close(self) -> None:
         """Closes and stops reconnecting; what is pending stays for the next
@@ -243,6 +295,7 @@ class Client:
         (unless called from one)."""
         self._stopped = True
         self._fail_first(_local("internal_error", "closed"))
+        self._end_iterators()
         ws = self._ws
         if ws is not None:
             await ws.close()
@@ -291,7 +344,12 @@ class Client:
                         ws.transport.abort()
 
                     timer = asyncio.get_running_loop().call_later(self.ready_timeout, no_ready)
-                    hello = {"t": "hello", "token": self.token, "device": self.device}
+                    token = self.token
+                    if self.get_token is not None:
+                        token = self.get_token()
+                        if inspect.isawaitable(token):
+                            token = await token
+                    hello = {"t": "hello", "token": token, "device": self.device}
                     if self.user:
                         hello["user"] = self.user
                     await self._write(hello)
@@ -312,7 +370,7 @@ class Client:
                         code, reason = ws.close_code or 1006, ws.close_reason or ""
             except asyncio.TimeoutError:
                 failure = failure or f"no connection within {self.connect_timeout} s"
-            except (OSError, websockets.WebSocketException) as e:
+            except Exception as e:  # OSError, WebSocketException, a get_token that raised
                 failure = failure or f"cannot connect to {self.url}: {e}"
             finally:
                 if timer is not None:
@@ -331,6 +389,8 @@ class Client:
                 self._stop(_local("internal_error", "replaced by a newer connection"))
             elif not self.reconnect and not self._stopped:
                 self._stop(_local("internal_error", "connection lost"))
+            self.log.log(logging.INFO if self._stopped else logging.WARNING, "socket closed (%s %s%s), %s", code, reason,
+                         ": " + failure if failure else "", "stopped" if self._stopped else "reconnecting")
             if ready or self._stopped:
                 await self._emit("disconnected", {"code": code, "reason": reason or failure,
                                                   "reconnect": not self._stopped})
@@ -344,6 +404,7 @@ class Client:
     def _stop(self, err: HermesError) -> None:
         self._stopped = True
         self._fail_first(err)
+        self._end_iterators()
 
     def _detach(self) -> None:
         self._ws = None

@@ -446,3 +446,75 @@ def test_typing_clears_by_itself(gateway):
         assert seen == [True, False] and c.typing is False
         await c.close()
     run(go())
+
+
+def test_once_off_and_events_iterator(gateway):
+    async def go():
+        c = client(gateway, uniq("py-api"))
+        await c.connect()
+        first, never = [], []
+        c.once("message", lambda m: first.append(m["text"]))
+        fn = never.append
+        c.on("message", fn)
+        c.off("message", fn)
+        got = []
+
+        async def read():
+            async for name, value in c.events(["message", "acknowledged"]):
+                got.append(name)
+                if name == "message" and value["final"]:
+                    break
+
+        reader = asyncio.ensure_future(read())
+        await asyncio.sleep(0)  # the iterator is listening
+        await c.send_text("iterate")
+        await asyncio.wait_for(reader, 30)
+        assert first == ["You said: "] and never == []
+        assert got.count("message") == 3, got
+        # A closed client ends its iterators.
+        rest = asyncio.ensure_future(c.events().__anext__())
+        await asyncio.sleep(0)
+        await c.close()
+        with pytest.raises(StopAsyncIteration):
+            await asyncio.wait_for(rest, 5)
+    run(go())
+
+
+def test_get_token_and_logger(gateway, caplog):
+    async def go():
+        asked = []
+
+        async def token():
+            asked.append(1)
+            return gateway.token
+
+        c = client(gateway, uniq("py-token"), token="stale", get_token=token)
+
+        def broken(_):
+            raise RuntimeError("a broken handler")
+
+        c.on("ready", broken)
+        await c.connect()
+        back = asyncio.ensure_future(c.wait_for("ready"))
+        c.drop()
+        await back
+        assert len(asked) == 2, "a fresh token for each connection"
+        await c.close()
+    with caplog.at_level("INFO", logger="hermes_client"):
+        run(go())
+    assert any(r.levelname == "ERROR" and "ready handler raised" in r.getMessage() for r in caplog.records), caplog.records
+    assert any(r.levelname == "WARNING" and "socket closed" in r.getMessage() for r in caplog.records)
+
+
+def test_cancelled_connect_closes(gateway):
+    async def go():
+        tcp = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+        c = Client(f"ws://127.0.0.1:{tcp.sockets[0].getsockname()[1]}/ws", "t", {"id": uniq("py-cancel")})
+        task = asyncio.ensure_future(c.connect())
+        await c.wait_for("state", lambda s: s == "connecting") if c.state != "connecting" else None
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert c.state == "closed"
+        tcp.close()
+    run(go())
