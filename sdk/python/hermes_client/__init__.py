@@ -286,7 +286,10 @@ class Client:
             return await asyncio.shield(self._first)
         except asyncio.CancelledError:
             # Cancelling connect() (task.cancel(), asyncio.wait_for) closes the client.
+            first = self._first
             await self.close()
+            if first is not None and first.done():
+                first.exception()  # retrieved: nobody awaits it now
             raise
 
     async def close(self) -> None:
