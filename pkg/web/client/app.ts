@@ -55,10 +55,42 @@ function bubble(cls: string, id?: string): HTMLDivElement {
   return el;
 }
 
+// Markdown, the little agents write: ``` blocks, `code`, **bold**, *italic*
+// or _italic_, [text](http(s) link). Built as DOM nodes from text, never as
+// HTML: the agent's text cannot become markup.
+function markdown(el: HTMLElement, src: string) {
+  el.replaceChildren();
+  const blocks = src.split(/```/);
+  blocks.forEach((b, i) => {
+    if (i % 2 === 1) {
+      const pre = document.createElement("pre");
+      pre.append(Object.assign(document.createElement("code"), { textContent: b.replace(/^[\w+-]*\n/, "") }));
+      el.append(pre);
+    } else {
+      inline(el, b);
+    }
+  });
+}
+
+const INLINE = /`([^`\n]+)`|\*\*([^*\n]+)\*\*|(?<![\w*])[*_]([^*_\n]+)[*_](?![\w*])|\[([^\]\n]+)\]\((https?:\/\/[^)\s]+)\)/g;
+
+function inline(el: HTMLElement, s: string) {
+  let at = 0;
+  for (const m of s.matchAll(INLINE)) {
+    el.append(s.slice(at, m.index));
+    at = m.index! + m[0].length;
+    if (m[1] !== undefined) el.append(Object.assign(document.createElement("code"), { textContent: m[1] }));
+    else if (m[2] !== undefined) el.append(Object.assign(document.createElement("strong"), { textContent: m[2] }));
+    else if (m[3] !== undefined) el.append(Object.assign(document.createElement("em"), { textContent: m[3] }));
+    else el.append(Object.assign(document.createElement("a"), { textContent: m[4], href: m[5], target: "_blank", rel: "noopener noreferrer" }));
+  }
+  el.append(s.slice(at));
+}
+
 function showMessage(m: Message) {
   let el = messages.querySelector<HTMLDivElement>(`.msg.agent[data-id="${CSS.escape(m.id)}"]`);
   if (!el) el = bubble("agent", m.id);
-  el.textContent = m.text;
+  markdown(el, m.text);
   el.classList.toggle("streaming", !m.final);
   el.classList.toggle("final", m.final);
   el.setAttribute("aria-busy", String(!m.final));

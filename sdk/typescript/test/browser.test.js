@@ -308,8 +308,12 @@ test("keyboard only: tab to the file picker, send, answer a card", { skip, timeo
   writeFileSync(file, "picked by keyboard");
   for (let i = 0; i < 5 && (await active()) !== "attach"; i++) await page.keyboard.down("Shift"), await page.keyboard.press("Tab"), await page.keyboard.up("Shift");
   assert.equal(await active(), "attach", "Shift+Tab reaches the file picker");
-  const [chooser] = await Promise.all([page.waitForFileChooser(), page.keyboard.press("Enter")]);
-  await chooser.accept([file]);
+  // Enter opens the picker: the hidden input is clicked (headless Chromium's
+  // file dialog interception is not reliable enough to wait on).
+  await page.evaluate(() => document.getElementById("file").addEventListener("click", () => (window.__picked = true), { once: true }));
+  await page.keyboard.press("Enter");
+  await page.waitForFunction(() => window.__picked === true);
+  await (await page.$("#file")).uploadFile(file);
   await page.waitForFunction(() => [...document.querySelectorAll(".msg.agent.media .meta")].some((e) => e.textContent.startsWith("note.txt")));
   rmSync(dir, { recursive: true, force: true });
 
@@ -324,5 +328,34 @@ test("keyboard only: tab to the file picker, send, answer a card", { skip, timeo
   await page.waitForSelector(".card.closed .done");
   assert.equal(await page.$eval(".card .done", (e) => e.textContent), "answered: once");
   await page.waitForFunction(() => [...document.querySelectorAll(".msg.agent.final")].some((e) => e.textContent === "exec_approval resolved: once"));
+  await page.close();
+});
+
+test("Markdown in answers, as DOM nodes: the agent's text never becomes markup", { skip, timeout: 60000 }, async () => {
+  const page = await newPage();
+  await logIn(page, "Markdown");
+  const src = "**bold**, *it*, `x<y`, [docs](https://example.com/a) <img src=x onerror=window.__xss=1>\n```\n<b>raw</b>\n```";
+  await page.type("#text", src.replace(/\n/g, ""));
+  await page.$eval("#text", (e, v) => (e.value = v), src);
+  await page.keyboard.press("Enter");
+  await page.waitForSelector(".msg.agent.final strong");
+  const out = await page.$eval(".msg.agent.final", (e) => ({
+    strong: e.querySelector("strong")?.textContent,
+    em: e.querySelector("em")?.textContent,
+    code: e.querySelector(":scope > code")?.textContent,
+    link: e.querySelector("a") && { href: e.querySelector("a").href, text: e.querySelector("a").textContent, rel: e.querySelector("a").rel },
+    pre: e.querySelector("pre code")?.textContent,
+    elements: [...e.querySelectorAll("*")].map((x) => x.tagName).sort(),
+    xss: window.__xss ?? null,
+  }));
+  assert.deepEqual(out, {
+    strong: "bold",
+    em: "it",
+    code: "x<y",
+    link: { href: "https://example.com/a", text: "docs", rel: "noopener noreferrer" },
+    pre: "<b>raw</b>\n",
+    elements: ["A", "CODE", "CODE", "EM", "PRE", "STRONG"],
+    xss: null,
+  });
   await page.close();
 });

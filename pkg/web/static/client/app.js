@@ -713,10 +713,36 @@ function bubble(cls, id) {
   scrollDown();
   return el;
 }
+function markdown(el, src) {
+  el.replaceChildren();
+  const blocks = src.split(/```/);
+  blocks.forEach((b, i) => {
+    if (i % 2 === 1) {
+      const pre = document.createElement("pre");
+      pre.append(Object.assign(document.createElement("code"), { textContent: b.replace(/^[\w+-]*\n/, "") }));
+      el.append(pre);
+    } else {
+      inline(el, b);
+    }
+  });
+}
+var INLINE = /`([^`\n]+)`|\*\*([^*\n]+)\*\*|(?<![\w*])[*_]([^*_\n]+)[*_](?![\w*])|\[([^\]\n]+)\]\((https?:\/\/[^)\s]+)\)/g;
+function inline(el, s) {
+  let at = 0;
+  for (const m of s.matchAll(INLINE)) {
+    el.append(s.slice(at, m.index));
+    at = m.index + m[0].length;
+    if (m[1] !== void 0) el.append(Object.assign(document.createElement("code"), { textContent: m[1] }));
+    else if (m[2] !== void 0) el.append(Object.assign(document.createElement("strong"), { textContent: m[2] }));
+    else if (m[3] !== void 0) el.append(Object.assign(document.createElement("em"), { textContent: m[3] }));
+    else el.append(Object.assign(document.createElement("a"), { textContent: m[4], href: m[5], target: "_blank", rel: "noopener noreferrer" }));
+  }
+  el.append(s.slice(at));
+}
 function showMessage(m) {
   let el = messages.querySelector(`.msg.agent[data-id="${CSS.escape(m.id)}"]`);
   if (!el) el = bubble("agent", m.id);
-  el.textContent = m.text;
+  markdown(el, m.text);
   el.classList.toggle("streaming", !m.final);
   el.classList.toggle("final", m.final);
   el.setAttribute("aria-busy", String(!m.final));
