@@ -132,10 +132,16 @@ test("the browser client: log in, a streamed answer, a card, a file over one par
   assert.equal(await page.$eval(".msg.agent.final", (e) => e.getAttribute("aria-busy")), "false");
 
   // Written while the network is down: pending, and it looks it, until the gateway takes it.
-  await page.evaluate(() => window.hermes.drop());
-  await page.type("#text", "while offline");
-  await page.keyboard.press("Enter");
-  const pending = await page.$eval(".msg.me.pending", (e) => ({ opacity: getComputedStyle(e).opacity, border: getComputedStyle(e).borderStyle, state: e.querySelector(".state").textContent }));
+  // In one task, so the reconnect cannot come in between.
+  const pending = await page.evaluate(() => {
+    window.hermes.drop();
+    document.getElementById("text").value = "while offline";
+    document.getElementById("composer").requestSubmit();
+    const e = [...document.querySelectorAll(".msg.me")].pop();
+    return { cls: e.className, opacity: getComputedStyle(e).opacity, border: getComputedStyle(e).borderStyle, state: e.querySelector(".state").textContent };
+  });
+  assert.match(pending.cls, /\bpending\b/);
+  delete pending.cls;
   const sent = await page.$eval(".msg.me.sent", (e) => ({ opacity: getComputedStyle(e).opacity, border: getComputedStyle(e).borderStyle }));
   assert.equal(pending.state, "sending…");
   assert.notDeepEqual({ opacity: pending.opacity, border: pending.border }, sent, "pending and sent look different");
