@@ -227,6 +227,7 @@ function start(token: string, name: string, url: string) {
       localStorage.setItem("hermes.name", name);
       login.hidden = true;
       chat.hidden = false;
+      errorEl.textContent = ""; // a failed attempt before this one is over
       text.focus();
     },
     (e) => {

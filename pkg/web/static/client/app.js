@@ -868,6 +868,7 @@ function start(token, name, url) {
       localStorage.setItem("hermes.name", name);
       login.hidden = true;
       chat.hidden = false;
+      errorEl.textContent = "";
       text.focus();
     },
     (e) => {
