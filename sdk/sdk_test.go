@@ -10,8 +10,13 @@
 package sdk_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,7 +46,7 @@ func needNode(t *testing.T) {
 	t.Helper()
 	_, errNode := exec.LookPath("node")
 	_, errNpm := exec.LookPath("npm")
-	need(t, errNode == nil && errNpm == nil, "the TypeScript SDK tests need node (20 or later) and npm (apt-get install nodejs npm)")
+	need(t, errNode == nil && errNpm == nil, "the TypeScript SDK tests need node (18 or later) and npm (apt-get install nodejs npm)")
 }
 
 // python is Debian's interpreter: the packages are python3-pytest and
@@ -204,6 +209,159 @@ func TestPythonSDK(t *testing.T) {
 		t.Fatalf("the Python SDK's pytest failed (%v):\n%s", err, res)
 	}
 	t.Logf("pytest:\n%s", tail(res, 5))
+}
+
+// gateway is a running edge: zero-config single node with the demo agent.
+type gateway struct {
+	url, token string
+}
+
+// startEdge runs the edge binary on a free loopback port until the test ends.
+func startEdge(t *testing.T, bin string) gateway {
+	t.Helper()
+	b := make([]byte, 12)
+	rand.Read(b)
+	gw := gateway{token: "app-" + hex.EncodeToString(b)}
+	cmd := exec.Command(bin)
+	cmd.Env = append(cleanEnv(), "MOBILE_TOKEN="+gw.token, "MOBILE_LISTEN=127.0.0.1:0", "MOBILE_ADMIN_LISTEN=off",
+		"MOBILE_DRAIN_WINDOW=1")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	found := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			var line struct{ Msg, URL string }
+			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "gateway listening" && line.URL != "" {
+				select {
+				case found <- line.URL:
+				default:
+				}
+			}
+		}
+		io.Copy(io.Discard, stderr) // a line too long for the scanner
+	}()
+	select {
+	case gw.url = <-found:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no 'gateway listening' from the edge within 20 s")
+	}
+	return gw
+}
+
+// readmeExample is the first fenced block of lang in a README.
+func readmeExample(t *testing.T, readme, lang string) string {
+	t.Helper()
+	b, err := os.ReadFile(readme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(b), "\n```"+lang+"\n")
+	code, _, ok2 := strings.Cut(rest, "\n```\n")
+	if !ok || !ok2 {
+		t.Fatalf("%s has no ```%s block", readme, lang)
+	}
+	return code + "\n"
+}
+
+// TestTypeScriptPackage: npm pack (which builds on prepare) installed into
+// an empty project, with ws as the README says, runs the README's example
+// as written against a real edge; require() and the exported types resolve.
+func TestTypeScriptPackage(t *testing.T) {
+	bin := setup(t)
+	tmp := t.TempDir()
+	for _, dir := range []string{tsDir, filepath.Join(tsDir, "node_modules", "ws")} {
+		if out, err := run(dir, nil, 3*time.Minute, "npm", "pack", "--pack-destination", tmp); err != nil {
+			t.Fatalf("npm pack in %s: %v\n%s", dir, err, out)
+		}
+	}
+	tgzs, _ := filepath.Glob(filepath.Join(tmp, "*.tgz"))
+	if len(tgzs) != 2 {
+		t.Fatalf("npm pack wrote %v", tgzs)
+	}
+	app := filepath.Join(tmp, "app")
+	if err := os.Mkdir(app, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write := func(name, s string) {
+		if err := os.WriteFile(filepath.Join(app, name), []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("package.json", `{"name": "app", "private": true}`+"\n")
+	args := append([]string{"install", "--offline", "--no-audit", "--no-fund"}, tgzs...)
+	if out, err := run(app, nil, 3*time.Minute, "npm", args...); err != nil {
+		t.Fatalf("npm install of the packed SDK: %v\n%s", err, out)
+	}
+	gw := startEdge(t, bin)
+	write("example.mjs", readmeExample(t, filepath.Join(tsDir, "README.md"), "js"))
+	out, err := run(app, []string{"HERMES_URL=" + gw.url, "HERMES_TOKEN=" + gw.token}, time.Minute, "node", "example.mjs")
+	if err != nil || !strings.Contains(out, "done: You said: hello\n") {
+		t.Fatalf("the README's example (%v):\n%s", err, out)
+	}
+	write("check.cjs", `const { Client, MAX_TEXT_CHARS } = require("@hermes-mobile/client");
+if (typeof Client !== "function" || MAX_TEXT_CHARS !== 12000) throw new Error("require() gave " + Object.keys(require("@hermes-mobile/client")));
+const pkg = require("@hermes-mobile/client/package.json");
+for (const c of Object.values(pkg.exports["."])) require("fs").accessSync(require("path").join("node_modules", pkg.name, c.types));
+console.log("cjs ok");
+`)
+	if out, err := run(app, nil, time.Minute, "node", "check.cjs"); err != nil || !strings.Contains(out, "cjs ok") {
+		t.Fatalf("require() of the packed SDK (%v):\n%s", err, out)
+	}
+}
+
+// TestPythonPackage: pip install of sdk/python into a fresh venv (offline,
+// Debian's setuptools and websockets through --system-site-packages) runs
+// the README's example as written against a real edge, and ships py.typed.
+func TestPythonPackage(t *testing.T) {
+	out, err := exec.Command(python, "-c", "import setuptools, websockets, venv").CombinedOutput()
+	need(t, err == nil, "the Python package test needs "+python+" with setuptools, venv and websockets "+
+		"(apt-get install python3-setuptools python3-venv python3-websockets): "+strings.TrimSpace(string(out)))
+	bin := edge(t)
+	tmp := t.TempDir()
+	venv := filepath.Join(tmp, "venv")
+	if out, err := run(tmp, nil, 2*time.Minute, python, "-m", "venv", "--system-site-packages", venv); err != nil {
+		t.Fatalf("python3 -m venv: %v\n%s", err, out)
+	}
+	src, err := filepath.Abs("python")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// pip builds in a copy: the checkout stays clean of build/ and egg-info.
+	build := filepath.Join(tmp, "src")
+	if out, err := run(tmp, nil, time.Minute, "cp", "-r", src, build); err != nil {
+		t.Fatalf("copying sdk/python: %v\n%s", err, out)
+	}
+	py := filepath.Join(venv, "bin", "python")
+	if out, err := run(tmp, []string{"PIP_DISABLE_PIP_VERSION_CHECK=1"}, 3*time.Minute, py, "-m", "pip", "install", "--no-index",
+		"--no-build-isolation", build); err != nil {
+		t.Fatalf("pip install sdk/python: %v\n%s", err, out)
+	}
+	check := "import hermes_client, importlib.metadata as m, pathlib\n" +
+		"assert m.version('hermes-client') == hermes_client.__version__, hermes_client.__version__\n" +
+		"assert (pathlib.Path(hermes_client.__file__).parent / 'py.typed').exists()\n" +
+		"assert 'site-packages' in hermes_client.__file__, hermes_client.__file__\n"
+	if out, err := run(tmp, nil, time.Minute, py, "-c", check); err != nil {
+		t.Fatalf("the installed package: %v\n%s", err, out)
+	}
+	gw := startEdge(t, bin)
+	example := filepath.Join(tmp, "example.py")
+	if err := os.WriteFile(example, []byte(readmeExample(t, filepath.Join("python", "README.md"), "python")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out2, err := run(tmp, []string{"HERMES_URL=" + gw.url, "HERMES_TOKEN=" + gw.token, "PYTHONDONTWRITEBYTECODE=1"}, time.Minute, py, example)
+	if err != nil || !strings.Contains(out2, "You said: hello\n") {
+		t.Fatalf("the README's example (%v):\n%s", err, out2)
+	}
 }
 
 func tail(s string, n int) string {

@@ -37,8 +37,11 @@ func Handler(opts Options) http.Handler {
 	mux.Handle("GET "+AvatarPath, page(http.StripPrefix(AvatarPath, http.FileServerFS(avatar)),
 		"default-src 'self'; frame-ancestors *"))
 	if opts.Client {
+		// Images, audio and video the agent sends by url come from its
+		// servers: img-src and media-src allow any http(s) origin (they run
+		// no script); scripts and styles stay the page's own.
 		mux.Handle("GET /", page(http.FileServerFS(client),
-			"default-src 'self'; connect-src 'self' ws: wss: blob:; img-src 'self' blob: data:; media-src 'self' blob: data:; frame-src 'self' http: https:; frame-ancestors 'none'"))
+			"default-src 'self'; connect-src 'self' ws: wss: blob:; img-src 'self' blob: data: http: https:; media-src 'self' blob: data: http: https:; frame-src 'self' http: https:; frame-ancestors 'none'"))
 	}
 	return mux
 }

@@ -11,16 +11,31 @@ const statusEl = $<HTMLElement>("status");
 const typingEl = $<HTMLElement>("typing");
 const errorEl = $<HTMLElement>("error");
 const avatar = $<HTMLIFrameElement>("avatar");
+const announcer = $<HTMLElement>("announce");
+const loginError = $<HTMLElement>("login-error");
+const server = $<HTMLInputElement>("server");
 
 let client: Client | null = null;
 
+// The device id is the tab's (session storage): two tabs are two devices,
+// each with its own session, rather than one device taking itself back from
+// the other. A reload keeps it.
 function deviceId(): string {
-  let id = localStorage.getItem("hermes.device");
+  let id = sessionStorage.getItem("hermes.device");
   if (!id) {
     id = "web-" + newId().slice(0, 12);
-    localStorage.setItem("hermes.device", id);
+    sessionStorage.setItem("hermes.device", id);
   }
   return id;
+}
+
+// Screen readers hear each answer once, when it is final, not every edit of
+// a streaming bubble: the messages are not a live region, this is.
+const announced = new Set<string>();
+function announce(key: string, text: string) {
+  if (announced.has(key)) return;
+  announced.add(key);
+  announcer.textContent = text;
 }
 
 function wsURL(): string {
@@ -40,12 +55,46 @@ function bubble(cls: string, id?: string): HTMLDivElement {
   return el;
 }
 
+// Markdown, the little agents write: ``` blocks, `code`, **bold**, *italic*
+// or _italic_, [text](http(s) link). Built as DOM nodes from text, never as
+// HTML: the agent's text cannot become markup.
+function markdown(el: HTMLElement, src: string) {
+  el.replaceChildren();
+  const blocks = src.split(/```/);
+  blocks.forEach((b, i) => {
+    if (i % 2 === 1) {
+      const pre = document.createElement("pre");
+      pre.append(Object.assign(document.createElement("code"), { textContent: b.replace(/^[\w+-]*\n/, "") }));
+      el.append(pre);
+    } else {
+      inline(el, b);
+    }
+  });
+}
+
+const INLINE = /`([^`\n]+)`|\*\*([^*\n]+)\*\*|(?<![\w*])[*_]([^*_\n]+)[*_](?![\w*])|\[([^\]\n]+)\]\((https?:\/\/[^)\s]+)\)/g;
+
+function inline(el: HTMLElement, s: string) {
+  let at = 0;
+  for (const m of s.matchAll(INLINE)) {
+    el.append(s.slice(at, m.index));
+    at = m.index! + m[0].length;
+    if (m[1] !== undefined) el.append(Object.assign(document.createElement("code"), { textContent: m[1] }));
+    else if (m[2] !== undefined) el.append(Object.assign(document.createElement("strong"), { textContent: m[2] }));
+    else if (m[3] !== undefined) el.append(Object.assign(document.createElement("em"), { textContent: m[3] }));
+    else el.append(Object.assign(document.createElement("a"), { textContent: m[4], href: m[5], target: "_blank", rel: "noopener noreferrer" }));
+  }
+  el.append(s.slice(at));
+}
+
 function showMessage(m: Message) {
   let el = messages.querySelector<HTMLDivElement>(`.msg.agent[data-id="${CSS.escape(m.id)}"]`);
   if (!el) el = bubble("agent", m.id);
-  el.textContent = m.text;
+  markdown(el, m.text);
   el.classList.toggle("streaming", !m.final);
   el.classList.toggle("final", m.final);
+  el.setAttribute("aria-busy", String(!m.final));
+  if (m.final) announce(m.id, m.text);
   scrollDown();
 }
 
@@ -68,6 +117,7 @@ function showMedia(f: MediaFile) {
   meta.className = "meta";
   meta.textContent = `${f.filename || f.kind} · ${f.size} bytes${f.caption ? " · " + f.caption : ""}`;
   el.append(meta);
+  announce(f.id, "File: " + meta.textContent);
 }
 
 function showPrompt(p: PromptFrame) {
@@ -101,6 +151,7 @@ function showPrompt(p: PromptFrame) {
   }
   el.append(opts);
   messages.append(el);
+  announce(p.id, p.text + (p.command ? ": " + p.command : ""));
   scrollDown();
 }
 
@@ -119,11 +170,30 @@ function setAvatar(state: string) {
 
 function showError(e: unknown) {
   errorEl.textContent = e instanceof HermesError ? e.message : String(e);
+  const id = e instanceof HermesError ? e.id : undefined;
+  const mine = id ? messages.querySelector(`.msg.me[data-id="${CSS.escape(id)}"]`) : null;
+  if (mine && (e as HermesError).code === "internal_error") setSendState(mine, "failed", "not sent");
 }
 
-function start(token: string, name: string) {
+// My bubbles: pending (dashed, "sending…") until the gateway has taken
+// them, then sent ("✓ sent").
+function mine(cls: string, id: string, label: string): HTMLDivElement {
+  const el = bubble("me " + cls, id);
+  el.append(document.createTextNode(label), Object.assign(document.createElement("span"), { className: "state" }));
+  setSendState(el, "pending", "sending…");
+  return el;
+}
+
+function setSendState(el: Element, state: "pending" | "sent" | "failed", label: string) {
+  el.classList.remove("pending", "sent", "failed");
+  el.classList.add(state);
+  const s = el.querySelector(".state");
+  if (s) s.textContent = label;
+}
+
+function start(token: string, name: string, url: string) {
   client?.close();
-  const c = new Client({ url: wsURL(), token, device: { id: deviceId(), name, platform: "web", app_version: "1.0.0" }, user: { name } });
+  const c = new Client({ url, token, device: { id: deviceId(), name, platform: "web", app_version: "1.0.0" }, user: { name } });
   client = c;
   (window as any).hermes = c;
   c.on("state", (s) => {
@@ -139,18 +209,34 @@ function start(token: string, name: string) {
   c.on("promptDone", (d) => promptDone(d.id, d.option_id, d.expired));
   c.on("avatar", setAvatar);
   c.on("typing", (on) => (typingEl.hidden = !on));
-  c.on("acknowledged", (id) => messages.querySelector(`.msg.me[data-id="${CSS.escape(id)}"]`)?.classList.add("sent"));
+  c.on("acknowledged", (id) => {
+    const el = messages.querySelector(`.msg.me[data-id="${CSS.escape(id)}"]`);
+    if (el) setSendState(el, "sent", "✓ sent");
+  });
   c.on("error", showError);
+  c.on("disconnected", (d) => {
+    if (client !== c || d.reconnect || d.reason === "closed by the app") return;
+    statusEl.textContent = d.code === 1000 ? "replaced" : "disconnected";
+    errorEl.textContent =
+      d.code === 1000 ? "This device connected again elsewhere (another tab or window); this one has stopped. Reload to take it back." : `Disconnected: ${d.reason || d.code}`;
+  });
   c.connect().then(
     () => {
       sessionStorage.setItem("hermes.token", token);
+      sessionStorage.setItem("hermes.server", url);
       localStorage.setItem("hermes.name", name);
       login.hidden = true;
       chat.hidden = false;
+      errorEl.textContent = ""; // a failed attempt before this one is over
       text.focus();
     },
     (e) => {
-      $<HTMLElement>("login-error").textContent = e instanceof HermesError && e.code === "auth_failed" ? "No access: check the token." : String(e.message ?? e);
+      loginError.textContent =
+        e instanceof HermesError && e.code === "auth_failed"
+          ? "No access: check the token."
+          : e instanceof HermesError && e.code === "connect_failed"
+            ? `Cannot connect to ${url}: ${e.message.replace(/^connect_failed: /, "")}`
+            : String(e.message ?? e);
       login.hidden = false;
       chat.hidden = true;
     },
@@ -159,8 +245,8 @@ function start(token: string, name: string) {
 
 login.onsubmit = (e) => {
   e.preventDefault();
-  $<HTMLElement>("login-error").textContent = "";
-  start($<HTMLInputElement>("token").value.trim(), $<HTMLInputElement>("device").value.trim() || "Browser");
+  loginError.textContent = "";
+  start($<HTMLInputElement>("token").value.trim(), $<HTMLInputElement>("device").value.trim() || "Browser", server.value.trim() || wsURL());
 };
 
 $<HTMLButtonElement>("logout").onclick = () => {
@@ -177,7 +263,7 @@ $<HTMLFormElement>("composer").onsubmit = (e) => {
   if (!client || !t.trim()) return;
   try {
     const id = client.sendText(t);
-    bubble("me", id).textContent = t;
+    mine("", id, t);
     text.value = "";
     errorEl.textContent = "";
   } catch (err) {
@@ -212,8 +298,7 @@ async function sendBlob(blob: Blob, filename: string, kind?: MediaKindIn) {
   try {
     const data = new Uint8Array(await blob.arrayBuffer());
     const id = client.sendFile(data, { kind: kind ?? kindOf(blob.type), mime: blob.type || undefined, filename });
-    const el = bubble("me file", id);
-    el.textContent = `${filename} · ${data.length} bytes`;
+    mine("file", id, `${filename} · ${data.length} bytes`);
     errorEl.textContent = "";
   } catch (err) {
     showError(err);
@@ -221,6 +306,7 @@ async function sendBlob(blob: Blob, filename: string, kind?: MediaKindIn) {
 }
 
 const fileInput = $<HTMLInputElement>("file");
+$<HTMLButtonElement>("attach").onclick = () => fileInput.click();
 fileInput.onchange = async () => {
   for (const f of Array.from(fileInput.files ?? [])) await sendBlob(f, f.name);
   fileInput.value = "";
@@ -254,7 +340,7 @@ recordBtn.onclick = async () => {
       if (ogg) {
         try {
           const id = client.sendVoice(new Uint8Array(await blob.arrayBuffer()), "ogg");
-          bubble("me voice", id).textContent = `voice note · ${blob.size} bytes`;
+          mine("voice", id, `voice note · ${blob.size} bytes`);
         } catch (err) {
           showError(err);
         }
@@ -272,5 +358,6 @@ recordBtn.onclick = async () => {
 
 // Back from a reload in the same tab: log in again with the kept token.
 $<HTMLInputElement>("device").value = localStorage.getItem("hermes.name") ?? "";
+server.value = sessionStorage.getItem("hermes.server") || wsURL();
 const kept = sessionStorage.getItem("hermes.token");
-if (kept) start(kept, localStorage.getItem("hermes.name") || "Browser");
+if (kept) start(kept, localStorage.getItem("hermes.name") || "Browser", server.value);

@@ -72,6 +72,14 @@ def gateway():
 
 
 @pytest.fixture
+def small_store_gateway():
+    """A store of 1 MiB: every file over it gets internal_error, every time."""
+    gw = Gateway({"MOBILE_MAX_BLOB_MIB": "1"})
+    yield gw
+    gw.stop()
+
+
+@pytest.fixture
 def bound_gateway():
     gw = Gateway({"MOBILE_EXTRA_TOKENS": "bound-dev=bound-token"})
     yield gw

@@ -1,7 +1,12 @@
 """hermes_client against a real gateway (services/edge, demo agent)."""
 
 import asyncio
+import json
 import os
+import socket
+import time
+
+import websockets
 
 import pytest
 
@@ -250,4 +255,266 @@ def test_typing_and_unknown_frames(gateway):
         assert sent == ["typing", "ping"]
         assert errors == [] and events == []
         await c.close()
+    run(go())
+
+
+def closed_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unreachable_or_bad_url_fails_connect(gateway):
+    async def go():
+        for url in (f"ws://127.0.0.1:{closed_port()}/ws", "not a url"):
+            c = Client(url, gateway.token, {"id": uniq("py-unreachable")}, min_delay=0.05, max_delay=0.5)
+            errors, states = [], []
+            c.on("error", errors.append)
+            c.on("state", states.append)
+            with pytest.raises(HermesError) as e:
+                await asyncio.wait_for(c.connect(), 10)
+            assert e.value.code == "connect_failed" and e.value.local, e.value
+            other = client(gateway, uniq("py-other"))
+            await other.connect()
+            await other.ping()
+            await other.close()
+            assert [x.code for x in errors] == ["connect_failed"], url
+            assert states.count("connecting") == 1, states
+            assert c.state == "closed"
+            await c.close()
+    run(go())
+
+
+def test_connect_and_ready_timeouts():
+    # A stalled server cannot be had from a real edge: a TCP listener that
+    # never answers the upgrade, and a WebSocket server that never says ready.
+    async def go():
+        tcp = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+        async with websockets.serve(lambda ws, *_: ws.wait_closed(), "127.0.0.1", 0) as wss:
+            stalls = [(tcp.sockets[0].getsockname()[1], {"connect_timeout": 0.3}, "no connection within 0.3 s"),
+                      (wss.sockets[0].getsockname()[1], {"ready_timeout": 0.3}, "no ready within 0.3 s")]
+            for port, kw, why in stalls:
+                c = Client(f"ws://127.0.0.1:{port}/ws", "t", {"id": uniq("py-stall")}, **kw)
+                t0 = time.monotonic()
+                with pytest.raises(HermesError) as e:
+                    await asyncio.wait_for(c.connect(), 10)
+                assert e.value.code == "connect_failed" and why in e.value.message, e.value
+                assert time.monotonic() - t0 >= 0.3
+        tcp.close()
+    run(go())
+
+
+def test_replaced_does_not_reconnect_and_a_drop_does(gateway):
+    async def go():
+        dev = uniq("py-replaced")
+        a = client(gateway, dev)
+        await a.connect()
+        states = []
+        a.on("state", states.append)
+        gone = asyncio.ensure_future(a.wait_for("disconnected"))
+        b = client(gateway, dev)
+        await b.connect()
+        assert await gone == {"code": 1000, "reason": "replaced by a newer connection", "reconnect": False}
+        await b.ping()
+        await b.ping()
+        assert "connecting" not in states, states
+        assert a.state == "closed" and b.state == "open"
+        dropped = asyncio.ensure_future(b.wait_for("disconnected"))
+        ready = asyncio.ensure_future(b.wait_for("ready"))
+        b.drop()
+        assert (await dropped)["reconnect"] is True
+        await ready
+        await b.close()
+        await a.close()
+    run(go())
+
+
+def test_internal_error_resends_back_off_and_give_up(small_store_gateway):
+    async def go():
+        gw = small_store_gateway
+        c = Client(gw.ws, gw.token, {"id": uniq("py-resend-cap")}, min_delay=0.04, max_delay=0.16, max_resends=4)
+        await c.connect()
+        at = []
+        c.on("sent", lambda f: f["t"] == "media" and f["part"] == 0 and at.append(time.monotonic()))
+        given_up = asyncio.ensure_future(c.wait_for("error", lambda e: "given up" in e.message, timeout=30))
+        mid = await c.send_file(bytes(1536 * 1024), "document", filename="big.bin", chunk_bytes=1024 * 1024)
+        err = await given_up
+        assert err.code == "internal_error" and err.id == mid
+        assert len(at) == 5, at  # the first send and max_resends resends
+        assert c.pending == []
+        gaps = [b - a for a, b in zip(at, at[1:])]
+        # Each pause is drawn from [cap/2, cap], cap = min(max_delay, min_delay*2^n): 0.04, 0.08, 0.16, 0.16.
+        assert all(g >= m for g, m in zip(gaps, [0.02, 0.04, 0.08, 0.08])), gaps
+        await c.close()
+    run(go())
+
+
+def test_slow_handler_does_not_stall_the_connection(gateway):
+    async def go():
+        c = client(gateway, uniq("py-slow"), pong_timeout=5)
+        await c.connect()
+        rtts, states = [], []
+        c.on("state", states.append)
+
+        async def slow(m):
+            if m["final"]:
+                rtts.append(await c.ping())  # the pong comes through the receive loop
+
+        c.on("message", slow)
+        final = asyncio.ensure_future(c.wait_for("message", lambda m: m["final"]))
+        await c.send_text("hello")
+        await final
+        while not rtts:
+            await c.wait_for("sent", lambda f: f["t"] == "ack")
+        assert rtts[0] < 5, rtts
+        assert states == [], states
+        await c.close()
+    run(go())
+
+
+def test_answers_and_deliveries_made_offline_go_after_reconnect(gateway):
+    async def go():
+        c = client(gateway, uniq("py-offline"))
+        await c.connect()
+        card = asyncio.ensure_future(c.wait_for("prompt"))
+        await c.send_text("/approve uptime")
+        card = await card
+        target = client(gateway, uniq("py-offline-target"))
+        await target.connect()
+        c.drop()
+        done = asyncio.ensure_future(c.wait_for("prompt_done", lambda d: d["id"] == card["id"], timeout=30))
+        reminder = asyncio.ensure_future(target.wait_for("message", lambda m: m["final"], timeout=30))
+        await c.answer(card["id"], "deny")
+        await c.deliver(target=target.device["id"], text="made offline")
+        assert (await done)["option_id"] == "deny"
+        assert (await reminder)["text"] == "made offline"
+        await c.close()
+        await target.close()
+    run(go())
+
+
+def test_error_names_the_frame_it_answers(gateway):
+    async def go():
+        c = client(gateway, uniq("py-error-id"))
+        await c.connect()
+        err = asyncio.ensure_future(c.wait_for("error"))
+        mid = await c.deliver(target=uniq("nobody-here"), text="to no one")
+        err = await err
+        assert err.code == "device_offline" and err.id == mid
+        await c.close()
+    run(go())
+
+
+def test_truncated_file_is_refused():
+    # A real edge never sends this: a WebSocket server that does.
+    async def serve(ws, *_):
+        await ws.recv()
+        await ws.send(json.dumps({"t": "ready", "v": 1, "session": "mobile:x", "device": {"id": "x"}, "capabilities": {}}))
+        await ws.send(json.dumps({"t": "media", "id": "half", "kind": "document", "filename": "a.txt", "size": 8,
+                                  "part": 1, "parts": 2, "final": True, "data": "YWJjZA=="}))
+        await ws.send(json.dumps({"t": "media", "id": "whole", "kind": "document", "filename": "b.txt", "size": 4,
+                                  "data": "YWJjZA=="}))
+        await ws.wait_closed()
+
+    async def go():
+        async with websockets.serve(serve, "127.0.0.1", 0) as wss:
+            c = Client(f"ws://127.0.0.1:{wss.sockets[0].getsockname()[1]}/ws", "t", {"id": "x"})
+            files, acks = [], []
+            c.on("media", lambda f: files.append(f["id"]))
+            c.on("sent", lambda f: f["t"] == "ack" and acks.append(f["id"]))
+            err = asyncio.ensure_future(c.wait_for("error"))
+            whole = asyncio.ensure_future(c.wait_for("sent", lambda f: f["t"] == "ack"))
+            await c.connect()
+            assert (await err).id == "half"
+            await whole
+            assert files == ["whole"] and acks == ["whole"]
+            await c.close()
+    run(go())
+
+
+def test_typing_clears_by_itself(gateway):
+    async def go():
+        c = client(gateway, uniq("py-typing-idle"), typing_idle=0.2)
+        await c.connect()
+        seen = []
+        c.on("typing", seen.append)
+        off = asyncio.ensure_future(c.wait_for("typing", lambda on: not on, timeout=10))
+        t0 = time.monotonic()
+        await c._handle({"t": "typing"})  # the agent's typing, then nothing
+        await off
+        assert time.monotonic() - t0 >= 0.2
+        assert seen == [True, False] and c.typing is False
+        await c.close()
+    run(go())
+
+
+def test_once_off_and_events_iterator(gateway):
+    async def go():
+        c = client(gateway, uniq("py-api"))
+        await c.connect()
+        first, never = [], []
+        c.once("message", lambda m: first.append(m["text"]))
+        fn = never.append
+        c.on("message", fn)
+        c.off("message", fn)
+        got = []
+
+        async def read():
+            async for name, value in c.events(["message", "acknowledged"]):
+                got.append(name)
+                if name == "message" and value["final"]:
+                    break
+
+        reader = asyncio.ensure_future(read())
+        await asyncio.sleep(0)  # the iterator is listening
+        await c.send_text("iterate")
+        await asyncio.wait_for(reader, 30)
+        assert first == ["You said: "] and never == []
+        assert got.count("message") == 3, got
+        # A closed client ends its iterators.
+        rest = asyncio.ensure_future(c.events().__anext__())
+        await asyncio.sleep(0)
+        await c.close()
+        with pytest.raises(StopAsyncIteration):
+            await asyncio.wait_for(rest, 5)
+    run(go())
+
+
+def test_get_token_and_logger(gateway, caplog):
+    async def go():
+        asked = []
+
+        async def token():
+            asked.append(1)
+            return gateway.token
+
+        c = client(gateway, uniq("py-token"), token="stale", get_token=token)
+
+        def broken(_):
+            raise RuntimeError("a broken handler")
+
+        c.on("ready", broken)
+        await c.connect()
+        back = asyncio.ensure_future(c.wait_for("ready"))
+        c.drop()
+        await back
+        assert len(asked) == 2, "a fresh token for each connection"
+        await c.close()
+    with caplog.at_level("INFO", logger="hermes_client"):
+        run(go())
+    assert any(r.levelname == "ERROR" and "ready handler raised" in r.getMessage() for r in caplog.records), caplog.records
+    assert any(r.levelname == "WARNING" and "socket closed" in r.getMessage() for r in caplog.records)
+
+
+def test_cancelled_connect_closes(gateway):
+    async def go():
+        tcp = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+        c = Client(f"ws://127.0.0.1:{tcp.sockets[0].getsockname()[1]}/ws", "t", {"id": uniq("py-cancel")})
+        task = asyncio.ensure_future(c.connect())
+        await c.wait_for("state", lambda s: s == "connecting") if c.state != "connecting" else None
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert c.state == "closed"
+        tcp.close()
     run(go())

@@ -56,6 +56,33 @@ export interface ClientOptions {
   autoAck?: boolean;
   /** The typing indicator clears after so many ms without a typing frame (default 6000). */
   typingIdle?: number;
+  /** A socket not open within so many ms is given up (default 10000). */
+  connectTimeout?: number;
+  /** An open socket without ready within so many ms is dropped (default 10000). */
+  readyTimeout?: number;
+  /** Sends of one text or file that may meet internal_error before it is given up (default 8). */
+  maxResends?: number;
+  /** Called before each connection's hello for a fresh token (token refresh); the token option is used without it. */
+  getToken?: () => string | Promise<string>;
+  /** Where the client says what it does and what went wrong (default: errors of handlers to console.error). */
+  logger?: Logger;
+}
+
+export type LogLevel = "debug" | "info" | "warn" | "error";
+export type Logger = (level: LogLevel, message: string, data?: unknown) => void;
+
+const consoleLogger: Logger = (level, message, data) => {
+  if (level === "error") console.error("hermes:", message, data ?? "");
+};
+
+/** One event as the async iterator of Client.events() yields it. */
+export type ClientEvent = { [K in keyof ClientEvents]: { type: K; value: ClientEvents[K] } }[keyof ClientEvents];
+
+/** Why a socket closed: the close code (1006 when none came) and reason, and whether the client reconnects. */
+export interface Disconnected {
+  code: number;
+  reason: string;
+  reconnect: boolean;
 }
 
 export interface Message {
@@ -94,6 +121,8 @@ export type ConnectionState = "connecting" | "open" | "closed";
 export interface ClientEvents {
   ready: ReadyFrame;
   state: ConnectionState;
+  /** A socket closed: code 1000 is "replaced by a newer connection of this device" (no reconnect), 1001 a node going down. */
+  disconnected: Disconnected;
   /** A message as assembled so far: every chunk or edit re-emits it whole. */
   message: Message;
   media: MediaFile;
@@ -115,15 +144,22 @@ export interface ClientEvents {
 
 type Handler<T> = (v: T) => void;
 
+const ALL_EVENTS: (keyof ClientEvents)[] = [
+  "ready", "state", "disconnected", "message", "media", "mediaProgress", "prompt", "promptDone",
+  "avatar", "typing", "delivered", "error", "frame", "sent", "acknowledged",
+];
+
 interface Outgoing {
   id: string;
   frames: ClientFrame[];
   seq: number; // send sequence on the current socket; 0: not written
+  sends: number; // writes that met an internal_error
 }
 
 interface PendingPing {
   sentAt: number;
   mark: number;
+  writes: number;
   resolve: (rtt: number) => void;
   reject: (e: Error) => void;
   timer: any;
@@ -153,7 +189,7 @@ function local(code: string, message: string): HermesError {
  * internal_error in between: the gateway handles a socket's frames in order.
  */
 export class Client {
-  readonly opts: Required<Omit<ClientOptions, "user" | "WebSocket">> & Pick<ClientOptions, "user" | "WebSocket">;
+  readonly opts: Required<Omit<ClientOptions, "user" | "WebSocket" | "getToken">> & Pick<ClientOptions, "user" | "WebSocket" | "getToken">;
   /** The last ready frame; null before the first. */
   readyFrame: ReadyFrame | null = null;
   state: ConnectionState = "closed";
@@ -175,6 +211,14 @@ export class Client {
   private keepalive: any = null;
   private typingTimer: any = null;
   private firstReady: { resolve: (r: ReadyFrame) => void; reject: (e: Error) => void } | null = null;
+  private openTimer: any = null;
+  private failure = ""; // why the current socket is failing, for connect()'s error
+  private gotReady = false; // on the current socket
+  private offline: ClientFrame[] = []; // card answers and deliveries written after the next ready
+  private resendTimer: any = null;
+  private closers = new Set<() => void>(); // ends the events() iterators
+  private writes = 0; // frames written on this socket
+  private unconfirmed: { id: string; n: number }[] = []; // ids written since the last pong, for errors
 
   constructor(opts: ClientOptions) {
     this.opts = {
@@ -185,6 +229,10 @@ export class Client {
       pongTimeout: 15000,
       autoAck: true,
       typingIdle: 6000,
+      connectTimeout: 10000,
+      readyTimeout: 10000,
+      maxResends: 8,
+      logger: consoleLogger,
       ...opts,
       device: { ...opts.device, id: opts.device?.id || "dev-" + newId().slice(0, 12) },
     };
@@ -197,12 +245,71 @@ export class Client {
     return () => set!.delete(fn);
   }
 
+  /** Like on(), for the first event only. */
+  once<K extends keyof ClientEvents>(type: K, fn: Handler<ClientEvents[K]>): () => void {
+    const off = this.on(type, (v) => {
+      off();
+      fn(v);
+    });
+    return off;
+  }
+
+  /** Removes a handler given to on(). */
+  off<K extends keyof ClientEvents>(type: K, fn: Handler<ClientEvents[K]>): void {
+    this.handlers.get(type)?.delete(fn);
+  }
+
+  /**
+   * The events of the given types (all when none) as an async iterator, in
+   * order, from now until close() or until signal aborts:
+   * `for await (const ev of c.events(["message"])) ...`. Events wait in the
+   * iterator until read.
+   */
+  events(types?: (keyof ClientEvents)[], opts: { signal?: AbortSignal } = {}): AsyncIterableIterator<ClientEvent> {
+    const queue: ClientEvent[] = [];
+    let wake: (() => void) | null = null;
+    let done = false;
+    const offs: (() => void)[] = [];
+    const finish = () => {
+      done = true;
+      offs.forEach((off) => off());
+      wake?.();
+    };
+    for (const type of types ?? ALL_EVENTS) {
+      offs.push(
+        this.on(type, (value: any) => {
+          queue.push({ type, value } as ClientEvent);
+          wake?.();
+        }),
+      );
+    }
+    this.closers.add(finish);
+    offs.push(() => this.closers.delete(finish));
+    if (opts.signal?.aborted) finish();
+    opts.signal?.addEventListener("abort", finish, { once: true });
+    const it: AsyncIterableIterator<ClientEvent> = {
+      [Symbol.asyncIterator]: () => it,
+      next: async () => {
+        while (!queue.length && !done) await new Promise<void>((r) => (wake = r));
+        wake = null;
+        if (queue.length) return { value: queue.shift()!, done: false };
+        return { value: undefined, done: true };
+      },
+      return: async () => {
+        finish();
+        queue.length = 0;
+        return { value: undefined, done: true };
+      },
+    };
+    return it;
+  }
+
   private emit<K extends keyof ClientEvents>(type: K, v: ClientEvents[K]): void {
     for (const fn of this.handlers.get(type) ?? []) {
       try {
         fn(v);
       } catch (e) {
-        console.error(e);
+        this.opts.logger("error", `a ${type} handler threw`, e);
       }
     }
   }
@@ -221,11 +328,27 @@ export class Client {
    * Connects and resolves with the first ready frame; rejects on an error
    * that stops the client (auth_failed, forbidden) or when close() is called first.
    */
-  connect(): Promise<ReadyFrame> {
+  connect(opts: { signal?: AbortSignal } = {}): Promise<ReadyFrame> {
     if (!this.stopped) return Promise.reject(local("bad_frame", "already connected"));
+    const signal = opts.signal;
+    if (signal?.aborted) return Promise.reject(local("cancelled", "connect() cancelled"));
     this.stopped = false;
     this.attempt = 0;
     const p = new Promise<ReadyFrame>((resolve, reject) => (this.firstReady = { resolve, reject }));
+    if (signal) {
+      // Cancelling connect() closes the client; after ready the signal does nothing.
+      const abort = () => {
+        if (!this.firstReady) return;
+        this.failFirst(local("cancelled", "connect() cancelled"));
+        this.close();
+      };
+      signal.addEventListener("abort", abort, { once: true });
+      p.then(
+        () => signal.removeEventListener("abort", abort),
+        () => signal.removeEventListener("abort", abort),
+      );
+    }
+    this.opts.logger("info", `connecting to ${this.opts.url}`);
     this.open();
     return p;
   }
@@ -233,7 +356,9 @@ export class Client {
   /** Closes the connection and stops reconnecting. Unconfirmed sends stay pending for the next connect(). */
   close(): void {
     this.stopped = true;
+    for (const end of [...this.closers]) end();
     clearTimeout(this.retryTimer);
+    clearTimeout(this.resendTimer);
     this.failFirst(local("internal_error", "closed"));
     if (this.ws) {
       const ws = this.ws;
@@ -241,6 +366,7 @@ export class Client {
       try {
         ws.close(1000);
       } catch {}
+      this.emit("disconnected", { code: 1000, reason: "closed by the app", reconnect: false });
     }
     this.setState("closed");
   }
@@ -253,7 +379,12 @@ export class Client {
       if (typeof ws.terminate === "function") ws.terminate();
       else ws.close(4000, "dropped");
     } catch {}
-    this.onClose(undefined, "");
+    this.onClose(1006, "");
+  }
+
+  private giveUp(why: string): void {
+    this.failure = why;
+    this.drop();
   }
 
   private open(): void {
@@ -261,16 +392,32 @@ export class Client {
     if (!WS) throw local("internal_error", "no WebSocket: pass the ws package's WebSocket in options.WebSocket");
     this.setState("connecting");
     let ws: any;
+    this.failure = "";
+    this.gotReady = false;
     try {
       ws = new WS(this.opts.url);
-    } catch (e) {
-      this.scheduleRetry();
+    } catch (e: any) {
+      this.failure = `cannot open ${this.opts.url}: ${e?.message ?? e}`;
+      this.onClose(1006, "");
       return;
     }
     this.ws = ws;
     ws.binaryType = "arraybuffer";
-    ws.onopen = () => {
-      const hello: ClientFrame = { t: "hello", token: this.opts.token, device: this.opts.device };
+    this.openTimer = setTimeout(() => this.giveUp(`no connection within ${this.opts.connectTimeout} ms`), this.opts.connectTimeout);
+    ws.onopen = async () => {
+      clearTimeout(this.openTimer);
+      this.openTimer = setTimeout(() => this.giveUp(`no ready within ${this.opts.readyTimeout} ms`), this.opts.readyTimeout);
+      let token = this.opts.token;
+      if (this.opts.getToken) {
+        try {
+          token = await this.opts.getToken();
+        } catch (e: any) {
+          if (this.ws === ws) this.giveUp(`getToken failed: ${e?.message ?? e}`);
+          return;
+        }
+        if (this.ws !== ws) return;
+      }
+      const hello: ClientFrame = { t: "hello", token, device: this.opts.device };
       if (this.opts.user) hello.user = this.opts.user;
       this.write(hello);
     };
@@ -286,29 +433,52 @@ export class Client {
       if (f && typeof f === "object" && typeof f.t === "string") this.handle(f as ServerFrame);
     };
     ws.onclose = (ev: any) => {
-      if (this.ws === ws) this.onClose(ev?.code, ev?.reason ?? "");
+      if (this.ws === ws) this.onClose(ev?.code ?? 1006, ev?.reason ?? "");
     };
-    ws.onerror = () => {};
+    ws.onerror = (ev: any) => {
+      if (!this.failure) this.failure = ev?.message || ev?.error?.message || `cannot connect to ${this.opts.url}`;
+    };
   }
 
   private detach(): void {
     if (!this.ws) return;
-    this.ws.onopen = this.ws.onmessage = this.ws.onclose = this.ws.onerror = null;
+    this.ws.onopen = this.ws.onmessage = this.ws.onclose = null;
+    this.ws.onerror = () => {}; // ws emits one for a socket ended while connecting
+
     this.ws = null;
     clearInterval(this.keepalive);
+    clearTimeout(this.openTimer);
+    clearTimeout(this.resendTimer);
     for (const p of this.pings.values()) {
       clearTimeout(p.timer);
       p.reject(local("internal_error", "connection closed before pong"));
     }
     this.pings.clear();
+    this.unconfirmed = [];
+    this.writes = 0;
     for (const o of this.outbox.values()) o.seq = 0;
     // Half-received files are sent again whole after a reconnect.
     this.incoming.clear();
   }
 
-  private onClose(code: number | undefined, reason: string): void {
+  private onClose(code: number, reason: string): void {
     this.detach();
-    if (code === 1008 && (reason === "auth_failed" || reason === "forbidden")) this.stop(new HermesError(reason, "connection refused", { fatal: true }));
+    if (code === 1008 && (reason === "auth_failed" || reason === "forbidden")) {
+      this.stop(new HermesError(reason, "connection refused", { fatal: true }));
+    } else if (!this.gotReady && this.firstReady) {
+      // The first connection of connect() failed: say so rather than retry unseen.
+      const why = this.failure || (code === 1006 ? `cannot connect to ${this.opts.url}` : `closed with ${code} ${reason}`.trim());
+      const err = local("connect_failed", why);
+      this.emit("error", err);
+      this.stop(err);
+    } else if (code === 1000) {
+      // The gateway closes with 1000 only when a newer connection of this
+      // device took over: reconnecting would take it back, and so on.
+      this.stop(local("internal_error", "replaced by a newer connection"));
+    }
+    const reconnect = !this.stopped && this.opts.reconnect;
+    this.opts.logger(reconnect ? "warn" : "info", `socket closed (${code}${reason ? " " + reason : ""}${this.failure ? ": " + this.failure : ""})`, { reconnect });
+    if (this.gotReady || this.stopped) this.emit("disconnected", { code, reason: reason || this.failure, reconnect });
     if (this.stopped) {
       this.setState("closed");
       return;
@@ -318,8 +488,10 @@ export class Client {
 
   private stop(err: HermesError): void {
     this.stopped = true;
+    for (const end of [...this.closers]) end();
     clearTimeout(this.retryTimer);
     this.failFirst(err);
+    this.setState("closed");
   }
 
   private failFirst(err: Error): void {
@@ -337,6 +509,7 @@ export class Client {
     }
     const cap = Math.min(this.opts.maxDelay, this.opts.minDelay * 2 ** this.attempt++);
     clearTimeout(this.retryTimer);
+    this.opts.logger("debug", `reconnecting in up to ${cap} ms`);
     this.retryTimer = setTimeout(() => {
       if (!this.stopped) this.open();
     }, Math.random() * cap);
@@ -351,6 +524,9 @@ export class Client {
   private write(f: ClientFrame): boolean {
     if (!this.ws || this.ws.readyState !== 1) return false;
     this.ws.send(JSON.stringify(f));
+    this.writes++;
+    const id = f.t === "prompt" ? f.prompt_id : f.t === "text" || f.t === "audio" || f.t === "deliver" || (f.t === "media" && !f.part) ? f.id : "";
+    if (id) this.unconfirmed.push({ id, n: this.writes });
     this.emit("sent", f);
     return true;
   }
@@ -359,6 +535,8 @@ export class Client {
     this.emit("frame", f);
     switch (f.t) {
       case "ready":
+        clearTimeout(this.openTimer);
+        this.gotReady = true;
         this.readyFrame = f;
         this.attempt = 0;
         this.setState("open");
@@ -368,6 +546,7 @@ export class Client {
           this.firstReady = null;
         }
         this.flush();
+        for (const q of this.offline.splice(0)) this.write(q);
         if (this.opts.pingInterval > 0) {
           this.keepalive = setInterval(() => this.ping().catch(() => {}), this.opts.pingInterval);
         }
@@ -406,7 +585,10 @@ export class Client {
   }
 
   private onError(f: ErrorFrame): void {
-    const err = new HermesError(f.code, f.message ?? "", { fatal: !!f.fatal });
+    // Error frames carry no id; the gateway answers a socket's frames in
+    // order, so when one frame with an id is unconfirmed, it is the one.
+    const ids = new Set(this.unconfirmed.map((u) => u.id));
+    const err = new HermesError(f.code, f.message ?? "", { fatal: !!f.fatal, id: ids.size === 1 ? [...ids][0] : undefined });
     if (f.code === "internal_error") this.transientError = true;
     if (err.permanent && err.fatal) this.stop(err);
     this.emit("error", err);
@@ -453,6 +635,11 @@ export class Client {
     this.emit("mediaProgress", { id: f.id, part, parts });
     if (!f.final && inc.got < parts) return;
     this.incoming.delete(f.id);
+    if (inc.got < parts && inc.got > 0) {
+      // The last part came without some earlier ones: not a file to hand over, nor to ack.
+      this.emit("error", new HermesError("bad_frame", `incoming file ${f.id}: ${inc.got} of ${parts} parts`, { local: true, id: f.id }));
+      return;
+    }
     const m = inc.meta;
     const file: MediaFile = { id: f.id, kind: m.kind, mime: m.mime, filename: m.filename, size: m.size };
     if (m.caption) file.caption = m.caption;
@@ -488,7 +675,7 @@ export class Client {
   }
 
   private enqueue(id: string, frames: ClientFrame[]): string {
-    this.outbox.set(id, { id, frames, seq: 0 });
+    this.outbox.set(id, { id, frames, seq: 0, sends: 0 });
     if (this.state === "open") this.flush();
     return id;
   }
@@ -510,18 +697,28 @@ export class Client {
     if (!p) return;
     this.pings.delete(ts as number);
     clearTimeout(p.timer);
+    this.unconfirmed = this.unconfirmed.filter((u) => u.n > p.writes);
     const retry = this.transientError;
     this.transientError = false;
+    let sends = 0;
     for (const [id, o] of this.outbox) {
       if (o.seq === 0 || o.seq > p.mark) continue;
-      if (retry) {
-        o.seq = 0; // written, but something failed on the way: send again, same id
-      } else {
+      if (!retry) {
         this.outbox.delete(id);
         this.emit("acknowledged", id);
+      } else if (++o.sends > this.opts.maxResends) {
+        this.outbox.delete(id);
+        this.emit("error", new HermesError("internal_error", `${id}: given up after ${o.sends} sends met internal_error`, { id }));
+      } else {
+        o.seq = 0; // written, but something failed on the way: send again, same id, after a growing pause
+        sends = Math.max(sends, o.sends);
       }
     }
-    if (retry) setTimeout(() => this.state === "open" && this.flush(), this.opts.minDelay * Math.random());
+    if (sends > 0) {
+      clearTimeout(this.resendTimer);
+      const cap = Math.min(this.opts.maxDelay, this.opts.minDelay * 2 ** (sends - 1));
+      this.resendTimer = setTimeout(() => this.state === "open" && this.flush(), cap / 2 + (Math.random() * cap) / 2);
+    }
     p.resolve(Date.now() - p.sentAt);
   }
 
@@ -561,7 +758,12 @@ export class Client {
     const f: ClientFrame = { t: "prompt", prompt_id: promptId };
     if (optionId) f.option_id = optionId;
     if (text) f.text = text;
-    if (!this.write(f)) throw local("internal_error", "not connected");
+    this.writeOrQueue(f);
+  }
+
+  /** Writes f now, or after the next ready when not connected (card answers and deliveries). */
+  private writeOrQueue(f: ClientFrame): void {
+    if (this.state !== "open" || !this.write(f)) this.offline.push(f);
   }
 
   /** Tells the agent the user is typing. */
@@ -577,7 +779,7 @@ export class Client {
     if (opts.target) f.target = opts.target;
     if (opts.text) f.text = opts.text;
     if (opts.media) f.media = opts.media;
-    if (!this.write(f)) throw local("internal_error", "not connected");
+    this.writeOrQueue(f);
     return id;
   }
 
@@ -585,7 +787,7 @@ export class Client {
   ping(): Promise<number> {
     return new Promise((resolve, reject) => {
       const ts = (this.lastTs = Math.max(this.lastTs + 1, Date.now()));
-      const p: PendingPing = { sentAt: Date.now(), mark: this.seq, resolve, reject, timer: null };
+      const p: PendingPing = { sentAt: Date.now(), mark: this.seq, writes: this.writes, resolve, reject, timer: null };
       if (!this.write({ t: "ping", ts })) {
         reject(local("internal_error", "not connected"));
         return;

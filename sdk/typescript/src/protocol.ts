@@ -23,7 +23,11 @@ export type ErrorCode =
   | "too_big"
   | "device_offline"
   | "auth_required"
-  | "internal_error";
+  | "internal_error"
+  /** Local only: the first connection of connect() failed (bad URL, unreachable, no ready in time). */
+  | "connect_failed"
+  /** Local only: connect() was cancelled by its AbortSignal. */
+  | "cancelled";
 
 export interface Device {
   id?: string;
@@ -214,12 +218,15 @@ export class HermesError extends Error {
   readonly code: ErrorCode | string;
   readonly fatal: boolean;
   readonly local: boolean;
-  constructor(code: ErrorCode | string, message: string, opts: { fatal?: boolean; local?: boolean } = {}) {
+  /** The id of the text, file or delivery that failed, when the client can tell. */
+  readonly id?: string;
+  constructor(code: ErrorCode | string, message: string, opts: { fatal?: boolean; local?: boolean; id?: string } = {}) {
     super(`${code}: ${message}`);
     this.name = "HermesError";
     this.code = code;
     this.fatal = !!opts.fatal;
     this.local = !!opts.local;
+    if (opts.id) this.id = opts.id;
   }
   /** Errors after which the client does not reconnect: retrying as is cannot help. */
   get permanent(): boolean {

@@ -8,6 +8,8 @@ import { existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:
 import { tmpdir } from "node:os";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
+import { createServer as createHTTPServer } from "node:http";
+import { createServer as createTCPServer } from "node:net";
 import { startGateway } from "./gateway.js";
 
 const chromium = process.env.CHROMIUM_PATH || "/usr/bin/chromium";
@@ -20,11 +22,21 @@ const artifacts = process.env.HERMES_ARTIFACTS || join(repo, "test-artifacts", "
 
 let gw, browser, profile;
 const external = [];
+let mediaServer, mediaOrigin; // another origin, as the agent's media links are
+
+// A 1×1 PNG.
+const png = Buffer.from("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==", "base64");
 
 before(async () => {
   if (skip) return;
   mkdirSync(artifacts, { recursive: true });
   gw = await startGateway();
+  mediaServer = createHTTPServer((req, res) => {
+    res.writeHead(200, { "Content-Type": "image/png", "Content-Length": png.length });
+    res.end(png);
+  });
+  await new Promise((r) => mediaServer.listen(0, "127.0.0.1", r));
+  mediaOrigin = `http://127.0.0.1:${mediaServer.address().port}`;
   const puppeteer = (await import("puppeteer-core")).default;
   profile = mkdtempSync(join(tmpdir(), "hermes-chromium-"));
   browser = await puppeteer.launch({
@@ -47,6 +59,7 @@ before(async () => {
 after(async () => {
   await browser?.close();
   await gw?.stop();
+  mediaServer?.close();
   if (profile) rmSync(profile, { recursive: true, force: true });
 });
 
@@ -55,10 +68,28 @@ async function newPage() {
   await page.setViewport({ width: 800, height: 900 });
   page.on("request", (r) => {
     const u = r.url();
-    if (!u.startsWith(gw.http) && !u.startsWith(gw.ws) && !/^(data|blob|about):/.test(u)) external.push(u);
+    if (!u.startsWith(gw.http) && !u.startsWith(gw.ws) && !u.startsWith(mediaOrigin) && !/^(data|blob|about):/.test(u)) external.push(u);
   });
   page.on("pageerror", (e) => console.error("page error:", e.message));
   return page;
+}
+
+async function logIn(page, name) {
+  await page.goto(gw.http + "/");
+  await page.type("#token", gw.token);
+  await page.type("#device", name);
+  await page.click("#connect");
+  await page.waitForSelector("#chat:not([hidden])");
+  await page.waitForSelector("body[data-state=open]");
+}
+
+/** Counts the client's passes through "connecting" from now on. */
+async function countReconnects(page) {
+  await page.evaluate(() => {
+    window.__connecting = 0;
+    window.hermes.on("state", (s) => s === "connecting" && window.__connecting++);
+  });
+  return () => page.evaluate(() => window.__connecting);
 }
 
 const agentTexts = (page) => page.$$eval(".msg.agent", (els) => els.map((e) => e.textContent));
@@ -84,7 +115,11 @@ test("the browser client: log in, a streamed answer, a card, a file over one par
       const a = document.body.dataset.avatar;
       if (a && window.__avatar[window.__avatar.length - 1] !== a) window.__avatar.push(a);
     }).observe(document.body, { subtree: true, childList: true, characterData: true, attributes: true });
+    window.__announced = [];
+    const a = document.getElementById("announce");
+    new MutationObserver(() => window.__announced.push(a.textContent)).observe(a, { subtree: true, childList: true, characterData: true });
   });
+  assert.equal(await page.$eval("#messages", (e) => e.getAttribute("aria-live")), null, "the streaming bubbles are not a live region");
   await page.type("#text", "hello from the browser");
   await page.keyboard.press("Enter");
   await page.waitForFunction(() => [...document.querySelectorAll(".msg.agent.final")].some((e) => e.textContent === "You said: hello from the browser"));
@@ -92,6 +127,25 @@ test("the browser client: log in, a streamed answer, a card, a file over one par
   assert.equal(seen[0], "You said: ", "the answer starts with its first part: " + JSON.stringify(seen));
   assert.ok(seen.some((t) => t.length > "You said: ".length && t.length < "You said: hello from the browser".length), "a growing edit came in between: " + JSON.stringify(seen));
   await page.waitForSelector(".msg.me.sent"); // the gateway took the text
+  assert.equal(await page.$eval(".msg.me.sent .state", (e) => e.textContent), "✓ sent");
+  assert.deepEqual(await page.evaluate(() => window.__announced), ["You said: hello from the browser"], "the answer is announced once, final, not each edit");
+  assert.equal(await page.$eval(".msg.agent.final", (e) => e.getAttribute("aria-busy")), "false");
+
+  // Written while the network is down: pending, and it looks it, until the gateway takes it.
+  // In one task, so the reconnect cannot come in between.
+  const pending = await page.evaluate(() => {
+    window.hermes.drop();
+    document.getElementById("text").value = "while offline";
+    document.getElementById("composer").requestSubmit();
+    const e = [...document.querySelectorAll(".msg.me")].pop();
+    return { cls: e.className, opacity: getComputedStyle(e).opacity, border: getComputedStyle(e).borderStyle, state: e.querySelector(".state").textContent };
+  });
+  assert.match(pending.cls, /\bpending\b/);
+  delete pending.cls;
+  const sent = await page.$eval(".msg.me.sent", (e) => ({ opacity: getComputedStyle(e).opacity, border: getComputedStyle(e).borderStyle }));
+  assert.equal(pending.state, "sending…");
+  assert.notDeepEqual({ opacity: pending.opacity, border: pending.border }, sent, "pending and sent look different");
+  await page.waitForFunction(() => document.querySelectorAll(".msg.me.pending").length === 0 && document.querySelectorAll(".msg.me.sent").length === 2);
   const avatars = await page.evaluate(() => window.__avatar);
   assert.ok(avatars.includes("thinking"), "the avatar followed the agent: " + avatars);
 
@@ -171,5 +225,143 @@ test("the avatar page: three states by fragment and by postMessage; still under 
   assert.ok((await mouth()).h > dims.idle.h, "the open mouth still shows speaking");
   await page.screenshot({ path: join(artifacts, "avatar-speaking-reduced-motion.png") });
   assert.deepEqual(external, [], "no requests outside the gateway");
+  await page.close();
+});
+
+test("a wrong server URL: a visible error on the login form", { skip, timeout: 60000 }, async () => {
+  const tcp = createTCPServer();
+  await new Promise((r) => tcp.listen(0, "127.0.0.1", r));
+  const port = tcp.address().port;
+  await new Promise((r) => tcp.close(r)); // nothing listens there now
+  const page = await newPage();
+  await page.goto(gw.http + "/");
+  await page.type("#token", gw.token);
+  await page.type("#device", "Wrong URL");
+  await page.$eval("#server", (e, v) => (e.value = v), `ws://127.0.0.1:${port}/ws`);
+  await page.click("#connect");
+  await page.waitForFunction(() => document.getElementById("login-error").textContent !== "", { timeout: 20000 });
+  const err = await page.$eval("#login-error", (e) => ({ text: e.textContent, visible: e.getBoundingClientRect().height > 0 && getComputedStyle(e).visibility !== "hidden" }));
+  assert.match(err.text, new RegExp(`Cannot connect to ws://127.0.0.1:${port}/ws`));
+  assert.ok(err.visible, "the error is shown");
+  assert.equal(await page.$eval("#chat", (e) => e.hidden), true);
+  await page.screenshot({ path: join(artifacts, "login-wrong-url.png") });
+  await page.close();
+});
+
+test("two tabs: each its own device, both stay connected, no reconnect storm", { skip, timeout: 90000 }, async () => {
+  const a = await newPage();
+  await logIn(a, "Tab A");
+  const b = await newPage();
+  await logIn(b, "Tab B");
+  const ids = await Promise.all([a, b].map((p) => p.evaluate(() => window.hermes.opts.device.id)));
+  assert.notEqual(ids[0], ids[1], "each tab is its own device: " + ids);
+  const reconnects = await Promise.all([a, b].map(countReconnects));
+  for (const [p, t] of [[a, "from tab A"], [b, "from tab B"]]) {
+    await p.type("#text", t);
+    await p.keyboard.press("Enter");
+  }
+  for (const [p, t] of [[a, "from tab A"], [b, "from tab B"]]) {
+    await p.waitForFunction((t) => [...document.querySelectorAll(".msg.agent.final")].some((e) => e.textContent === "You said: " + t), {}, t);
+  }
+  // A reload keeps the tab's device.
+  await a.reload();
+  await a.waitForSelector("body[data-state=open]");
+  assert.equal(await a.evaluate(() => window.hermes.opts.device.id), ids[0]);
+  await b.evaluate(() => window.hermes.ping());
+  assert.equal(await reconnects[1](), 0, "tab B did not reconnect");
+  assert.equal(await b.$eval("body", (e) => e.dataset.state), "open");
+  await a.close();
+  await b.close();
+});
+
+test("media the agent sends by url, from another origin, is shown", { skip, timeout: 60000 }, async () => {
+  const page = await newPage();
+  await logIn(page, "Media URL");
+  // As the gateway relays an agent's file given by url (POST .../media {url}).
+  await page.evaluate((url) => window.hermes.handle({ t: "media", id: "m-url", kind: "image", mime: "image/png", filename: "dot.png", size: 68, part: 0, parts: 1, final: true, url }), mediaOrigin + "/dot.png");
+  await page.waitForSelector(".msg.agent.media img");
+  const loaded = await page.waitForFunction(() => {
+    const img = document.querySelector(".msg.agent.media img");
+    return img.complete && { width: img.naturalWidth, src: img.src };
+  });
+  const img = await loaded.jsonValue();
+  assert.equal(img.src, mediaOrigin + "/dot.png");
+  assert.equal(img.width, 1, "the image loaded (the page's CSP lets it)");
+  await page.close();
+});
+
+test("keyboard only: tab to the file picker, send, answer a card", { skip, timeout: 90000 }, async () => {
+  const page = await newPage();
+  await page.goto(gw.http + "/");
+  await page.focus("#token");
+  await page.keyboard.type(gw.token);
+  await page.keyboard.press("Tab");
+  await page.keyboard.type("Keyboard");
+  await page.keyboard.press("Enter");
+  await page.waitForSelector("body[data-state=open]");
+  const active = () => page.evaluate(() => {
+    const e = document.activeElement;
+    return e.id || (e.dataset.option ? "option:" + e.dataset.option : e.tagName);
+  });
+  assert.equal(await active(), "text", "the message box has the focus after log-in");
+  await page.keyboard.type("typed, not clicked");
+  await page.keyboard.press("Enter");
+  await page.waitForFunction(() => [...document.querySelectorAll(".msg.agent.final")].some((e) => e.textContent === "You said: typed, not clicked"));
+
+  // Back to the file picker, and a file chosen from it.
+  const dir = mkdtempSync(join(tmpdir(), "hermes-kbd-"));
+  const file = join(dir, "note.txt");
+  writeFileSync(file, "picked by keyboard");
+  for (let i = 0; i < 5 && (await active()) !== "attach"; i++) await page.keyboard.down("Shift"), await page.keyboard.press("Tab"), await page.keyboard.up("Shift");
+  assert.equal(await active(), "attach", "Shift+Tab reaches the file picker");
+  // Enter opens the picker: the hidden input is clicked (headless Chromium's
+  // file dialog interception is not reliable enough to wait on).
+  await page.evaluate(() => document.getElementById("file").addEventListener("click", () => (window.__picked = true), { once: true }));
+  await page.keyboard.press("Enter");
+  await page.waitForFunction(() => window.__picked === true);
+  await (await page.$("#file")).uploadFile(file);
+  await page.waitForFunction(() => [...document.querySelectorAll(".msg.agent.media .meta")].some((e) => e.textContent.startsWith("note.txt")));
+  rmSync(dir, { recursive: true, force: true });
+
+  // A card answered from the keyboard.
+  await page.focus("#text");
+  await page.keyboard.type("/approve pwd");
+  await page.keyboard.press("Enter");
+  await page.waitForSelector(".card button[data-option=once]");
+  for (let i = 0; i < 20 && (await active()) !== "option:once"; i++) await page.keyboard.down("Shift"), await page.keyboard.press("Tab"), await page.keyboard.up("Shift");
+  assert.equal(await active(), "option:once", "Shift+Tab reaches the card's buttons");
+  await page.keyboard.press("Enter");
+  await page.waitForSelector(".card.closed .done");
+  assert.equal(await page.$eval(".card .done", (e) => e.textContent), "answered: once");
+  await page.waitForFunction(() => [...document.querySelectorAll(".msg.agent.final")].some((e) => e.textContent === "exec_approval resolved: once"));
+  await page.close();
+});
+
+test("Markdown in answers, as DOM nodes: the agent's text never becomes markup", { skip, timeout: 60000 }, async () => {
+  const page = await newPage();
+  await logIn(page, "Markdown");
+  const src = "**bold**, *it*, `x<y`, [docs](https://example.com/a) <img src=x onerror=window.__xss=1>\n```\n<b>raw</b>\n```";
+  await page.type("#text", src.replace(/\n/g, ""));
+  await page.$eval("#text", (e, v) => (e.value = v), src);
+  await page.keyboard.press("Enter");
+  await page.waitForSelector(".msg.agent.final strong");
+  const out = await page.$eval(".msg.agent.final", (e) => ({
+    strong: e.querySelector("strong")?.textContent,
+    em: e.querySelector("em")?.textContent,
+    code: e.querySelector(":scope > code")?.textContent,
+    link: e.querySelector("a") && { href: e.querySelector("a").href, text: e.querySelector("a").textContent, rel: e.querySelector("a").rel },
+    pre: e.querySelector("pre code")?.textContent,
+    elements: [...e.querySelectorAll("*")].map((x) => x.tagName).sort(),
+    xss: window.__xss ?? null,
+  }));
+  assert.deepEqual(out, {
+    strong: "bold",
+    em: "it",
+    code: "x<y",
+    link: { href: "https://example.com/a", text: "docs", rel: "noopener noreferrer" },
+    pre: "<b>raw</b>\n",
+    elements: ["A", "CODE", "CODE", "EM", "PRE", "STRONG"],
+    xss: null,
+  });
   await page.close();
 });

@@ -1,7 +1,8 @@
 // The SDK against a real gateway (services/edge with the demo agent).
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { WebSocket } from "ws";
+import { WebSocket, WebSocketServer } from "ws";
+import { createServer } from "node:net";
 import {
   Client,
   HermesError,
@@ -12,7 +13,7 @@ import {
   MEDIA_CHUNK_BYTES,
   MAX_MEDIA_BYTES,
   MAX_AUDIO_BYTES,
-} from "../dist/index.js";
+} from "../dist/esm/index.js";
 import { startGateway } from "./gateway.js";
 
 let gw;
@@ -255,6 +256,232 @@ test("reconnect with jittered backoff resends what was not confirmed, with the s
   // One answer per id: after a ping round trip, and the answers so far, no copy.
   await c.ping();
   assert.equal(finals.filter((t) => t === "You said: survive the drop").length, 1, finals.join("|"));
+});
+
+/** A loopback port nothing listens on. */
+async function closedPort() {
+  const srv = createServer();
+  await new Promise((r) => srv.listen(0, "127.0.0.1", r));
+  const { port } = srv.address();
+  await new Promise((r) => srv.close(r));
+  return port;
+}
+
+/** Settles with p, or rejects after ms: a connect() that never settles fails the test. */
+function within(p, ms, what) {
+  let timer;
+  return Promise.race([p, new Promise((_, reject) => (timer = setTimeout(() => reject(new Error(`${what}: not settled within ${ms} ms`)), ms)))]).finally(() => clearTimeout(timer));
+}
+
+test("an unreachable server or a bad URL: connect() rejects with connect_failed, an error event fires, no retry", async () => {
+  for (const url of [`ws://127.0.0.1:${await closedPort()}/ws`, "not a url"]) {
+    const c = newClient(uniq("ts-unreachable"), { url });
+    const errors = [];
+    c.on("error", (e) => errors.push(e));
+    let connecting = 0;
+    c.on("state", (s) => s === "connecting" && connecting++);
+    await within(assert.rejects(c.connect(), (e) => e instanceof HermesError && e.code === "connect_failed" && e.local), 10000, url);
+    assert.deepEqual(errors.map((e) => e.code), ["connect_failed"], url);
+    assert.equal(c.state, "closed");
+    const other = newClient(uniq("ts-other"));
+    await other.connect();
+    await other.ping();
+    assert.equal(connecting, 1, "no reconnect after connect() failed: " + url);
+  }
+});
+
+test("connect and ready timeouts: a server that never opens the socket, or never says ready, fails connect()", async () => {
+  // A stalled server cannot be had from a real edge: a TCP listener that
+  // never answers the upgrade, and a WebSocket server that never says ready.
+  const tcp = createServer(() => {});
+  await new Promise((r) => tcp.listen(0, "127.0.0.1", r));
+  const wss = new WebSocketServer({ host: "127.0.0.1", port: 0 });
+  await new Promise((r) => wss.once("listening", r));
+  try {
+    const stalls = [
+      [`ws://127.0.0.1:${tcp.address().port}/ws`, { connectTimeout: 300 }, /no connection within 300 ms/],
+      [`ws://127.0.0.1:${wss.address().port}/ws`, { readyTimeout: 300 }, /no ready within 300 ms/],
+    ];
+    for (const [url, opts, why] of stalls) {
+      const c = newClient(uniq("ts-stall"), { url, ...opts });
+      const t0 = Date.now();
+      await within(assert.rejects(c.connect(), (e) => e.code === "connect_failed" && why.test(e.message)), 10000, url);
+      assert.ok(Date.now() - t0 >= 300, "not before the timeout");
+    }
+  } finally {
+    tcp.close();
+    wss.close();
+  }
+});
+
+test("replaced by a newer connection of the device: disconnected 1000 without reconnect; a drop reconnects", async () => {
+  const dev = uniq("ts-replaced");
+  const a = newClient(dev);
+  await a.connect();
+  const gone = [];
+  a.on("disconnected", (d) => gone.push(d));
+  let connecting = 0;
+  a.on("state", (s) => s === "connecting" && connecting++);
+  const b = newClient(dev);
+  const closed = waitFor(a, "disconnected");
+  await b.connect();
+  const d = await closed;
+  assert.deepEqual(d, { code: 1000, reason: "replaced by a newer connection", reconnect: false });
+  // Give a reconnect every chance to happen: b's pings round-trip, b stays.
+  await b.ping();
+  await b.ping();
+  assert.equal(connecting, 0);
+  assert.equal(a.state, "closed");
+  assert.equal(b.state, "open");
+  const dropped = waitFor(b, "disconnected");
+  b.drop();
+  assert.equal((await dropped).reconnect, true);
+  await waitFor(b, "ready");
+});
+
+test("internal_error: resends with a growing pause, then gives up with the id", async () => {
+  // A store of 1 MiB: every file over it gets internal_error, every time.
+  const small = await startGateway({ MOBILE_MAX_BLOB_MIB: "1" });
+  try {
+    const c = new Client({ url: small.ws, token: small.token, device: { id: uniq("ts-resend-cap") }, WebSocket, minDelay: 40, maxDelay: 160, maxResends: 4 });
+    clients.push(c);
+    await c.connect();
+    const at = [];
+    c.on("sent", (f) => f.t === "media" && f.part === 0 && at.push(Date.now()));
+    const id = c.sendFile(new Uint8Array(1536 * 1024), { kind: "document", filename: "big.bin", chunkBytes: 1024 * 1024 });
+    const err = await waitFor(c, "error", (e) => e.id === id && /given up/.test(e.message));
+    assert.equal(err.code, "internal_error");
+    assert.equal(at.length, 5, "the first send and maxResends resends");
+    assert.deepEqual(c.pending, []);
+    const gaps = at.slice(1).map((t, i) => t - at[i]);
+    // Each pause is drawn from [cap/2, cap], cap = min(maxDelay, minDelay·2^n): 40, 80, 160, 160.
+    [20, 40, 80, 80].forEach((min, i) => assert.ok(gaps[i] >= min, `pause ${i} of ${gaps[i]} ms; at least ${min}: ${gaps}`));
+  } finally {
+    await small.stop();
+  }
+});
+
+test("card answers and deliveries made offline go after the reconnect", async () => {
+  const c = newClient(uniq("ts-offline-answer"));
+  await c.connect();
+  c.sendText("/approve uptime");
+  const card = await waitFor(c, "prompt");
+  const target = newClient(uniq("ts-offline-target"));
+  await target.connect();
+  c.drop();
+  assert.notEqual(c.state, "open");
+  const done = waitFor(c, "promptDone", (d) => d.id === card.id);
+  c.answer(card.id, "deny");
+  const reminder = waitFor(target, "message", (m) => m.final);
+  const id = c.deliver({ target: target.opts.device.id, text: "made offline" });
+  assert.equal((await done).option_id, "deny");
+  assert.equal((await reminder).text, "made offline");
+  assert.ok(id);
+});
+
+test("an error names the frame it answers when one is unconfirmed", async () => {
+  const c = newClient(uniq("ts-error-id"));
+  await c.connect();
+  const id = c.deliver({ target: uniq("nobody-here"), text: "to no one" });
+  const err = await waitFor(c, "error");
+  assert.equal(err.code, "device_offline");
+  assert.equal(err.id, id);
+});
+
+test("a file whose last part comes without the earlier ones is refused, not handed over truncated", async () => {
+  // A real edge never sends this: a WebSocket server that does.
+  const wss = new WebSocketServer({ host: "127.0.0.1", port: 0 });
+  await new Promise((r) => wss.once("listening", r));
+  wss.on("connection", (ws) => {
+    ws.once("message", () => {
+      ws.send(JSON.stringify({ t: "ready", v: 1, session: "mobile:x", device: { id: "x" }, capabilities: {} }));
+      ws.send(JSON.stringify({ t: "media", id: "half", kind: "document", mime: "text/plain", filename: "a.txt", size: 8, part: 1, parts: 2, final: true, data: "YWJjZA==" }));
+      ws.send(JSON.stringify({ t: "media", id: "whole", kind: "document", mime: "text/plain", filename: "b.txt", size: 4, data: "YWJjZA==" }));
+    });
+  });
+  try {
+    const c = newClient(uniq("ts-truncated"), { url: `ws://127.0.0.1:${wss.address().port}/ws` });
+    const files = [];
+    c.on("media", (f) => files.push(f.id));
+    const acks = [];
+    c.on("sent", (f) => f.t === "ack" && acks.push(f.id));
+    const err = waitFor(c, "error");
+    const whole = waitFor(c, "media", (f) => f.id === "whole");
+    await c.connect();
+    assert.equal((await err).id, "half");
+    await whole;
+    assert.deepEqual(files, ["whole"]);
+    assert.deepEqual(acks, ["whole"]);
+    c.close();
+  } finally {
+    wss.close();
+  }
+});
+
+test("once and off; events() as an async iterator, ended by its signal", async () => {
+  const c = newClient(uniq("ts-api"));
+  await c.connect();
+  const onceSeen = [];
+  c.once("message", (m) => onceSeen.push(m.text));
+  const all = [];
+  const fn = (m) => all.push(m.text);
+  c.on("message", fn);
+  c.off("message", fn);
+  const stop = new AbortController();
+  const it = c.events(["message", "acknowledged"], { signal: stop.signal });
+  const id = c.sendText("iterate");
+  const got = [];
+  for await (const ev of it) {
+    got.push(ev.type);
+    if (ev.type === "message" && ev.value.final) stop.abort();
+  }
+  assert.deepEqual(onceSeen, ["You said: "], "once: the first version only");
+  assert.deepEqual(all, [], "off: no calls");
+  assert.ok(got.includes("acknowledged") && got.filter((t) => t === "message").length === 3, got.join(","));
+  assert.equal(c.pending.includes(id), false);
+  // A closed client ends its iterators.
+  const rest = c.events();
+  c.close();
+  assert.deepEqual(await rest.next(), { value: undefined, done: true });
+});
+
+test("getToken is asked before each connection; a logger hears a handler's error", async () => {
+  const logs = [];
+  let asked = 0;
+  const c = newClient(uniq("ts-token"), {
+    token: "stale",
+    getToken: async () => (asked++, gw.token),
+    logger: (level, msg) => logs.push([level, msg]),
+  });
+  c.on("ready", () => {
+    throw new Error("a broken handler");
+  });
+  await c.connect();
+  assert.equal(asked, 1);
+  assert.ok(logs.some(([l, m]) => l === "error" && /ready handler threw/.test(m)), JSON.stringify(logs));
+  const back = waitFor(c, "ready");
+  c.drop();
+  await back;
+  assert.equal(asked, 2, "a fresh token for the reconnect");
+  assert.ok(logs.some(([l, m]) => l === "warn" && /socket closed/.test(m)), JSON.stringify(logs));
+});
+
+test("connect() is cancelled by its AbortSignal", async () => {
+  const tcp = createServer(() => {});
+  await new Promise((r) => tcp.listen(0, "127.0.0.1", r));
+  try {
+    const c = newClient(uniq("ts-cancel"), { url: `ws://127.0.0.1:${tcp.address().port}/ws` });
+    const ac = new AbortController();
+    const p = c.connect({ signal: ac.signal });
+    ac.abort();
+    await within(assert.rejects(p, (e) => e.code === "cancelled"), 5000, "cancelled connect");
+    assert.equal(c.state, "closed");
+    const pre = new AbortController();
+    pre.abort();
+    await assert.rejects(newClient(uniq("ts-cancel2")).connect({ signal: pre.signal }), (e) => e.code === "cancelled");
+  } finally {
+    tcp.close();
+  }
 });
 
 test("a wrong token: auth_failed, typed, and no reconnect", async () => {

@@ -14,6 +14,7 @@ var HermesError = class extends Error {
     this.code = code;
     this.fatal = !!opts.fatal;
     this.local = !!opts.local;
+    if (opts.id) this.id = opts.id;
   }
   /** Errors after which the client does not reconnect: retrying as is cannot help. */
   get permanent() {
@@ -49,6 +50,26 @@ function newId(prefix = "") {
 }
 
 // src/client.ts
+var consoleLogger = (level, message, data) => {
+  if (level === "error") console.error("hermes:", message, data ?? "");
+};
+var ALL_EVENTS = [
+  "ready",
+  "state",
+  "disconnected",
+  "message",
+  "media",
+  "mediaProgress",
+  "prompt",
+  "promptDone",
+  "avatar",
+  "typing",
+  "delivered",
+  "error",
+  "frame",
+  "sent",
+  "acknowledged"
+];
 function bytesOf(b) {
   return b instanceof Uint8Array ? b : new Uint8Array(b);
 }
@@ -56,6 +77,7 @@ function local(code, message) {
   return new HermesError(code, message, { local: true });
 }
 var Client = class {
+  // ids written since the last pong, for errors
   constructor(opts) {
     /** The last ready frame; null before the first. */
     this.readyFrame = null;
@@ -77,6 +99,19 @@ var Client = class {
     this.keepalive = null;
     this.typingTimer = null;
     this.firstReady = null;
+    this.openTimer = null;
+    this.failure = "";
+    // why the current socket is failing, for connect()'s error
+    this.gotReady = false;
+    // on the current socket
+    this.offline = [];
+    // card answers and deliveries written after the next ready
+    this.resendTimer = null;
+    this.closers = /* @__PURE__ */ new Set();
+    // ends the events() iterators
+    this.writes = 0;
+    // frames written on this socket
+    this.unconfirmed = [];
     this.opts = {
       reconnect: true,
       minDelay: 500,
@@ -85,6 +120,10 @@ var Client = class {
       pongTimeout: 15e3,
       autoAck: true,
       typingIdle: 6e3,
+      connectTimeout: 1e4,
+      readyTimeout: 1e4,
+      maxResends: 8,
+      logger: consoleLogger,
       ...opts,
       device: { ...opts.device, id: opts.device?.id || "dev-" + newId().slice(0, 12) }
     };
@@ -95,12 +134,68 @@ var Client = class {
     set.add(fn);
     return () => set.delete(fn);
   }
+  /** Like on(), for the first event only. */
+  once(type, fn) {
+    const off = this.on(type, (v) => {
+      off();
+      fn(v);
+    });
+    return off;
+  }
+  /** Removes a handler given to on(). */
+  off(type, fn) {
+    this.handlers.get(type)?.delete(fn);
+  }
+  /**
+   * The events of the given types (all when none) as an async iterator, in
+   * order, from now until close() or until signal aborts:
+   * `for await (const ev of c.events(["message"])) ...`. Events wait in the
+   * iterator until read.
+   */
+  events(types, opts = {}) {
+    const queue = [];
+    let wake = null;
+    let done = false;
+    const offs = [];
+    const finish = () => {
+      done = true;
+      offs.forEach((off) => off());
+      wake?.();
+    };
+    for (const type of types ?? ALL_EVENTS) {
+      offs.push(
+        this.on(type, (value) => {
+          queue.push({ type, value });
+          wake?.();
+        })
+      );
+    }
+    this.closers.add(finish);
+    offs.push(() => this.closers.delete(finish));
+    if (opts.signal?.aborted) finish();
+    opts.signal?.addEventListener("abort", finish, { once: true });
+    const it = {
+      [Symbol.asyncIterator]: () => it,
+      next: async () => {
+        while (!queue.length && !done) await new Promise((r) => wake = r);
+        wake = null;
+        if (queue.length) return { value: queue.shift(), done: false };
+        return { value: void 0, done: true };
+      },
+      return: async () => {
+        finish();
+        queue.length = 0;
+        return { value: void 0, done: true };
+      }
+    };
+    return it;
+  }
   emit(type, v) {
     for (const fn of this.handlers.get(type) ?? []) {
       try {
         fn(v);
       } catch (e) {
-        console.error(e);
+        this.opts.logger("error", `a ${type} handler threw`, e);
       }
     }
   }
@@ -116,18 +211,35 @@ var Client = class {
    * Connects and resolves with the first ready frame; rejects on an error
    * that stops the client (auth_failed, forbidden) or when close() is called first.
    */
-  connect() {
+  connect(opts = {}) {
     if (!this.stopped) return Promise.reject(local("bad_frame", "already connected"));
+    const signal = opts.signal;
+    if (signal?.aborted) return Promise.reject(local("cancelled", "connect() cancelled"));
     this.stopped = false;
     this.attempt = 0;
     const p = new Promise((resolve, reject) => this.firstReady = { resolve, reject });
+    if (signal) {
+      const abort = () => {
+        if (!this.firstReady) return;
+        this.failFirst(local("cancelled", "connect() cancelled"));
+        this.close();
+      };
+      signal.addEventListener("abort", abort, { once: true });
+      p.then(
+        () => signal.removeEventListener("abort", abort),
+        () => signal.removeEventListener("abort", abort)
+      );
+    }
+    this.opts.logger("info", `connecting to ${this.opts.url}`);
     this.open();
     return p;
   }
   /** Closes the connection and stops reconnecting. Unconfirmed sends stay pending for the next connect(). */
   close() {
     this.stopped = true;
+    for (const end of [...this.closers]) end();
     clearTimeout(this.retryTimer);
+    clearTimeout(this.resendTimer);
     this.failFirst(local("internal_error", "closed"));
     if (this.ws) {
       const ws = this.ws;
@@ -136,6 +248,7 @@ var Client = class {
         ws.close(1e3);
       } catch {
       }
+      this.emit("disconnected", { code: 1e3, reason: "closed by the app", reconnect: false });
     }
     this.setState("closed");
   }
@@ -148,23 +261,43 @@ var Client = class {
       else ws.close(4e3, "dropped");
     } catch {
     }
-    this.onClose(void 0, "");
+    this.onClose(1006, "");
+  }
+  giveUp(why) {
+    this.failure = why;
+    this.drop();
   }
   open() {
     const WS = this.opts.WebSocket ?? globalThis.WebSocket;
     if (!WS) throw local("internal_error", "no WebSocket: pass the ws package's WebSocket in options.WebSocket");
     this.setState("connecting");
     let ws;
+    this.failure = "";
+    this.gotReady = false;
     try {
       ws = new WS(this.opts.url);
     } catch (e) {
-      this.scheduleRetry();
+      this.failure = `cannot open ${this.opts.url}: ${e?.message ?? e}`;
+      this.onClose(1006, "");
       return;
     }
     this.ws = ws;
     ws.binaryType = "arraybuffer";
-    ws.onopen = () => {
-      const hello = { t: "hello", token: this.opts.token, device: this.opts.device };
+    this.openTimer = setTimeout(() => this.giveUp(`no connection within ${this.opts.connectTimeout} ms`), this.opts.connectTimeout);
+    ws.onopen = async () => {
+      clearTimeout(this.openTimer);
+      this.openTimer = setTimeout(() => this.giveUp(`no ready within ${this.opts.readyTimeout} ms`), this.opts.readyTimeout);
+      let token = this.opts.token;
+      if (this.opts.getToken) {
+        try {
+          token = await this.opts.getToken();
+        } catch (e) {
+          if (this.ws === ws) this.giveUp(`getToken failed: ${e?.message ?? e}`);
+          return;
+        }
+        if (this.ws !== ws) return;
+      }
+      const hello = { t: "hello", token, device: this.opts.device };
       if (this.opts.user) hello.user = this.opts.user;
       this.write(hello);
     };
@@ -180,27 +313,46 @@ var Client = class {
       if (f && typeof f === "object" && typeof f.t === "string") this.handle(f);
     };
     ws.onclose = (ev) => {
-      if (this.ws === ws) this.onClose(ev?.code, ev?.reason ?? "");
+      if (this.ws === ws) this.onClose(ev?.code ?? 1006, ev?.reason ?? "");
     };
-    ws.onerror = () => {
+    ws.onerror = (ev) => {
+      if (!this.failure) this.failure = ev?.message || ev?.error?.message || `cannot connect to ${this.opts.url}`;
     };
   }
   detach() {
     if (!this.ws) return;
-    this.ws.onopen = this.ws.onmessage = this.ws.onclose = this.ws.onerror = null;
+    this.ws.onopen = this.ws.onmessage = this.ws.onclose = null;
+    this.ws.onerror = () => {
+    };
     this.ws = null;
     clearInterval(this.keepalive);
+    clearTimeout(this.openTimer);
+    clearTimeout(this.resendTimer);
     for (const p of this.pings.values()) {
       clearTimeout(p.timer);
       p.reject(local("internal_error", "connection closed before pong"));
     }
     this.pings.clear();
+    this.unconfirmed = [];
+    this.writes = 0;
     for (const o of this.outbox.values()) o.seq = 0;
     this.incoming.clear();
   }
   onClose(code, reason) {
     this.detach();
-    if (code === 1008 && (reason === "auth_failed" || reason === "forbidden")) this.stop(new HermesError(reason, "connection refused", { fatal: true }));
+    if (code === 1008 && (reason === "auth_failed" || reason === "forbidden")) {
+      this.stop(new HermesError(reason, "connection refused", { fatal: true }));
+    } else if (!this.gotReady && this.firstReady) {
+      const why = this.failure || (code === 1006 ? `cannot connect to ${this.opts.url}` : `closed with ${code} ${reason}`.trim());
+      const err = local("connect_failed", why);
+      this.emit("error", err);
+      this.stop(err);
+    } else if (code === 1e3) {
+      this.stop(local("internal_error", "replaced by a newer connection"));
+    }
+    const reconnect = !this.stopped && this.opts.reconnect;
+    this.opts.logger(reconnect ? "warn" : "info", `socket closed (${code}${reason ? " " + reason : ""}${this.failure ? ": " + this.failure : ""})`, { reconnect });
+    if (this.gotReady || this.stopped) this.emit("disconnected", { code, reason: reason || this.failure, reconnect });
     if (this.stopped) {
       this.setState("closed");
       return;
@@ -209,8 +361,10 @@ var Client = class {
   }
   stop(err) {
     this.stopped = true;
+    for (const end of [...this.closers]) end();
     clearTimeout(this.retryTimer);
     this.failFirst(err);
+    this.setState("closed");
   }
   failFirst(err) {
     if (this.firstReady) {
@@ -226,6 +380,7 @@ var Client = class {
     }
     const cap = Math.min(this.opts.maxDelay, this.opts.minDelay * 2 ** this.attempt++);
     clearTimeout(this.retryTimer);
+    this.opts.logger("debug", `reconnecting in up to ${cap} ms`);
     this.retryTimer = setTimeout(() => {
       if (!this.stopped) this.open();
     }, Math.random() * cap);
@@ -238,6 +393,9 @@ var Client = class {
   write(f) {
     if (!this.ws || this.ws.readyState !== 1) return false;
     this.ws.send(JSON.stringify(f));
+    this.writes++;
+    const id = f.t === "prompt" ? f.prompt_id : f.t === "text" || f.t === "audio" || f.t === "deliver" || f.t === "media" && !f.part ? f.id : "";
+    if (id) this.unconfirmed.push({ id, n: this.writes });
     this.emit("sent", f);
     return true;
   }
@@ -245,6 +403,8 @@ var Client = class {
     this.emit("frame", f);
     switch (f.t) {
       case "ready":
+        clearTimeout(this.openTimer);
+        this.gotReady = true;
         this.readyFrame = f;
         this.attempt = 0;
         this.setState("open");
@@ -254,6 +414,7 @@ var Client = class {
           this.firstReady = null;
         }
         this.flush();
+        for (const q of this.offline.splice(0)) this.write(q);
         if (this.opts.pingInterval > 0) {
           this.keepalive = setInterval(() => this.ping().catch(() => {
           }), this.opts.pingInterval);
@@ -291,7 +452,8 @@ var Client = class {
     }
   }
   onError(f) {
-    const err = new HermesError(f.code, f.message ?? "", { fatal: !!f.fatal });
+    const ids = new Set(this.unconfirmed.map((u) => u.id));
+    const err = new HermesError(f.code, f.message ?? "", { fatal: !!f.fatal, id: ids.size === 1 ? [...ids][0] : void 0 });
     if (f.code === "internal_error") this.transientError = true;
     if (err.permanent && err.fatal) this.stop(err);
     this.emit("error", err);
@@ -335,6 +497,10 @@ var Client = class {
     this.emit("mediaProgress", { id: f.id, part, parts });
     if (!f.final && inc.got < parts) return;
     this.incoming.delete(f.id);
+    if (inc.got < parts && inc.got > 0) {
+      this.emit("error", new HermesError("bad_frame", `incoming file ${f.id}: ${inc.got} of ${parts} parts`, { local: true, id: f.id }));
+      return;
+    }
     const m = inc.meta;
     const file = { id: f.id, kind: m.kind, mime: m.mime, filename: m.filename, size: m.size };
     if (m.caption) file.caption = m.caption;
@@ -366,7 +532,7 @@ var Client = class {
     return v;
   }
   enqueue(id, frames) {
-    this.outbox.set(id, { id, frames, seq: 0 });
+    this.outbox.set(id, { id, frames, seq: 0, sends: 0 });
     if (this.state === "open") this.flush();
     return id;
   }
@@ -387,18 +553,28 @@ var Client = class {
     if (!p) return;
     this.pings.delete(ts);
     clearTimeout(p.timer);
+    this.unconfirmed = this.unconfirmed.filter((u) => u.n > p.writes);
     const retry = this.transientError;
     this.transientError = false;
+    let sends = 0;
     for (const [id, o] of this.outbox) {
       if (o.seq === 0 || o.seq > p.mark) continue;
-      if (retry) {
-        o.seq = 0;
-      } else {
+      if (!retry) {
         this.outbox.delete(id);
         this.emit("acknowledged", id);
+      } else if (++o.sends > this.opts.maxResends) {
+        this.outbox.delete(id);
+        this.emit("error", new HermesError("internal_error", `${id}: given up after ${o.sends} sends met internal_error`, { id }));
+      } else {
+        o.seq = 0;
+        sends = Math.max(sends, o.sends);
       }
     }
-    if (retry) setTimeout(() => this.state === "open" && this.flush(), this.opts.minDelay * Math.random());
+    if (sends > 0) {
+      clearTimeout(this.resendTimer);
+      const cap = Math.min(this.opts.maxDelay, this.opts.minDelay * 2 ** (sends - 1));
+      this.resendTimer = setTimeout(() => this.state === "open" && this.flush(), cap / 2 + Math.random() * cap / 2);
+    }
     p.resolve(Date.now() - p.sentAt);
   }
   /** Sends a text; returns its id. */
@@ -434,7 +610,11 @@ var Client = class {
     const f = { t: "prompt", prompt_id: promptId };
     if (optionId) f.option_id = optionId;
     if (text2) f.text = text2;
-    if (!this.write(f)) throw local("internal_error", "not connected");
+    this.writeOrQueue(f);
+  }
+  /** Writes f now, or after the next ready when not connected (card answers and deliveries). */
+  writeOrQueue(f) {
+    if (this.state !== "open" || !this.write(f)) this.offline.push(f);
   }
   /** Tells the agent the user is typing. */
   sendTyping() {
@@ -448,14 +628,14 @@ var Client = class {
     if (opts.target) f.target = opts.target;
     if (opts.text) f.text = opts.text;
     if (opts.media) f.media = opts.media;
-    if (!this.write(f)) throw local("internal_error", "not connected");
+    this.writeOrQueue(f);
     return id;
   }
   /** Round-trip time in ms of a ping; rejects when the connection closes or no pong comes in time. */
   ping() {
     return new Promise((resolve, reject) => {
       const ts = this.lastTs = Math.max(this.lastTs + 1, Date.now());
-      const p = { sentAt: Date.now(), mark: this.seq, resolve, reject, timer: null };
+      const p = { sentAt: Date.now(), mark: this.seq, writes: this.writes, resolve, reject, timer: null };
       if (!this.write({ t: "ping", ts })) {
         reject(local("internal_error", "not connected"));
         return;
@@ -501,14 +681,23 @@ var statusEl = $("status");
 var typingEl = $("typing");
 var errorEl = $("error");
 var avatar = $("avatar");
+var announcer = $("announce");
+var loginError = $("login-error");
+var server = $("server");
 var client = null;
 function deviceId() {
-  let id = localStorage.getItem("hermes.device");
+  let id = sessionStorage.getItem("hermes.device");
   if (!id) {
     id = "web-" + newId().slice(0, 12);
-    localStorage.setItem("hermes.device", id);
+    sessionStorage.setItem("hermes.device", id);
   }
   return id;
+}
+var announced = /* @__PURE__ */ new Set();
+function announce(key, text2) {
+  if (announced.has(key)) return;
+  announced.add(key);
+  announcer.textContent = text2;
 }
 function wsURL() {
   return (location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/ws";
@@ -524,12 +713,40 @@ function bubble(cls, id) {
   scrollDown();
   return el;
 }
+function markdown(el, src) {
+  el.replaceChildren();
+  const blocks = src.split(/```/);
+  blocks.forEach((b, i) => {
+    if (i % 2 === 1) {
+      const pre = document.createElement("pre");
+      pre.append(Object.assign(document.createElement("code"), { textContent: b.replace(/^[\w+-]*\n/, "") }));
+      el.append(pre);
+    } else {
+      inline(el, b);
+    }
+  });
+}
+var INLINE = /`([^`\n]+)`|\*\*([^*\n]+)\*\*|(?<![\w*])[*_]([^*_\n]+)[*_](?![\w*])|\[([^\]\n]+)\]\((https?:\/\/[^)\s]+)\)/g;
+function inline(el, s) {
+  let at = 0;
+  for (const m of s.matchAll(INLINE)) {
+    el.append(s.slice(at, m.index));
+    at = m.index + m[0].length;
+    if (m[1] !== void 0) el.append(Object.assign(document.createElement("code"), { textContent: m[1] }));
+    else if (m[2] !== void 0) el.append(Object.assign(document.createElement("strong"), { textContent: m[2] }));
+    else if (m[3] !== void 0) el.append(Object.assign(document.createElement("em"), { textContent: m[3] }));
+    else el.append(Object.assign(document.createElement("a"), { textContent: m[4], href: m[5], target: "_blank", rel: "noopener noreferrer" }));
+  }
+  el.append(s.slice(at));
+}
 function showMessage(m) {
   let el = messages.querySelector(`.msg.agent[data-id="${CSS.escape(m.id)}"]`);
   if (!el) el = bubble("agent", m.id);
-  el.textContent = m.text;
+  markdown(el, m.text);
   el.classList.toggle("streaming", !m.final);
   el.classList.toggle("final", m.final);
+  el.setAttribute("aria-busy", String(!m.final));
+  if (m.final) announce(m.id, m.text);
   scrollDown();
 }
 function showMedia(f) {
@@ -551,6 +768,7 @@ function showMedia(f) {
   meta.className = "meta";
   meta.textContent = `${f.filename || f.kind} \xB7 ${f.size} bytes${f.caption ? " \xB7 " + f.caption : ""}`;
   el.append(meta);
+  announce(f.id, "File: " + meta.textContent);
 }
 function showPrompt(p) {
   const el = document.createElement("div");
@@ -583,6 +801,7 @@ function showPrompt(p) {
   }
   el.append(opts);
   messages.append(el);
+  announce(p.id, p.text + (p.command ? ": " + p.command : ""));
   scrollDown();
 }
 function promptDone(id, option, expired) {
@@ -598,10 +817,25 @@ function setAvatar(state) {
 }
 function showError(e) {
   errorEl.textContent = e instanceof HermesError ? e.message : String(e);
+  const id = e instanceof HermesError ? e.id : void 0;
+  const mine2 = id ? messages.querySelector(`.msg.me[data-id="${CSS.escape(id)}"]`) : null;
+  if (mine2 && e.code === "internal_error") setSendState(mine2, "failed", "not sent");
 }
-function start(token, name) {
+function mine(cls, id, label) {
+  const el = bubble("me " + cls, id);
+  el.append(document.createTextNode(label), Object.assign(document.createElement("span"), { className: "state" }));
+  setSendState(el, "pending", "sending\u2026");
+  return el;
+}
+function setSendState(el, state, label) {
+  el.classList.remove("pending", "sent", "failed");
+  el.classList.add(state);
+  const s = el.querySelector(".state");
+  if (s) s.textContent = label;
+}
+function start(token, name, url) {
   client?.close();
-  const c = new Client({ url: wsURL(), token, device: { id: deviceId(), name, platform: "web", app_version: "1.0.0" }, user: { name } });
+  const c = new Client({ url, token, device: { id: deviceId(), name, platform: "web", app_version: "1.0.0" }, user: { name } });
   client = c;
   window.hermes = c;
   c.on("state", (s) => {
@@ -617,18 +851,28 @@ function start(token, name) {
   c.on("promptDone", (d) => promptDone(d.id, d.option_id, d.expired));
   c.on("avatar", setAvatar);
   c.on("typing", (on) => typingEl.hidden = !on);
-  c.on("acknowledged", (id) => messages.querySelector(`.msg.me[data-id="${CSS.escape(id)}"]`)?.classList.add("sent"));
+  c.on("acknowledged", (id) => {
+    const el = messages.querySelector(`.msg.me[data-id="${CSS.escape(id)}"]`);
+    if (el) setSendState(el, "sent", "\u2713 sent");
+  });
   c.on("error", showError);
+  c.on("disconnected", (d) => {
+    if (client !== c || d.reconnect || d.reason === "closed by the app") return;
+    statusEl.textContent = d.code === 1e3 ? "replaced" : "disconnected";
+    errorEl.textContent = d.code === 1e3 ? "This device connected again elsewhere (another tab or window); this one has stopped. Reload to take it back." : `Disconnected: ${d.reason || d.code}`;
+  });
   c.connect().then(
     () => {
       sessionStorage.setItem("hermes.token", token);
+      sessionStorage.setItem("hermes.server", url);
       localStorage.setItem("hermes.name", name);
       login.hidden = true;
       chat.hidden = false;
+      errorEl.textContent = "";
       text.focus();
     },
     (e) => {
-      $("login-error").textContent = e instanceof HermesError && e.code === "auth_failed" ? "No access: check the token." : String(e.message ?? e);
+      loginError.textContent = e instanceof HermesError && e.code === "auth_failed" ? "No access: check the token." : e instanceof HermesError && e.code === "connect_failed" ? `Cannot connect to ${url}: ${e.message.replace(/^connect_failed: /, "")}` : String(e.message ?? e);
       login.hidden = false;
       chat.hidden = true;
     }
@@ -636,8 +880,8 @@ function start(token, name) {
 }
 login.onsubmit = (e) => {
   e.preventDefault();
-  $("login-error").textContent = "";
-  start($("token").value.trim(), $("device").value.trim() || "Browser");
+  loginError.textContent = "";
+  start($("token").value.trim(), $("device").value.trim() || "Browser", server.value.trim() || wsURL());
 };
 $("logout").onclick = () => {
   client?.close();
@@ -652,7 +896,7 @@ $("composer").onsubmit = (e) => {
   if (!client || !t.trim()) return;
   try {
     const id = client.sendText(t);
-    bubble("me", id).textContent = t;
+    mine("", id, t);
     text.value = "";
     errorEl.textContent = "";
   } catch (err) {
@@ -683,14 +927,14 @@ async function sendBlob(blob, filename, kind) {
   try {
     const data = new Uint8Array(await blob.arrayBuffer());
     const id = client.sendFile(data, { kind: kind ?? kindOf(blob.type), mime: blob.type || void 0, filename });
-    const el = bubble("me file", id);
-    el.textContent = `${filename} \xB7 ${data.length} bytes`;
+    mine("file", id, `${filename} \xB7 ${data.length} bytes`);
     errorEl.textContent = "";
   } catch (err) {
     showError(err);
   }
 }
 var fileInput = $("file");
+$("attach").onclick = () => fileInput.click();
 fileInput.onchange = async () => {
   for (const f of Array.from(fileInput.files ?? [])) await sendBlob(f, f.name);
   fileInput.value = "";
@@ -721,7 +965,7 @@ recordBtn.onclick = async () => {
       if (ogg) {
         try {
           const id = client.sendVoice(new Uint8Array(await blob.arrayBuffer()), "ogg");
-          bubble("me voice", id).textContent = `voice note \xB7 ${blob.size} bytes`;
+          mine("voice", id, `voice note \xB7 ${blob.size} bytes`);
         } catch (err) {
           showError(err);
         }
@@ -737,5 +981,6 @@ recordBtn.onclick = async () => {
   }
 };
 $("device").value = localStorage.getItem("hermes.name") ?? "";
+server.value = sessionStorage.getItem("hermes.server") || wsURL();
 var kept = sessionStorage.getItem("hermes.token");
-if (kept) start(kept, localStorage.getItem("hermes.name") || "Browser");
+if (kept) start(kept, localStorage.getItem("hermes.name") || "Browser", server.value);

@@ -21,12 +21,15 @@ import asyncio
 import base64
 import inspect
 import json
+import logging
 import os
 import random
 import time
-from typing import Any, Awaitable, Callable, Dict, List, Optional
+from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 import websockets
+
+__version__ = "1.0.0"
 
 PROTOCOL_VERSION = 1
 MAX_FRAME_BYTES = 16 * 1024 * 1024
@@ -46,12 +49,13 @@ AUDIO_FORMATS = ("wav", "ogg")
 class HermesError(Exception):
     """An error from the gateway, or found before sending (local=True)."""
 
-    def __init__(self, code: str, message: str, fatal: bool = False, local: bool = False):
+    def __init__(self, code: str, message: str, fatal: bool = False, local: bool = False, id: Optional[str] = None):
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
         self.fatal = fatal
         self.local = local
+        self.id = id  # the text, file, card answer or delivery that failed, when the client can tell
 
     @property
     def permanent(self) -> bool:
@@ -98,10 +102,10 @@ def media_frames(data: bytes, kind: str, id: str, mime: str = "", filename: str 
 
 
 class _Outgoing:
-    __slots__ = ("id", "frames", "seq")
+    __slots__ = ("id", "frames", "seq", "sends")
 
     def __init__(self, id: str, frames: List[dict]):
-        self.id, self.frames, self.seq = id, frames, 0
+        self.id, self.frames, self.seq, self.sends = id, frames, 0, 0
 
 
 class Client:
@@ -113,18 +117,31 @@ class Client:
     reply_to}), media_progress, prompt, prompt_done, avatar, typing (bool),
     delivered, error (HermesError), frame (every frame received), sent
     (every frame written), acknowledged (the id of a text or file the
-    gateway has taken).
+    gateway has taken), disconnected ({code, reason, reconnect}).
+
+    Handlers run one after another in a task of their own, in the order of
+    the events, never in the receive loop: a slow handler delays the next
+    handlers, not the connection's pongs.
     """
 
     def __init__(self, url: str, token: str, device: Dict[str, str], user: Optional[Dict[str, str]] = None, *,
                  reconnect: bool = True, min_delay: float = 0.5, max_delay: float = 30.0,
-                 ping_interval: float = 25.0, pong_timeout: float = 15.0, auto_ack: bool = True):
+                 ping_interval: float = 25.0, pong_timeout: float = 15.0, auto_ack: bool = True,
+                 typing_idle: float = 6.0, connect_timeout: float = 10.0, ready_timeout: float = 10.0,
+                 max_resends: int = 8,
+                 get_token: Optional[Callable[[], Union[str, Awaitable[str]]]] = None,
+                 logger: Optional[logging.Logger] = None):
         self.url, self.token, self.user = url, token, user
         self.device = dict(device or {})
         if not self.device.get("id"):
             self.device["id"] = "dev-" + new_id()[:12]
         self.reconnect, self.min_delay, self.max_delay = reconnect, min_delay, max_delay
         self.ping_interval, self.pong_timeout, self.auto_ack = ping_interval, pong_timeout, auto_ack
+        self.typing_idle, self.connect_timeout, self.ready_timeout = typing_idle, connect_timeout, ready_timeout
+        self.max_resends = max_resends
+        self.get_token = get_token
+        self.log = logger or logging.getLogger("hermes_client")
+        self._iterators: List[asyncio.Queue] = []  # of events(); None in one ends it
         self.ready: Optional[dict] = None
         self.state = "closed"
         self.avatar = "idle"
@@ -143,6 +160,13 @@ class Client:
         self._first: Optional[asyncio.Future] = None
         self._wlock = asyncio.Lock()
         self._keepalive: Optional[asyncio.Task] = None
+        self._events: Optional[asyncio.Queue] = None
+        self._dispatcher: Optional[asyncio.Task] = None
+        self._typing_timer: Optional[asyncio.TimerHandle] = None
+        self._resend: Optional[asyncio.Task] = None
+        self._offline: List[dict] = []  # card answers and deliveries written after the next ready
+        self._writes = 0
+        self._unconfirmed: List[tuple] = []  # (id, write number) since the last pong, for errors
 
     # Events.
 
@@ -150,14 +174,79 @@ class Client:
         self._handlers.setdefault(name, []).append(fn)
         return lambda: self._handlers[name].remove(fn) if fn in self._handlers[name] else None
 
+    def once(self, name: str, fn: Callable[[Any], Any]) -> Callable[[], None]:
+        """Like on(), for the first event only."""
+        def first(v):
+            off()
+            return fn(v)
+        off = self.on(name, first)
+        return off
+
+    def off(self, name: str, fn: Callable[[Any], Any]) -> None:
+        """Removes a handler given to on()."""
+        if fn in self._handlers.get(name, ()):
+            self._handlers[name].remove(fn)
+
+    async def events(self, names: Optional[Iterable[str]] = None) -> AsyncIterator[Tuple[str, Any]]:
+        """The events of the given names (all when None) as (name, value), in
+        order, queued until read, until the client stops; ``break`` or
+        cancelling the task leaves it::
+
+            async for name, value in client.events(["message", "error"]):
+                ...
+        """
+        want = set(names) if names is not None else None
+        q: asyncio.Queue = asyncio.Queue()
+        self._iterators.append(q)
+        try:
+            while True:
+                item = await q.get()
+                if item is None:
+                    return
+                if want is None or item[0] in want:
+                    yield item
+        finally:
+            self._iterators.remove(q)
+
+    def _end_iterators(self) -> None:
+        for q in self._iterators:
+            q.put_nowait(None)
+
     async def _emit(self, name: str, value: Any) -> None:
-        for fn in list(self._handlers.get(name, ())):
+        for q in self._iterators:
+            q.put_nowait((name, value))
+        self._queue((name, value))
+
+    def _queue(self, item: tuple) -> None:
+        if self._events is None:
+            self._events = asyncio.Queue()
+        if self._dispatcher is None or self._dispatcher.done():
+            self._dispatcher = asyncio.get_running_loop().create_task(self._dispatch())
+        self._events.put_nowait(item)
+
+    def _after_handlers(self, fn: Callable[[], Awaitable[Any]]) -> None:
+        """Runs fn once the handlers of the events so far have run."""
+        self._queue((None, fn))
+
+    async def _dispatch(self) -> None:
+        assert self._events is not None
+        while True:
+            name, value = await self._events.get()
             try:
-                r = fn(value)
-                if inspect.isawaitable(r):
-                    await r
-            except Exception as e:  # an app's handler must not kill the connection
-                print(f"hermes_client: {name} handler: {e!r}")
+                if name is None:
+                    await value()
+                    continue
+                for fn in list(self._handlers.get(name, ())):
+                    try:
+                        r = fn(value)
+                        if inspect.isawaitable(r):
+                            await r
+                    except Exception:  # an app's handler must not kill the connection
+                        self.log.exception("a %s handler raised", name)
+            except Exception:
+                self.log.exception("after the handlers")
+            finally:
+                self._events.task_done()
 
     async def wait_for(self, name: str, pred: Callable[[Any], bool] = lambda v: True, timeout: float = 10.0) -> Any:
         """The next value of event name that pred accepts."""
@@ -191,27 +280,45 @@ class Client:
             raise _local("bad_frame", "already connected")
         self._stopped = False
         self._first = asyncio.get_running_loop().create_future()
+        self.log.info("connecting to %s", self.url)
         self._task = asyncio.get_running_loop().create_task(self._run())
-        return await self._first
+        try:
+            return await asyncio.shield(self._first)
+        except asyncio.CancelledError:
+            # Cancelling connect() (task.cancel(), asyncio.wait_for) closes the client.
+            first = self._first
+            await self.close()
+            if first is not None and first.done():
+                first.exception()  # retrieved: nobody awaits it now
+            raise
 
     async def close(self) -> None:
-        """Closes and stops reconnecting; what is pending stays for the next connect()."""
+        """Closes and stops reconnecting; what is pending stays for the next
+        connect(). Returns once the handlers of the events so far have run
+        (unless called from one)."""
         self._stopped = True
         self._fail_first(_local("internal_error", "closed"))
+        self._end_iterators()
         ws = self._ws
         if ws is not None:
             await ws.close()
-        if self._task is not None:
+        if self._task is not None and self._task is not asyncio.current_task():
             try:
                 await asyncio.wait_for(self._task, 5)
             except (asyncio.TimeoutError, asyncio.CancelledError):
                 self._task.cancel()
         await self._set_state("closed")
+        if self._events is not None and self._dispatcher is not None and self._dispatcher is not asyncio.current_task():
+            try:
+                await asyncio.wait_for(self._events.join(), 5)
+            except asyncio.TimeoutError:
+                pass
 
     def drop(self) -> None:
         """Drops the socket as a lost network would; the client reconnects."""
-        if self._ws is not None:
-            self._ws.transport.abort()
+        ws, self._ws = self._ws, None  # nothing more is written to it
+        if ws is not None:
+            ws.transport.abort()
 
     def _fail_first(self, err: Exception) -> None:
         if self._first is not None and not self._first.done():
@@ -226,12 +333,26 @@ class Client:
         attempt = 0
         while not self._stopped:
             await self._set_state("connecting")
-            code, reason = None, ""
+            code, reason, failure, ready = 1006, "", "", False
+            timer = None
             try:
                 async with websockets.connect(self.url, max_size=MAX_FRAME_BYTES + 4096, ping_interval=None,
-                                              compression=None, open_timeout=15) as ws:
+                                              compression=None, open_timeout=self.connect_timeout,
+                                              close_timeout=min(self.connect_timeout, 2.0)) as ws:
                     self._ws = ws
-                    hello = {"t": "hello", "token": self.token, "device": self.device}
+
+                    def no_ready():
+                        nonlocal failure
+                        failure = f"no ready within {self.ready_timeout} s"
+                        ws.transport.abort()
+
+                    timer = asyncio.get_running_loop().call_later(self.ready_timeout, no_ready)
+                    token = self.token
+                    if self.get_token is not None:
+                        token = self.get_token()
+                        if inspect.isawaitable(token):
+                            token = await token
+                    hello = {"t": "hello", "token": token, "device": self.device}
                     if self.user:
                         hello["user"] = self.user
                     await self._write(hello)
@@ -245,19 +366,38 @@ class Client:
                                 continue
                             if isinstance(f, dict) and isinstance(f.get("t"), str):
                                 if f["t"] == "ready":
-                                    attempt = 0
+                                    attempt, ready = 0, True
+                                    timer.cancel()
                                 await self._handle(f)
                     finally:
-                        code, reason = ws.close_code, ws.close_reason or ""
-            except (OSError, asyncio.TimeoutError, websockets.WebSocketException):
-                pass
+                        code, reason = ws.close_code or 1006, ws.close_reason or ""
+            except asyncio.TimeoutError:
+                failure = failure or f"no connection within {self.connect_timeout} s"
+            except Exception as e:  # OSError, WebSocketException, a get_token that raised
+                failure = failure or f"cannot connect to {self.url}: {e}"
             finally:
+                if timer is not None:
+                    timer.cancel()
                 self._detach()
             if code == 1008 and reason in ("auth_failed", "forbidden"):
                 self._stop(HermesError(reason, "connection refused", fatal=True))
-            if self._stopped or not self.reconnect:
-                if not self.reconnect:
-                    self._stop(_local("internal_error", "connection lost"))
+            elif not ready and self._first is not None and not self._first.done():
+                # The first connection of connect() failed: say so rather than retry unseen.
+                err = _local("connect_failed", failure or f"closed with {code} {reason}".strip())
+                await self._emit("error", err)
+                self._stop(err)
+            elif code == 1000 and not self._stopped:
+                # The gateway closes with 1000 only when a newer connection of
+                # this device took over: reconnecting would take it back, and so on.
+                self._stop(_local("internal_error", "replaced by a newer connection"))
+            elif not self.reconnect and not self._stopped:
+                self._stop(_local("internal_error", "connection lost"))
+            self.log.log(logging.INFO if self._stopped else logging.WARNING, "socket closed (%s %s%s), %s", code, reason,
+                         ": " + failure if failure else "", "stopped" if self._stopped else "reconnecting")
+            if ready or self._stopped:
+                await self._emit("disconnected", {"code": code, "reason": reason or failure,
+                                                  "reconnect": not self._stopped})
+            if self._stopped:
                 break
             cap = min(self.max_delay, self.min_delay * 2 ** attempt)
             attempt += 1
@@ -267,19 +407,25 @@ class Client:
     def _stop(self, err: HermesError) -> None:
         self._stopped = True
         self._fail_first(err)
+        self._end_iterators()
 
     def _detach(self) -> None:
         self._ws = None
         if self._keepalive is not None:
             self._keepalive.cancel()
             self._keepalive = None
-        for fut, _, _ in self._pings.values():
+        for fut, *_ in self._pings.values():
             if not fut.done():
                 fut.set_exception(_local("internal_error", "connection closed before pong"))
         self._pings.clear()
         for o in self._outbox.values():
             o.seq = 0
         self._incoming.clear()
+        self._unconfirmed.clear()
+        self._writes = 0
+        if self._resend is not None:
+            self._resend.cancel()
+            self._resend = None
 
     async def _write(self, f: dict) -> bool:
         ws = self._ws
@@ -290,6 +436,12 @@ class Client:
                 await ws.send(json.dumps(f, ensure_ascii=False))
             except websockets.WebSocketException:
                 return False
+            self._writes += 1
+            t = f["t"]
+            fid = f.get("prompt_id") if t == "prompt" else f.get("id") if t in ("text", "audio", "deliver") or (
+                t == "media" and not f.get("part")) else None
+            if fid:
+                self._unconfirmed.append((fid, self._writes))
         await self._emit("sent", f)
         return True
 
@@ -305,6 +457,10 @@ class Client:
             if self._first is not None and not self._first.done():
                 self._first.set_result(f)
             await self._flush()
+            queued, self._offline = self._offline, []
+            for q in queued:
+                if not await self._write(q):
+                    self._offline.append(q)
             if self.ping_interval > 0:
                 self._keepalive = asyncio.get_running_loop().create_task(self._keep_alive())
         elif t == "message":
@@ -325,7 +481,11 @@ class Client:
         elif t == "delivered":
             await self._emit("delivered", {"id": f.get("id"), "device": f.get("device")})
         elif t == "error":
-            err = HermesError(str(f.get("code")), str(f.get("message", "")), fatal=bool(f.get("fatal")))
+            # Error frames carry no id; the gateway answers a socket's frames
+            # in order, so when one frame with an id is unconfirmed, it is the one.
+            ids = {i for i, _ in self._unconfirmed}
+            err = HermesError(str(f.get("code")), str(f.get("message", "")), fatal=bool(f.get("fatal")),
+                              id=ids.pop() if len(ids) == 1 else None)
             if err.code == "internal_error":
                 self._transient = True
             if err.fatal and err.permanent:
@@ -334,6 +494,12 @@ class Client:
         # Unknown frame types are ignored, as the protocol asks.
 
     async def _set_typing(self, on: bool) -> None:
+        if self._typing_timer is not None:
+            self._typing_timer.cancel()
+            self._typing_timer = None
+        if on:
+            loop = asyncio.get_running_loop()
+            self._typing_timer = loop.call_later(self.typing_idle, lambda: loop.create_task(self._set_typing(False)))
         if self.typing != on:
             self.typing = on
             await self._emit("typing", on)
@@ -352,7 +518,7 @@ class Client:
         await self._emit("message", {"id": mid, "text": text, "final": final, "edit": bool(f.get("edit"))})
         if final:
             await self._set_typing(False)
-            await self.ack(mid)
+            self._after_handlers(lambda: self.ack(mid))
 
     async def _on_media(self, f: dict) -> None:
         mid = str(f.get("id", ""))
@@ -373,13 +539,18 @@ class Client:
         if not f.get("final") and inc["got"] < parts:
             return
         del self._incoming[mid]
+        if 0 < inc["got"] < parts:
+            # The last part came without some earlier ones: not a file to hand over, nor to ack.
+            await self._emit("error", HermesError("bad_frame", f"incoming file {mid}: {inc['got']} of {parts} parts",
+                                                  local=True, id=mid))
+            return
         m = inc["meta"]
         file = {"id": mid, "kind": m.get("kind"), "mime": m.get("mime"), "filename": m.get("filename"),
                 "caption": m.get("caption"), "size": m.get("size"), "reply_to": m.get("reply_to"),
                 "url": f.get("url") or m.get("url"),
                 "data": b"".join(p for p in inc["parts"] if p) if inc["got"] else None}
         await self._emit("media", file)
-        await self.ack(mid)
+        self._after_handlers(lambda: self.ack(mid))
 
     async def ack(self, id: str, force: bool = False) -> None:
         """Sends ack{id}; done for you unless auto_ack is False."""
@@ -420,8 +591,8 @@ class Client:
         except HermesError:
             pass
 
-    async def _retry_flush(self) -> None:
-        await asyncio.sleep(random.uniform(0, self.min_delay))
+    async def _retry_flush(self, delay: float) -> None:
+        await asyncio.sleep(delay)
         if self.state == "open":
             await self._flush()
 
@@ -434,18 +605,30 @@ class Client:
         entry = self._pings.pop(ts, None) if isinstance(ts, int) else None
         if entry is None:
             return
-        fut, sent_at, mark = entry
+        fut, sent_at, mark, writes = entry
+        self._unconfirmed = [u for u in self._unconfirmed if u[1] > writes]
         retry, self._transient = self._transient, False
+        sends = 0
         for id, o in list(self._outbox.items()):
             if not o.seq or o.seq > mark:
                 continue
-            if retry:
-                o.seq = 0
-            else:
+            if not retry:
                 del self._outbox[id]
                 await self._emit("acknowledged", id)
-        if retry:
-            asyncio.get_running_loop().create_task(self._retry_flush())
+                continue
+            o.sends += 1
+            if o.sends > self.max_resends:
+                del self._outbox[id]
+                await self._emit("error", HermesError("internal_error",
+                                                      f"{id}: given up after {o.sends} sends met internal_error", id=id))
+            else:
+                o.seq = 0  # written, but something failed on the way: send again, same id, after a growing pause
+                sends = max(sends, o.sends)
+        if sends:
+            if self._resend is not None:
+                self._resend.cancel()
+            cap = min(self.max_delay, self.min_delay * 2 ** (sends - 1))
+            self._resend = asyncio.get_running_loop().create_task(self._retry_flush(random.uniform(cap / 2, cap)))
         if not fut.done():
             fut.set_result(time.monotonic() - sent_at)
 
@@ -453,7 +636,7 @@ class Client:
         """Round-trip time in seconds."""
         ts = self._last_ts = max(self._last_ts + 1, int(time.time() * 1000))
         fut = asyncio.get_running_loop().create_future()
-        self._pings[ts] = (fut, time.monotonic(), self._seq)
+        self._pings[ts] = (fut, time.monotonic(), self._seq, self._writes)
         if not await self._write({"t": "ping", "ts": ts}):
             self._pings.pop(ts, None)
             raise _local("internal_error", "not connected")
@@ -505,8 +688,12 @@ class Client:
             f["option_id"] = option_id
         if text:
             f["text"] = text
-        if not await self._write(f):
-            raise _local("internal_error", "not connected")
+        await self._write_or_queue(f)
+
+    async def _write_or_queue(self, f: dict) -> None:
+        """Writes f now, or after the next ready when not connected (card answers and deliveries)."""
+        if self.state != "open" or not await self._write(f):
+            self._offline.append(f)
 
     async def send_typing(self) -> None:
         await self._write({"t": "typing"})
@@ -523,6 +710,5 @@ class Client:
             f["text"] = text
         if media:
             f["media"] = media
-        if not await self._write(f):
-            raise _local("internal_error", "not connected")
+        await self._write_or_queue(f)
         return mid
