@@ -66,17 +66,25 @@ done
 for bad in edge.preStopSleepSeconds=0 edge.drainWindowSeconds=0 edge.terminationMarginSeconds=14 \
     edge.drainWindow=10 router.agent=gpt edge.service.type=External \
     "fullnameOverride=$(printf 'f%.0s' {1..46})" edge.resources.limits.memory=1.5Gi \
-    router.agent=openai image.digest=sha256:0123 redis.image=redis@sha256:0123; do
+    router.agent=openai image.digest=sha256:0123 redis.image=redis@sha256:0123 redis.mode=Cluster; do
   if err="$("$HELM" template hermes "$CHART" --kube-version "$KUBE_VERSION" "${TOKEN[@]}" --set "$bad" 2>&1 >/dev/null)"; then
     echo "helm template rendered with $bad, which the schema forbids" >&2; exit 1
   fi
   grep -q "schema" <<<"$err" || { echo "unexpected error with $bad: $err" >&2; exit 1; }
 done
+# An external Redis Cluster and NATS cluster: REDIS_MODE reaches the shared
+# ConfigMap (edges and routers both read it), NATS_URL keeps its list.
+"$HELM" template hermes "$CHART" --kube-version "$KUBE_VERSION" "${TOKEN[@]}" --set redis.bundled=false \
+  --set-string 'redis.url=redis://redis-0:7000?addr=redis-1:7000' --set redis.mode=cluster \
+  --set nats.bundled=false --set 'nats.url=nats://nats-0:4222\,nats://nats-1:4222' >"$out/clustered.yaml"
+grep -q 'REDIS_MODE: "cluster"' "$out/clustered.yaml" || { echo "redis.mode=cluster renders no REDIS_MODE cluster" >&2; exit 1; }
+grep -q 'NATS_URL: "nats://nats-0:4222,nats://nats-1:4222"' "$out/clustered.yaml" || { echo "nats.url's list is not NATS_URL" >&2; exit 1; }
 # Rules between two values, which the schema cannot state, fail the render
 # with a message naming them ("values|message"); equal values render.
 for c in "edge.autoscaling.minReplicas=3,edge.autoscaling.maxReplicas=2|edge.autoscaling.maxReplicas (2) is below edge.autoscaling.minReplicas (3)" \
     "router.autoscaling.enabled=true,router.autoscaling.minReplicas=4,router.autoscaling.maxReplicas=3|router.autoscaling.maxReplicas (3) is below router.autoscaling.minReplicas (4)" \
-    "metrics.serviceMonitor.enabled=true,metrics.serviceMonitor.interval=30s,metrics.serviceMonitor.scrapeTimeout=31s|metrics.serviceMonitor.scrapeTimeout 31s is longer than metrics.serviceMonitor.interval 30s"; do
+    "metrics.serviceMonitor.enabled=true,metrics.serviceMonitor.interval=30s,metrics.serviceMonitor.scrapeTimeout=31s|metrics.serviceMonitor.scrapeTimeout 31s is longer than metrics.serviceMonitor.interval 30s" \
+    "redis.mode=cluster|redis.mode cluster needs an external Redis" "redis.mode=sentinel|redis.mode sentinel needs an external Redis"; do
   if err="$("$HELM" template hermes "$CHART" --kube-version "$KUBE_VERSION" "${TOKEN[@]}" --set "${c%%|*}" 2>&1 >/dev/null)"; then
     echo "helm template rendered with ${c%%|*}" >&2; exit 1
   fi

@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"bytes"
+	"cmp"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"testing"
 
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -241,4 +243,80 @@ func renderNotes(t *testing.T, args ...string) string {
 		t.Fatalf("the notes ConfigMap %s: %v", out, err)
 	}
 	return cm.Data.Notes
+}
+
+// TestChartRedisMode: redis.mode reaches both edges and routers as
+// REDIS_MODE (through the shared ConfigMap), next to the external REDIS_URL
+// and a NATS_URL listing a NATS cluster's servers; cluster and sentinel with
+// the bundled Redis (a single server) fail the render saying what to set.
+func TestChartRedisMode(t *testing.T) {
+	tok := []string{"--set", "auth.token=" + testToken}
+	external := []string{"--set", "redis.bundled=false", "--set", "nats.bundled=false",
+		"--set", `nats.url=nats://nats-0:4222\,nats://nats-1:4222`}
+	cases := []struct {
+		mode, url string
+	}{
+		{"", "redis://r:6379"}, // unset: single
+		{"single", "redis://r:6379"},
+		{"cluster", "redis://r-0:7000?addr=r-1:7000&addr=r-2:7000"},
+		{"sentinel", "redis://s-0:26379?master_name=m&addr=s-1:26379"},
+	}
+	for _, tc := range cases {
+		args := append(slices.Clone(tok), external...)
+		args = append(args, "--set-string", "redis.url="+tc.url)
+		if tc.mode != "" {
+			args = append(args, "--set", "redis.mode="+tc.mode)
+		}
+		want := map[string]string{"REDIS_MODE": cmp.Or(tc.mode, "single"), "REDIS_URL": tc.url,
+			"NATS_URL": "nats://nats-0:4222,nats://nats-1:4222"}
+		ms := renderStrict(t, "hermes", args...)
+		for _, component := range []string{"edge", "router"} {
+			c := deployment(t, ms, component).Spec.Template.Spec.Containers[0]
+			for name, value := range want {
+				if got := effectiveEnv(t, ms, c, name); got != value {
+					t.Errorf("mode %q: %s %s = %q, want %q", tc.mode, component, name, got, value)
+				}
+			}
+		}
+	}
+	// From a Secret the URL is external too.
+	ms := renderStrict(t, "hermes", append(tok, "--set", "redis.bundled=false", "--set", "redis.existingSecret=redis",
+		"--set", "redis.mode=sentinel")...)
+	if got := effectiveEnv(t, ms, deployment(t, ms, "edge").Spec.Template.Spec.Containers[0], "REDIS_MODE"); got != "sentinel" {
+		t.Errorf("with redis.existingSecret: edge REDIS_MODE = %q, want sentinel", got)
+	}
+	for _, mode := range []string{"cluster", "sentinel"} {
+		_, err := helmTemplate(t, "hermes", append(tok, "--set", "redis.mode="+mode)...)
+		want := "redis.mode " + mode + " needs an external Redis: set redis.bundled=false and redis.url"
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("redis.mode=%s with the bundled Redis: %v, want an error saying %q", mode, err, want)
+		}
+	}
+	if _, err := helmTemplate(t, "hermes", append(tok, "--set", "redis.mode=Cluster")...); err == nil ||
+		!strings.Contains(err.Error(), "schema") || !strings.Contains(err.Error(), "/redis/mode") {
+		t.Errorf("redis.mode=Cluster: %v, want a schema error naming /redis/mode", err)
+	}
+}
+
+// effectiveEnv is the value a container sees for name: its env entry (a
+// literal value; "" for one from a Secret), else the ConfigMap of its
+// envFrom that has it.
+func effectiveEnv(t *testing.T, ms []manifest, c corev1.Container, name string) string {
+	t.Helper()
+	if e := containerEnv(c, name); e != nil {
+		return e.Value
+	}
+	for _, from := range c.EnvFrom {
+		if from.ConfigMapRef == nil {
+			continue
+		}
+		for _, cm := range all[corev1.ConfigMap](ms) {
+			if cm.Name == from.ConfigMapRef.Name {
+				if v, ok := cm.Data[name]; ok {
+					return v
+				}
+			}
+		}
+	}
+	return ""
 }

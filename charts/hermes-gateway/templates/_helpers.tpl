@@ -79,6 +79,16 @@ minReplicas (the schema cannot compare two values). Call with
 {{- end }}
 {{- end }}
 
+{{/* REDIS_MODE. cluster and sentinel name an external Redis: the bundled
+one is a single server (the schema cannot compare the two values). */}}
+{{- define "hermes.redisMode" -}}
+{{- $mode := .Values.redis.mode | default "single" }}
+{{- if and .Values.redis.bundled (ne $mode "single") }}
+{{- fail (printf "redis.mode %s needs an external Redis: set redis.bundled=false and redis.url (or redis.existingSecret) to the %s's URL; the bundled Redis is a single server" $mode $mode) }}
+{{- end }}
+{{- $mode }}
+{{- end }}
+
 {{/* NATS_URL. */}}
 {{- define "hermes.natsURL" -}}
 {{- if .Values.nats.bundled }}
