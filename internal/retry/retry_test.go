@@ -54,7 +54,9 @@ func TestEveryLetsOnePerInterval(t *testing.T) {
 		t.Fatal("the first event after Reset was held back")
 	}
 	var always Every
-	if !always.Allow() || !always.Allow() {
-		t.Fatal("the zero Every held an event back")
+	for i := range 2 {
+		if !always.Allow() {
+			t.Fatalf("the zero Every held event %d back", i+1)
+		}
 	}
 }

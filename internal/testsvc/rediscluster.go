@@ -2,7 +2,6 @@ package testsvc
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,12 +37,6 @@ func (c *RedisCluster) URL() string {
 	return u
 }
 
-// Kill ends node i with SIGKILL, as a crash would.
-func (c *RedisCluster) Kill(i int) {
-	c.procs[i].Process.Kill()
-	c.procs[i].Wait()
-}
-
 // StartRedisCluster starts masters redis-servers with cluster mode on, plus
 // replicas per master, joins them with redis-cli --cluster create (slots
 // in equal contiguous ranges) and waits until every node reports the
@@ -65,8 +58,9 @@ func StartRedisCluster(t testing.TB, masters, replicas int) *RedisCluster {
 	t.Cleanup(func() {
 		for _, p := range c.procs {
 			if p.ProcessState == nil {
-				p.Process.Signal(syscall.SIGKILL)
-				p.Wait()
+				_ = p.Process.Signal(syscall.SIGKILL)
+				_ = p.Wait() // killed: its exit status says so
+
 			}
 		}
 	})
@@ -134,7 +128,7 @@ func WaitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
 	deadline := time.Now().Add(Slack(limit))
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatal(fmt.Sprintf("waited %v for %s", Slack(limit), what))
+			t.Fatalf("waited %v for %s", Slack(limit), what)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

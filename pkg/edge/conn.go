@@ -355,7 +355,7 @@ func (c *conn) discard(br *bufio.Reader) error {
 	if _, err := br.Peek(1); err != nil {
 		return err
 	}
-	br.Discard(br.Buffered())
+	_, _ = br.Discard(br.Buffered())
 	return nil
 }
 

@@ -73,9 +73,9 @@ func refusePage(nc net.Conn, answer string) {
 		return
 	}
 	if cw, ok := nc.(interface{ CloseWrite() error }); ok {
-		cw.CloseWrite()
+		_ = cw.CloseWrite()
 	}
-	io.Copy(io.Discard, io.LimitReader(nc, maxRequestLine))
+	_, _ = io.Copy(io.Discard, io.LimitReader(nc, maxRequestLine))
 }
 
 // isWebSocketPath reports whether the request line asks for /ws.

@@ -183,7 +183,6 @@ func (a *API) eventsStream(w http.ResponseWriter, req *http.Request, cursor stri
 			a.log.Debug("event stream ended", "err", err)
 			return nil
 		}
-		es = nil // not held while waiting for the next
 		if es, err = a.readBounded(ctx, cursor, eventsPage, a.cfg.KeepAlive); err != nil {
 			if ctx.Err() == nil {
 				a.log.Warn("event stream: reading the log failed; ending the stream", "err", err)
