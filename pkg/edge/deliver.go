@@ -149,12 +149,20 @@ func (s *Server) write(c *conn, m *bus.Msg, out wire.Output, looked <-chan owner
 // socket's edge, if it got the request too, also answers "moved": out's
 // epoch is not its own); otherwise the device is not connected and the
 // sender keeps out in the outbox, which the device's next socket reads.
+// A request addressed to the socket that holds the device now (on another
+// edge, or here) gets no answer from here: that socket's edge writes it
+// and answers, and a "moved" from here could reach the sender first and
+// have it written twice.
 func (s *Server) answerNoSocket(m *bus.Msg, out wire.Output) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), s.cfg.OpTimeout)
 	defer cancel()
 	owner, err := s.store.DeviceOwner(ctx, out.Device)
+	c := s.deviceConn(out.Device)
+	if c != nil && c.epoch.Load() == out.Epoch || c == nil && err == nil && owner.Edge != s.cfg.ID && owner.Epoch == out.Epoch {
+		return
+	}
 	r := wire.Reply{Error: "device not connected"}
-	if s.deviceConn(out.Device) != nil || err == nil && (owner.Edge != s.cfg.ID || owner.Epoch != out.Epoch) {
+	if c != nil || err == nil && (owner.Edge != s.cfg.ID || owner.Epoch != out.Epoch) {
 		r = wire.Reply{Moved: true, Error: "device moved"}
 	}
 	data, _ := wire.Marshal(r)
