@@ -81,7 +81,7 @@ func (d *Dispatcher) Publish(ctx context.Context, out wire.Output) error {
 }
 
 func (d *Dispatcher) send(ctx context.Context, out wire.Output) (acked bool, err error) {
-	owner, err := d.owner(ctx, out.Device)
+	owner, cached, err := d.owner(ctx, out.Device)
 	defer func() {
 		if err != nil {
 			d.Cache.drop(out.Device) // moved, offline, failed: read it again next time
@@ -96,7 +96,7 @@ func (d *Dispatcher) send(ctx context.Context, out wire.Output) (acked bool, err
 	case err != nil:
 		return false, fmt.Errorf("owner of %q: %w", out.Device, err)
 	default:
-		out.Epoch = owner.Epoch
+		out.Epoch, out.Cached = owner.Epoch, cached
 	}
 	data, err := wire.Marshal(out)
 	if err != nil {

@@ -12,10 +12,12 @@ import (
 // OwnerCache remembers the owners a Dispatcher read, for OwnerCacheTTL, so
 // that the outputs of one answer (typing, the message's parts, the avatar)
 // cost one owner read instead of one each. A cached owner may be stale: it
-// is only the epoch the request carries, and the edges fence it (the
-// device's newer socket answers "moved", which drops the entry and reads
-// again; see pkg/edge's onDelivery). Entries are dropped on any answer but
-// a delivery. It holds at most OwnerCacheSize devices; past that it starts
+// is only the epoch the request carries, marked wire.Output.Cached, and
+// the edges fence it (the device's newer socket answers "moved", which
+// drops the entry and reads again; the edge at the cached epoch writes
+// only once the owner record confirms it, since the newer socket's
+// takeover notice may not have reached it yet; see pkg/edge's
+// onDelivery). Entries are dropped on any answer but a delivery. It holds at most OwnerCacheSize devices; past that it starts
 // over. Safe for concurrent use; the zero value is ready.
 type OwnerCache struct {
 	Clock clock.Clock // nil: the system clock
@@ -72,14 +74,14 @@ func (c *OwnerCache) drop(device string) {
 	c.mu.Unlock()
 }
 
-// owner returns device's owner from the cache, or else the store.
-func (d *Dispatcher) owner(ctx context.Context, device string) (store.Owner, error) {
+// owner returns device's owner from the cache (cached), or else the store.
+func (d *Dispatcher) owner(ctx context.Context, device string) (o store.Owner, cached bool, err error) {
 	if o, ok := d.Cache.get(device); ok {
-		return o, nil
+		return o, true, nil
 	}
-	o, err := d.Owners.DeviceOwner(ctx, device)
+	o, err = d.Owners.DeviceOwner(ctx, device)
 	if err == nil {
 		d.Cache.put(device, o)
 	}
-	return o, err
+	return o, false, err
 }

@@ -56,7 +56,8 @@ func edgeAt(t *testing.T, b bus.Bus, device string, epoch int64) (*atomic.Int64,
 	return &wrote, sub
 }
 
-// TestOwnerCache: the outputs of one answer read the owner once; a cached
+// TestOwnerCache: the outputs of one answer read the owner once, and the
+// requests stamped from the cache say so (for the edge to confirm); a cached
 // owner that is stale is fenced by the edge ("moved") and read again, so
 // the output reaches the new socket at its epoch; past the TTL the owner
 // is read again.
@@ -79,6 +80,18 @@ func TestOwnerCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	first, firstSub := edgeAt(t, b, "tel-1", e1)
+	// Each request says whether its epoch came from the cache.
+	cached := make(chan bool, 5)
+	spy, err := b.Subscribe(bus.DeviceSubject("tel-1"), func(m *bus.Msg) {
+		var out wire.Output
+		if err := json.Unmarshal(m.Data, &out); err != nil {
+			t.Error(err)
+		}
+		cached <- out.Cached
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := range 5 {
 		if err := d.Send(ctx, wire.Output{Op: wire.OpMessage, Device: "tel-1", ID: "m", Text: "part"}); err != nil {
 			t.Fatalf("send %d: %v", i, err)
@@ -89,6 +102,19 @@ func TestOwnerCache(t *testing.T) {
 	}
 	if got := first.Load(); got != e1 {
 		t.Fatalf("delivered at epoch %d, want %d", got, e1)
+	}
+	for i := range 5 {
+		select {
+		case c := <-cached:
+			if c != (i > 0) {
+				t.Errorf("output %d marked cached %v, want %v (only the first read the store)", i, c, i > 0)
+			}
+		case <-ctx.Done():
+			t.Fatalf("output %d: not seen on the bus", i)
+		}
+	}
+	if err := spy.Unsubscribe(); err != nil {
+		t.Fatal(err)
 	}
 
 	// The device moves to another edge: the cached epoch is stale.

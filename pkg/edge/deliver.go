@@ -76,6 +76,33 @@ func (s *Server) onDelivery(m *bus.Msg) {
 		}
 		return
 	}
+	if out.Cached && m.Respond != nil && fenced(out.Op) {
+		// The sender took out.Epoch from its owner cache: the phone may
+		// have moved to a newer socket whose takeover notice has not
+		// reached us yet (on a NATS cluster it crosses other routes than
+		// this request). Write only if the owner record, read now, still
+		// names this socket; the same read fences the write (fenceOwner).
+		looked := s.owners.read(c.device)
+		s.goFunc(func() {
+			l := <-looked
+			if l.err == nil && l.owner.Epoch > c.epoch.Load() {
+				s.tel.m.deliveryMoved()
+				data, _ := wire.Marshal(wire.Reply{Moved: true, Error: "device moved"})
+				_ = m.Respond(data) // lost with the bus: the sender's request times out
+				return
+			}
+			got := make(chan ownerResult, 1)
+			got <- l
+			s.write(c, m, out, got)
+		})
+		return
+	}
+	s.write(c, m, out, nil)
+}
+
+// write writes out to c and answers m (see onDelivery). looked is the
+// owner read that fences the write, or nil to read it now.
+func (s *Server) write(c *conn, m *bus.Msg, out wire.Output, looked <-chan ownerResult) {
 	respond := func(acked bool, err error) {
 		r := wire.Reply{OK: err == nil || errors.Is(err, errNotAcked), Acked: acked,
 			Unacked: errors.Is(err, errNotAcked), Gone: errors.Is(err, store.ErrNotFound), Moved: errors.Is(err, errMoved)}
@@ -91,7 +118,10 @@ func (s *Server) onDelivery(m *bus.Msg) {
 	if m.Respond != nil && fenced(out.Op) {
 		// Written, then fenced by the owner, then (for a phone that acks)
 		// acknowledged by the phone.
-		done = s.fenceOwner(c, c.awaitAck(out, respond))
+		if looked == nil {
+			looked = s.owners.read(c.device)
+		}
+		done = s.fenceOwner(c, looked, c.awaitAck(out, respond))
 	}
 	ctx, done := s.tel.traceDelivery(s.ctx, m.Header, out.Op, done)
 	c.mu.Lock()
@@ -119,12 +149,20 @@ func (s *Server) onDelivery(m *bus.Msg) {
 // socket's edge, if it got the request too, also answers "moved": out's
 // epoch is not its own); otherwise the device is not connected and the
 // sender keeps out in the outbox, which the device's next socket reads.
+// A request addressed to the socket that holds the device now (on another
+// edge, or here) gets no answer from here: that socket's edge writes it
+// and answers, and a "moved" from here could reach the sender first and
+// have it written twice.
 func (s *Server) answerNoSocket(m *bus.Msg, out wire.Output) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), s.cfg.OpTimeout)
 	defer cancel()
 	owner, err := s.store.DeviceOwner(ctx, out.Device)
+	c := s.deviceConn(out.Device)
+	if c != nil && c.epoch.Load() == out.Epoch || c == nil && err == nil && owner.Edge != s.cfg.ID && owner.Epoch == out.Epoch {
+		return
+	}
 	r := wire.Reply{Error: "device not connected"}
-	if s.deviceConn(out.Device) != nil || err == nil && (owner.Edge != s.cfg.ID || owner.Epoch != out.Epoch) {
+	if c != nil || err == nil && (owner.Edge != s.cfg.ID || owner.Epoch != out.Epoch) {
 		r = wire.Reply{Moved: true, Error: "device moved"}
 	}
 	data, _ := wire.Marshal(r)
@@ -155,13 +193,12 @@ func fenced(op string) bool {
 // replaces a message by id). A store that cannot be asked makes the
 // delivery fail: the router keeps the output for the outbox.
 //
-// The owner is read as the delivery arrives, beside the write (the bus's
-// dispatcher does not wait for it), not after the write: a phone that read
-// the frames and then moved to another edge must not get them twice. The
-// read goes in ownerReads' next batch, which starts after the delivery
-// arrived, never in one already in flight.
-func (s *Server) fenceOwner(c *conn, done func(error)) func(error) {
-	looked := s.owners.read(c.device)
+// looked is the owner as read when the delivery arrived, beside the write
+// (the bus's dispatcher does not wait for it), not after the write: a
+// phone that read the frames and then moved to another edge must not get
+// them twice. The read goes in ownerReads' next batch, which starts after
+// the delivery arrived, never in one already in flight.
+func (s *Server) fenceOwner(c *conn, looked <-chan ownerResult, done func(error)) func(error) {
 	return func(err error) {
 		if err != nil {
 			done(err)

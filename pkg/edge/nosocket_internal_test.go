@@ -79,4 +79,19 @@ func TestDeliveryToAClosedSocketIsAnswered(t *testing.T) {
 	if r := deliver("moved", old); r.OK || !r.Moved {
 		t.Errorf("device taken over by edge-b: %+v, want moved", r)
 	}
+
+	// Addressed to the socket edge-b holds now: edge-b writes it and
+	// answers; a "moved" from here could come first and have it sent twice.
+	if _, err := st.ClaimDevice(ctx, "current", "edge-a", ttl); err != nil {
+		t.Fatal(err)
+	}
+	current, err := st.ClaimDevice(ctx, "current", "edge-b", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := json.Marshal(wire.Output{Op: wire.OpMessage, Device: "current", ID: "m1", Text: "hi", Final: true, Epoch: current})
+	s.answerNoSocket(&bus.Msg{Subject: bus.DeviceSubject("current"), Data: data, Respond: func(b []byte) error {
+		t.Errorf("answered %s for the epoch of edge-b's socket; want no answer from here", b)
+		return nil
+	}}, wire.Output{Op: wire.OpMessage, Device: "current", ID: "m1", Epoch: current})
 }

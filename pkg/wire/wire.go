@@ -94,9 +94,14 @@ func IsControl(op string) bool { return op == OpTakeover || op == OpOutbox }
 // Output is one thing to show on a device. Epoch is the device owner's epoch
 // when it was sent: an edge whose socket has another epoch does not answer.
 type Output struct {
-	Op         string           `json:"op"`
-	Device     string           `json:"device"`
-	Epoch      int64            `json:"epoch,omitzero"`
+	Op     string `json:"op"`
+	Device string `json:"device"`
+	Epoch  int64  `json:"epoch,omitzero"`
+	// Cached: the sender took Epoch from its owner cache, so it may be
+	// stale. The edge at that epoch writes only once the device's owner
+	// record confirms it: the takeover notice of a newer socket may not
+	// have reached it yet (on a NATS cluster it crosses other routes).
+	Cached     bool             `json:"cached,omitzero"`
 	ID         string           `json:"id,omitempty"`
 	Text       string           `json:"text,omitempty"`
 	Edit       bool             `json:"edit,omitzero"`

@@ -33,14 +33,12 @@ const (
 
 // crossNode are the tests TestClusteredBackends runs on each backend: a
 // card answered on another edge, the outbox after a reconnect on another
-// edge, and delivery through the router's API. TestTakeoverAcrossEdges and
-// TestDedupAcrossEdges are not among them yet: with the edges on different
-// NATS servers a delivery begun right after the new socket's ready can
-// still reach the old socket, and a reply can reach the new socket's outbox
-// twice (see docs/operations.md, "Redis Cluster, Sentinel and a NATS
-// cluster").
-const crossNode = "^(TestCardAnsweredOnOtherEdge|TestEdgeKilledMidFlush|TestDeliverThroughRouter)$"
-const crossNodeTests = 3
+// edge, delivery through the router's API, a takeover with deliveries
+// running through it (its takeover notice and the router's requests reach
+// the old edge over different routes of the NATS cluster), and dedup
+// across edges.
+const crossNode = "^(TestCardAnsweredOnOtherEdge|TestEdgeKilledMidFlush|TestDeliverThroughRouter|TestTakeoverAcrossEdges|TestDedupAcrossEdges)$"
+const crossNodeTests = 5
 
 type backendEnv struct {
 	redisMode, redisURL string
