@@ -12,6 +12,7 @@ import (
 // two oldest.
 func TestRecentAcksBoundedBySize(t *testing.T) {
 	c := &conn{}
+	c.flags.set(flagAcked) // its acks are recorded already: this conn has no server to record them
 	id := func(i int) string { s := fmt.Sprintf("a-%d-", i); return s + strings.Repeat("x", 128-len(s)) }
 	for i := range recentAcks {
 		c.onAck(id(i))
