@@ -33,7 +33,6 @@ const (
 	handshakeTimeout = 10 * time.Second
 	lingerTimeout    = 2 * time.Second // after our close frame, for the peer's
 	smallBufSize     = 16 << 10        // pooled read buffer, enough for most frames
-	readChunk        = 1 << 20         // large payloads grow by at most this much at a time
 	readerSize       = 4096            // the pooled bufio.Reader of a socket being read
 	// minGrowth is the first allocation of a message read outside the
 	// pooled buffer (before hello): a buffer then doubles as bytes arrive.
@@ -497,12 +496,14 @@ func (m *msgReader) readPayload(br *bufio.Reader, h ws.Header) (ok bool, err err
 }
 
 // grow makes room in the full buffer m.msg for more of a payload that has
-// remaining bytes to come: twice the buffer (at least minGrowth, at most
-// readChunk more), never more than remaining, so that a buffer is at most
-// twice what the peer sent. The budget then holds the new buffer's size
-// (the pooled buffer is never counted).
+// remaining bytes to come: twice the buffer (at least minGrowth), never
+// more than remaining, so that a buffer is at most twice what the peer sent
+// and a message of n bytes costs about 2n of allocations in all (steps of
+// a fixed size would copy it n/step times: 120 MiB for a 15 MiB file in
+// 1 MiB steps). The budget then holds the new buffer's size (the pooled
+// buffer is never counted).
 func (m *msgReader) grow(remaining int) bool {
-	n := min(remaining, min(max(cap(m.msg), minGrowth), readChunk))
+	n := min(remaining, max(cap(m.msg), minGrowth))
 	size := int64(len(m.msg) + n)
 	if !m.take(size - m.outside()) {
 		return false
