@@ -6,37 +6,12 @@ package gateway_test
 
 import (
 	"fmt"
-	"runtime"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/gateway"
 )
-
-// liveHeap is the node's (and the test's) live heap once it settled: what
-// earlier tests left behind is collected between two readings that agree
-// within 256 KiB.
-func liveHeap(t testing.TB) int64 {
-	t.Helper()
-	read := func() int64 {
-		runtime.GC()
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		return int64(ms.HeapAlloc)
-	}
-	last := read()
-	for range 50 {
-		time.Sleep(10 * time.Millisecond) // goroutines of earlier tests end
-		h := read()
-		if d := h - last; d < 256<<10 && d > -256<<10 {
-			return h
-		}
-		last = h
-	}
-	t.Fatalf("the heap did not settle: %d KiB", last>>10)
-	return 0
-}
 
 // TestLongAckIDsKeepOnlyTheirBound: two phones each ack 64 messages
 // nobody waits for, with ids of 256 KiB. The edge remembers early acks,
@@ -68,11 +43,11 @@ func TestLongAckIDsKeepOnlyTheirBound(t *testing.T) {
 	mtAlive(t, a) // every ack before the pong has been handled
 	mtAlive(t, b)
 	// What the two sockets hold is what closing them frees.
-	open := liveHeap(t)
+	open := testsvc.LiveHeap(t)
 	a.CloseNow()
 	b.CloseNow()
 	waitFor(t, "the two sockets closed", func() bool { return n.Edge.Conns() == 1 })
-	held := open - liveHeap(t)
+	held := open - testsvc.LiveHeap(t)
 	t.Logf("2 × %d acks of %d KiB ids: closing the sockets freed %d KiB", acks, size>>10, held>>10)
 	if held > 4<<20 {
 		t.Fatalf("2 × %d early acks with %d KiB ids hold %d KiB; want under 4 MiB", acks, size>>10, held>>10)
@@ -111,13 +86,13 @@ func TestLongUploadIDsKeepOnlyTheirBound(t *testing.T) {
 	}
 	mtMarker(t, n, phone, "tel-upload-long-phone")
 	// What the uploads hold is what closing their connection frees.
-	open := liveHeap(t)
+	open := testsvc.LiveHeap(t)
 	c.CloseNow()
 	waitFor(t, "the closed connection's uploads given back", func() bool {
 		_, _, u := n.Edge.BudgetsInUse()
 		return u == 0 && mdUploadBytes(t, n, "tel-upload-long") == 0
 	})
-	held := open - liveHeap(t)
+	held := open - testsvc.LiveHeap(t)
 	t.Logf("%d uploads with %d KiB ids: closing them freed %d KiB", uploads, size>>10, held>>10)
 	if held > 2<<20 {
 		t.Fatalf("%d uploads with %d KiB ids hold %d KiB; want under 2 MiB", uploads, size>>10, held>>10)

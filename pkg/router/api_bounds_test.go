@@ -7,37 +7,14 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/router"
 )
-
-// liveHeap is the process's live heap once it settled: two readings after
-// a collection that agree within 256 KiB.
-func liveHeap(t *testing.T) int64 {
-	t.Helper()
-	read := func() int64 {
-		runtime.GC()
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		return int64(ms.HeapAlloc)
-	}
-	last := read()
-	for range 50 {
-		time.Sleep(10 * time.Millisecond) // goroutines of earlier tests end
-		h := read()
-		if d := h - last; d < 256<<10 && d > -256<<10 {
-			return h
-		}
-		last = h
-	}
-	t.Fatalf("the heap did not settle: %d KiB", last>>10)
-	return 0
-}
 
 // slowStream opens GET /v1/events as an event stream on a socket with a
 // 4 KiB receive buffer that reads nothing past the answer's head, and
@@ -81,7 +58,7 @@ func TestEventsSlowStreamsBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	before := liveHeap(t)
+	before := testsvc.LiveHeap(t)
 	var open []net.Conn
 	statuses := map[int]int{}
 	for i := range streams {
@@ -105,8 +82,8 @@ func TestEventsSlowStreamsBounded(t *testing.T) {
 		t.Fatalf("statuses %v; want 8 × 200 and %d × 429", statuses, streams-8)
 	}
 	// Every stream served is stuck writing: none reads the log.
-	waitFor(t, "the streams to stop reading the log", func() bool { return e.api.Readers() == 0 })
-	held := liveHeap(t) - before
+	testsvc.WaitFor(t, 20*time.Second, "the streams to stop reading the log", func() bool { return e.api.Readers() == 0 })
+	held := testsvc.LiveHeap(t) - before
 	t.Logf("%d slow streams: the heap grew %d KiB", len(open), held>>10)
 	if held > 24<<20 {
 		t.Fatalf("%d slow streams hold %d KiB; want under 24 MiB", len(open), held>>10)
@@ -124,23 +101,11 @@ func TestEventsSlowStreamsBounded(t *testing.T) {
 	wantError(t, e.call(t, "GET", "/v1/events?wait=0", agentToken, nil), http.StatusTooManyRequests, "too_many_streams")
 
 	open[0].Close()
-	waitFor(t, "a stream served once one closed", func() bool {
+	testsvc.WaitFor(t, 20*time.Second, "a stream served once one closed", func() bool {
 		nc, resp := slowStream(t, e.url)
 		defer nc.Close()
 		return resp.StatusCode == http.StatusOK
 	})
-}
-
-// waitFor polls cond until it holds, failing the test after 20 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("still waiting for %s after 20 s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // TestEventsReadBoundedBySize: a JSON read of 100 entries of 12 KiB stops
