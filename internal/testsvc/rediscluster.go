@@ -108,28 +108,3 @@ func clusterReady(addr string) bool {
 	info, err := rdb.ClusterInfo(ctx).Result()
 	return err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_slots_ok:16384")
 }
-
-// waitPing waits until a Redis answers PING at addr.
-func waitPing(t testing.TB, addr string) {
-	t.Helper()
-	WaitFor(t, 30*time.Second, "redis-server at "+addr+" to answer PING", func() bool {
-		rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
-		defer rdb.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		return rdb.Ping(ctx).Err() == nil
-	})
-}
-
-// WaitFor polls cond every 20 ms until it holds, failing t after limit
-// (scaled by Slack under -race) with what it waited for.
-func WaitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(Slack(limit))
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %v for %s", Slack(limit), what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
