@@ -104,7 +104,7 @@ func build(root, key, pkg string, flags []string) (string, error) {
 		return "", err
 	}
 	_ = tmp.Close() // go build writes it anew
-	defer os.Remove(tmp.Name())
+	defer func() { _ = os.Remove(tmp.Name()) }() // gone once renamed
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	args := append(append([]string{"build", "-o", tmp.Name()}, flags...), "./"+pkg)
