@@ -21,6 +21,9 @@ type RedisCluster struct {
 	// --cluster create was given them).
 	Addrs []string
 	procs []*exec.Cmd
+	// server and args start node i again (Restart).
+	server string
+	args   [][]string
 }
 
 // URL is the cluster URL of go-redis (redis.ParseClusterURL) naming every
@@ -54,7 +57,7 @@ func StartRedisCluster(t testing.TB, masters, replicas int) *RedisCluster {
 		t.Skip(msg)
 	}
 	dir := t.TempDir()
-	c := &RedisCluster{}
+	c := &RedisCluster{server: server}
 	t.Cleanup(func() {
 		for _, p := range c.procs {
 			if p.ProcessState == nil {
@@ -73,10 +76,12 @@ func StartRedisCluster(t testing.TB, masters, replicas int) *RedisCluster {
 		if err := os.Mkdir(nodeDir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command(server, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		nodeArgs := []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
 			"--cluster-node-timeout", "2000", "--save", "", "--appendonly", "no",
-			"--dir", nodeDir, "--logfile", filepath.Join(nodeDir, "log"))
+			"--dir", nodeDir, "--logfile", filepath.Join(nodeDir, "log")}
+		c.args = append(c.args, nodeArgs)
+		cmd := exec.Command(server, nodeArgs...)
 		if err := cmd.Start(); err != nil {
 			t.Fatalf("starting redis-server: %v", err)
 		}

@@ -5,7 +5,6 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,8 +13,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"encoding/json"
 
 	"github.com/redis/go-redis/v9"
 
@@ -65,7 +62,7 @@ func TestClusteredBackends(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a Redis Cluster, Sentinels and a NATS cluster")
 	}
-	nats := startNATSCluster(t, 3)
+	nats := testsvc.StartNATSCluster(t, 3).URLs
 	t.Run("RedisCluster", func(t *testing.T) {
 		rc := testsvc.StartRedisCluster(t, 3, 1)
 		runCrossNode(t, "cluster", rc.URL(), nats)
@@ -93,65 +90,6 @@ func runCrossNode(t *testing.T, mode, redisURL string, nats []string) {
 			t.Log(l)
 		}
 	}
-}
-
-// startNATSCluster starts n nats-servers joined by routes, and returns
-// their client URLs once each sees the others.
-func startNATSCluster(t *testing.T, n int) []string {
-	t.Helper()
-	bin := findBinary("nats-server", "/usr/sbin/nats-server", "/usr/local/bin/nats-server")
-	if bin == "" {
-		unavailable(t, "NATS cluster", "put nats-server on PATH (apt-get install nats-server)")
-	}
-	type ports struct{ client, route, monitor int }
-	var ps []ports
-	for range n {
-		var p ports
-		for _, q := range []*int{&p.client, &p.route, &p.monitor} {
-			v, err := testsvc.FreePort()
-			if err != nil {
-				t.Fatal(err)
-			}
-			*q = v
-		}
-		ps = append(ps, p)
-	}
-	var routes, urls []string
-	for _, p := range ps {
-		routes = append(routes, "nats://127.0.0.1:"+strconv.Itoa(p.route))
-		urls = append(urls, "nats://127.0.0.1:"+strconv.Itoa(p.client))
-	}
-	for i, p := range ps {
-		args := []string{"-a", "127.0.0.1", "-p", strconv.Itoa(p.client), "-m", strconv.Itoa(p.monitor),
-			"-n", "nats-" + strconv.Itoa(i), "--cluster_name", "hermes-test",
-			"--cluster", routes[i], "--routes", strings.Join(routes, ",")}
-		startProc(t, "nats-"+strconv.Itoa(i), bin, args, nil, func(line string) (string, bool) {
-			return "", strings.Contains(line, "Server is ready")
-		})
-	}
-	for i, p := range ps {
-		testsvc.WaitFor(t, 30*time.Second, fmt.Sprintf("nats-%d to route to the %d others", i, n-1), func() bool {
-			resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(p.monitor) + "/routez")
-			if err != nil {
-				return false
-			}
-			defer resp.Body.Close()
-			var rz struct {
-				Routes []struct {
-					RemoteID string `json:"remote_id"`
-				} `json:"routes"`
-			}
-			if json.NewDecoder(resp.Body).Decode(&rz) != nil {
-				return false
-			}
-			peers := map[string]bool{}
-			for _, r := range rz.Routes {
-				peers[r.RemoteID] = true
-			}
-			return len(peers) == n-1
-		})
-	}
-	return urls
 }
 
 // startSentinels starts a master, a replica and three sentinels (quorum 2)
