@@ -28,8 +28,13 @@ type config struct {
 	strict   bool // lost texts fail the test (unless FAULT_STRICT=0)
 }
 
-func readConfig(t *testing.T) config {
+func readConfig(t *testing.T, backend string) config {
 	c := config{duration: 35 * time.Second, quiet: 60 * time.Second, faults: 6, phones: 40, crons: 4}
+	if backend == cluster {
+		// The short form in CI: a Redis Cluster and a NATS cluster take
+		// longer to start, and a failover to happen.
+		c.duration, c.phones = 30*time.Second, 30
+	}
 	// Lost texts, lost acknowledged deliveries and misroutes fail the test.
 	// FAULT_STRICT=0 only reports lost texts, to look at a run's whole
 	// history past a loss.
@@ -66,14 +71,30 @@ func readConfig(t *testing.T) config {
 	return c
 }
 
-// TestFault runs the gateway through faults with app-like phones and cron,
-// then checks that nothing acknowledged was lost and nothing misrouted.
+// TestFault runs the gateway on one Redis and one NATS server through
+// faults with app-like phones and cron, then checks that nothing
+// acknowledged was lost and nothing misrouted.
 func TestFault(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the fault test takes about a minute")
 	}
-	cfg := readConfig(t)
-	t.Logf("fault: seed=%d (FAULT_SEED=%d repeats the plan)", cfg.seed, cfg.seed)
+	runFault(t, single)
+}
+
+// TestFaultCluster is TestFault on a Redis Cluster (3 masters, 3 replicas)
+// and a 3-node NATS cluster, the edges and routers on different NATS
+// servers, with a Redis master killed (its replica promoted, the killed
+// node back as a replica) and a NATS server killed among the faults.
+func TestFaultCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the fault test takes about a minute")
+	}
+	runFault(t, cluster)
+}
+
+func runFault(t *testing.T, backend string) {
+	cfg := readConfig(t, backend)
+	t.Logf("fault: backend=%s seed=%d (FAULT_SEED=%d repeats the plan)", backend, cfg.seed, cfg.seed)
 	dir, err := os.MkdirTemp("", "hermes-fault-")
 	if err != nil {
 		t.Fatal(err)
@@ -91,10 +112,10 @@ func TestFault(t *testing.T) {
 		}
 		os.RemoveAll(dir)
 	})
-	w := newWorld(t, dir, &syncWriter{w: logf})
+	w := newWorld(t, backend, dir, &syncWriter{w: logf})
 
 	rng := mrand.New(mrand.NewPCG(cfg.seed, 0x5eed))
-	faults := plan(rng, cfg.faults, cfg.duration, patience)
+	faults := plan(rng, faultKinds[backend], cfg.faults, cfg.duration, patience)
 	rec := &recorder{}
 	ph := &phase{sending: true}
 	run := randomHex(3)
@@ -109,12 +130,14 @@ func TestFault(t *testing.T) {
 			dev: fmt.Sprintf("p%s-%03d", run, i), w: w, rec: rec,
 			rng:        mrand.New(mrand.NewPCG(cfg.seed, uint64(i+1))),
 			unanswered: make(map[string]string),
+			silentReq:  make(chan *silentOrder, 1),
 		}
 		phones = append(phones, p)
 		devs = append(devs, p.dev)
 		wg.Add(1)
 		go func() { defer wg.Done(); p.run(phonesCtx, ph) }()
 	}
+	w.phones = phones
 	cronCtx, stopCron := context.WithCancel(context.Background())
 	defer stopCron()
 	var cronWG sync.WaitGroup
@@ -169,11 +192,12 @@ func TestFault(t *testing.T) {
 		gaveUp += p.gaveUp
 	}
 	t.Logf("phones: %d connections, %d given up for want of a pong", conns, gaveUp)
+	unread := w.unread()
 
 	h := rec.history()
 	r := Check(h)
-	summary := fmt.Sprintf("fault: seed=%d faults=%d texts=%d deliveries=%d delivered=%d lost=%d misrouted=%d duplicates=%d reordered=%d",
-		cfg.seed, len(done), r.Texts, r.Deliveries, r.Delivered, r.Lost(), len(r.Misrouted), r.Duplicates, r.Reordered)
+	summary := fmt.Sprintf("fault: backend=%s seed=%d faults=%d texts=%d deliveries=%d delivered=%d lost=%d misrouted=%d duplicates=%d reordered=%d silent=%d unread=%d",
+		backend, cfg.seed, len(done), r.Texts, r.Deliveries, r.Delivered, r.Lost(), len(r.Misrouted), r.Duplicates, r.Reordered, w.silent, unread)
 	t.Log(summary)
 	fmt.Println(summary)
 	if r.Lost() == 0 && len(r.Misrouted) == 0 {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	mrand "math/rand/v2"
 	"net/http"
+	"net/url"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -84,6 +85,28 @@ type phone struct {
 	mu         sync.Mutex
 	unanswered map[string]string // id -> text
 	order      []string          // ids of unanswered, in sending order
+
+	// The silent-network fault (world.silence): an order comes in on
+	// silentReq; the phone leaves its socket (goingSilent), connects
+	// through a blackhole, gives that socket up, and reports on the order
+	// once ready on another edge (avoid: the blackholed edge's URL).
+	silentReq   chan *silentOrder
+	goingSilent *silentOrder
+	avoid       string
+	report      *silentOrder
+	result      silentResult
+}
+
+// silentOrder asks a phone for the silent-network fault.
+type silentOrder struct {
+	done chan silentResult
+}
+
+// silentResult is how the fault went for the phone.
+type silentResult struct {
+	ok   bool // ready came through the blackhole, then silence, then ready on another edge
+	hole *blackhole
+	what string
 }
 
 // sending says whether a phone still sends new texts (the fault phase); it
@@ -156,8 +179,23 @@ func (ph *phone) newText(c *client.Conn) error {
 
 // run connects again and again until ctx ends.
 func (ph *phone) run(ctx context.Context, ph2 *phase) {
+	defer func() {
+		if o := ph.goingSilent; o != nil {
+			o.done <- silentResult{what: "the run ended first"}
+		}
+		if ph.report != nil {
+			ph.result.ok = false
+			ph.result.what += "; the run ended before ready on another edge"
+			ph.report.done <- ph.result
+		}
+	}()
 	for ctx.Err() == nil {
-		url := ph.w.edgeURL(ph.rng)
+		if o := ph.goingSilent; o != nil {
+			ph.goingSilent = nil
+			ph.goSilent(ctx, ph2, o)
+			continue
+		}
+		url := ph.w.edgeURLExcept(ph.rng, ph.avoid)
 		if url == "" {
 			sleepCtx(ctx, 200*time.Millisecond)
 			continue
@@ -166,13 +204,57 @@ func (ph *phone) run(ctx context.Context, ph2 *phase) {
 		if errors.Is(err, errNoPong) {
 			ph.gaveUp++
 		}
-		if err != nil {
+		if err != nil && !errors.Is(err, errSilenced) {
 			sleepCtx(ctx, time.Duration(100+ph.rng.IntN(400))*time.Millisecond)
 		}
 	}
 }
 
-var errNoPong = errors.New("no pong: giving the socket up")
+var (
+	errNoPong   = errors.New("no pong: giving the socket up")
+	errSilenced = errors.New("left the socket for the silent-network fault")
+)
+
+// goSilent is the phone's part of the silent-network fault, once it left
+// its socket with texts unanswered: it waits until their answers are in
+// its outbox, connects to a live edge through a blackhole, and, once it
+// gave that socket up for want of a pong, leaves run to connect to another
+// edge and report there.
+func (ph *phone) goSilent(ctx context.Context, ph2 *phase, o *silentOrder) {
+	outbox := false
+	deadline := time.Now().Add(5 * time.Second)
+	for ctx.Err() == nil && time.Now().Before(deadline) {
+		if outbox = ph.w.hasOutbox(ph.dev); outbox {
+			break
+		}
+		sleepCtx(ctx, 20*time.Millisecond) // poll interval
+	}
+	edge := ""
+	for ctx.Err() == nil {
+		if edge = ph.w.edgeURL(ph.rng); edge != "" {
+			break
+		}
+		sleepCtx(ctx, 200*time.Millisecond) // no edge is up: wait for one
+	}
+	u, err := url.Parse(edge)
+	if err != nil || ctx.Err() != nil {
+		o.done <- silentResult{what: fmt.Sprintf("no edge: %v", err)}
+		return
+	}
+	hole, err := newBlackhole(u.Host)
+	if err != nil {
+		o.done <- silentResult{what: "blackhole: " + err.Error()}
+		return
+	}
+	u.Host = hole.addr()
+	err = ph.session(ctx, u.String(), ph2)
+	if errors.Is(err, errNoPong) {
+		ph.gaveUp++
+	}
+	ph.result = silentResult{hole: hole, ok: hole.silent() && errors.Is(err, errNoPong),
+		what: fmt.Sprintf("outbox before=%v, through a blackhole to %s: %v", outbox, edge, err)}
+	ph.avoid, ph.report = edge, o
+}
 
 // session is one connection: hello, resend, then texts, pings and frames
 // until the socket ends or its patience does.
@@ -191,6 +273,11 @@ func (ph *phone) session(ctx context.Context, url string, ph2 *phase) error {
 	}
 	ph.conn++
 	ph.rec.frame(Frame{Device: ph.dev, Conn: ph.conn, T: ready.T(), Session: ready.Str("session")})
+	if o := ph.report; o != nil {
+		ph.report, ph.avoid = nil, ""
+		ph.result.what += fmt.Sprintf("; ready again on %s", url)
+		o.done <- ph.result
+	}
 	if err := ph.resendAll(c); err != nil {
 		return err
 	}
@@ -203,6 +290,21 @@ func (ph *phone) session(ctx context.Context, url string, ph2 *phase) error {
 	// the next one goes to any edge.
 	leave := now.Add(time.Duration(5000+ph.rng.IntN(15000)) * time.Millisecond)
 	for ctx.Err() == nil {
+		select {
+		case o := <-ph.silentReq:
+			// A few texts whose answers will find the phone gone, then
+			// away: the answers wait in the outbox.
+			for range 3 {
+				if err := ph.newText(c); err != nil {
+					o.done <- silentResult{what: "sending before leaving: " + err.Error()}
+					return err
+				}
+			}
+			c.Close()
+			ph.goingSilent = o
+			return errSilenced
+		default:
+		}
 		rctx, rcancel := context.WithTimeout(ctx, 100*time.Millisecond)
 		f, err := c.Next(rctx)
 		rcancel()
@@ -282,7 +384,9 @@ func cron(ctx context.Context, w *world, rec *recorder, rng *mrand.Rand, devs []
 		dev := devs[rng.IntN(len(devs))]
 		id := fmt.Sprintf("%s.d%d", dev, n.Add(1))
 		d := Delivery{Device: dev, ID: id, Text: "cron " + id}
-		body, _ := json.Marshal(map[string]string{"target": protocol.Session(dev), "id": id, "text": d.Text})
+		// "wait":"ack": 200 only once the phone acked it (it has it); 202
+		// when written but not acked in time.
+		body, _ := json.Marshal(map[string]string{"target": protocol.Session(dev), "id": id, "text": d.Text, "wait": "ack"})
 		req, _ := http.NewRequest(http.MethodPost, url+"/v1/deliver", bytes.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Authorization", "Bearer "+w.deliverToken)

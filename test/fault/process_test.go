@@ -85,7 +85,7 @@ func cleanEnv() []string {
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		switch {
-		case strings.HasPrefix(k, "MOBILE_"), k == "NATS_URL", k == "REDIS_URL", k == "REDIS_PREFIX", k == "AGENT":
+		case strings.HasPrefix(k, "MOBILE_"), k == "NATS_URL", k == "REDIS_URL", k == "REDIS_MODE", k == "REDIS_PREFIX", k == "AGENT":
 			continue
 		}
 		env = append(env, kv)

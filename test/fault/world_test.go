@@ -3,6 +3,7 @@
 package fault
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -17,30 +18,55 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/hermes-mobile/gateway/internal/testsvc"
 )
 
-// world is one run's gateway: a Redis and a NATS of its own, three edges
-// and two routers, all processes. Edges come back on a new port after a
-// kill; Redis and NATS on the same one.
+// The backends a run's gateway stands on.
+const (
+	// single: one Redis (AOF, fsync always) and one NATS server.
+	single = "single"
+	// cluster: a Redis Cluster of 3 masters and 3 replicas and a 3-node
+	// NATS cluster, each edge and router on its own NATS server.
+	cluster = "cluster"
+)
+
+// world is one run's gateway: a Redis and a NATS of its own (one server
+// each, or a Redis Cluster and a NATS cluster), three edges and two
+// routers, all processes. Edges come back on a new port after a kill;
+// Redis and NATS servers on the same one.
 type world struct {
-	t   *testing.T
-	dir string    // Redis's AOF and every process's log
-	log io.Writer // the processes' output
+	t       *testing.T
+	backend string    // single or cluster
+	dir     string    // Redis's AOF and every process's log
+	log     io.Writer // the processes' output
 
 	redisBin, natsBin   string
 	redisPort, natsPort int
 	token, deliverToken string
-	redis, nats         *proc
-	mu                  sync.Mutex
-	edges, routers      []*node
-	stopping            bool
+	redis, nats         *proc                 // single
+	rc                  *testsvc.RedisCluster // cluster
+	nc                  *testsvc.NATSCluster  // cluster
+	// rdb reads the store as the gateway writes it: which devices ack
+	// (acks:{D}) and which have an outbox (outbox:{D}).
+	rdb            redis.UniversalClient
+	mu             sync.Mutex
+	edges, routers []*node
+	stopping       bool
+
+	// The silent-network faults: the phones they may pick, the blackholes
+	// they made, and how many went through (ready passed, then silence).
+	phones []*phone
+	holes  []*blackhole
+	silent int
 }
 
 // node is an edge or a router. While it is down or stopped, phones and
 // cron do not pick it (as a load balancer's health check would not).
 type node struct {
 	name  string
+	bus   int // which server of a NATS cluster it uses
 	p     *proc
 	url   string // ws://…/ws for an edge, http://… for a router
 	state string // "up", "stopped", "down"
@@ -57,9 +83,9 @@ func findBinary(name string, paths ...string) string {
 
 // newWorld starts everything and returns once it all listens. It is all
 // stopped when the test ends.
-func newWorld(t *testing.T, dir string, log io.Writer) *world {
+func newWorld(t *testing.T, backend, dir string, log io.Writer) *world {
 	w := &world{
-		t: t, dir: dir, log: log,
+		t: t, backend: backend, dir: dir, log: log,
 		redisBin:     findBinary("redis-server", "/usr/bin/redis-server", "/usr/local/bin/redis-server"),
 		natsBin:      findBinary("nats-server", "/usr/sbin/nats-server", "/usr/local/bin/nats-server", "/usr/bin/nats-server"),
 		token:        "app-" + randomHex(12),
@@ -72,29 +98,37 @@ func newWorld(t *testing.T, dir string, log io.Writer) *world {
 		}
 		t.Skip(msg)
 	}
+	if backend == cluster {
+		w.rc = testsvc.StartRedisCluster(t, 3, 1)
+		w.nc = testsvc.StartNATSCluster(t, 3)
+		w.rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: w.rc.Addrs})
+	}
 	t.Cleanup(w.stopAll)
-	var err error
-	if w.redisPort, err = testsvc.FreePort(); err != nil {
-		t.Fatal(err)
-	}
-	if w.natsPort, err = testsvc.FreePort(); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.startRedis(); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.startNATS(); err != nil {
-		t.Fatal(err)
+	if backend == single {
+		var err error
+		if w.redisPort, err = testsvc.FreePort(); err != nil {
+			t.Fatal(err)
+		}
+		if w.natsPort, err = testsvc.FreePort(); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.startRedis(); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.startNATS(); err != nil {
+			t.Fatal(err)
+		}
+		w.rdb = redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", w.redisPort)})
 	}
 	for i := range 3 {
-		n := &node{name: fmt.Sprintf("edge-%d", i+1)}
+		n := &node{name: fmt.Sprintf("edge-%d", i+1), bus: i}
 		if err := w.startEdge(n); err != nil {
 			t.Fatal(err)
 		}
 		w.edges = append(w.edges, n)
 	}
 	for i := range 2 {
-		n := &node{name: fmt.Sprintf("router-%d", i+1)}
+		n := &node{name: fmt.Sprintf("router-%d", i+1), bus: i + 1}
 		if err := w.startRouter(n); err != nil {
 			t.Fatal(err)
 		}
@@ -146,11 +180,21 @@ func (w *world) startNATS() error {
 	return err
 }
 
-func (w *world) common() []string {
+// keyPrefix is REDIS_PREFIX of every process.
+const keyPrefix = "hermes-fault:"
+
+// common is the environment of every edge and router; n's NATS server, in
+// a NATS cluster, is n.bus's (it learns the others from it).
+func (w *world) common(n *node) []string {
+	redisMode, redisURL, natsURL := "single", w.redisURL(), w.natsURL()
+	if w.backend == cluster {
+		redisMode, redisURL, natsURL = "cluster", w.rc.URL(), w.nc.URLs[n.bus%len(w.nc.URLs)]
+	}
 	return []string{
-		"NATS_URL=" + w.natsURL(),
-		"REDIS_URL=" + w.redisURL(),
-		"REDIS_PREFIX=hermes-fault:",
+		"NATS_URL=" + natsURL,
+		"REDIS_MODE=" + redisMode,
+		"REDIS_URL=" + redisURL,
+		"REDIS_PREFIX=" + keyPrefix,
 		"MOBILE_DELIVER_TOKENS=" + w.deliverToken,
 		"MOBILE_LOG_LEVEL=info",
 		"MOBILE_ADMIN_LISTEN=127.0.0.1:0",
@@ -159,7 +203,7 @@ func (w *world) common() []string {
 
 // startEdge starts n as an edge on a new port.
 func (w *world) startEdge(n *node) error {
-	p, url, err := launch(n.name, bins.edge, nil, append(w.common(),
+	p, url, err := launch(n.name, bins.edge, nil, append(w.common(n),
 		"MOBILE_LISTEN=127.0.0.1:0",
 		"MOBILE_TOKEN="+w.token,
 		"MOBILE_ROUTER=off",
@@ -178,7 +222,7 @@ func (w *world) startEdge(n *node) error {
 
 // startRouter starts n as a router with the demo agent on a new port.
 func (w *world) startRouter(n *node) error {
-	p, url, err := launch(n.name, bins.router, nil, append(w.common(),
+	p, url, err := launch(n.name, bins.router, nil, append(w.common(n),
 		"MOBILE_ROUTER_LISTEN=127.0.0.1:0",
 		"MOBILE_AGENT_TOKENS=agent-"+randomHex(8),
 		"AGENT=demo",
@@ -195,13 +239,14 @@ func (w *world) startRouter(n *node) error {
 	return nil
 }
 
-// pick returns the URL of a random node of ns that is up ("" when none is).
-func (w *world) pick(ns []*node, rng *mrand.Rand) string {
+// pick returns the URL of a random node of ns that is up, other than
+// avoid ("" when none is).
+func (w *world) pick(ns []*node, rng *mrand.Rand, avoid string) string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var up []string
 	for _, n := range ns {
-		if n.state == "up" {
+		if n.state == "up" && n.url != avoid {
 			up = append(up, n.url)
 		}
 	}
@@ -211,8 +256,13 @@ func (w *world) pick(ns []*node, rng *mrand.Rand) string {
 	return up[rng.IntN(len(up))]
 }
 
-func (w *world) edgeURL(rng *mrand.Rand) string   { return w.pick(w.edges, rng) }
-func (w *world) routerURL(rng *mrand.Rand) string { return w.pick(w.routers, rng) }
+func (w *world) edgeURL(rng *mrand.Rand) string   { return w.pick(w.edges, rng, "") }
+func (w *world) routerURL(rng *mrand.Rand) string { return w.pick(w.routers, rng, "") }
+
+// edgeURLExcept is edgeURL, but never avoid.
+func (w *world) edgeURLExcept(rng *mrand.Rand, avoid string) string {
+	return w.pick(w.edges, rng, avoid)
+}
 
 func (w *world) setState(n *node, s string) {
 	w.mu.Lock()
@@ -236,6 +286,9 @@ func (w *world) stopAll() {
 	if w.redis != nil {
 		w.redis.stop()
 	}
+	if w.rdb != nil {
+		w.rdb.Close()
+	}
 }
 
 // ---- faults ----
@@ -244,41 +297,51 @@ func (w *world) stopAll() {
 // of the fault phase) and for how long (the pause, or the time down before
 // the restart).
 type fault struct {
-	kind   string // kill-edge, stop-edge, kill-router, kill-redis, kill-nats
-	target int    // index of the edge or router
+	kind   string // one of faultKinds
+	target int    // index of the edge, router, Redis master or NATS server; for silent, of the phone to try first
 	at     time.Duration
 	hold   time.Duration
 }
 
 func (f fault) String() string {
 	s := f.kind
-	if f.kind == "kill-edge" || f.kind == "stop-edge" {
+	switch f.kind {
+	case "kill-edge", "stop-edge":
 		s += fmt.Sprintf(" edge-%d", f.target+1)
-	}
-	if f.kind == "kill-router" {
+	case "kill-router":
 		s += fmt.Sprintf(" router-%d", f.target+1)
+	case "kill-redis-master":
+		s += fmt.Sprintf(" master-%d", f.target+1)
+	case "kill-nats-server":
+		s += fmt.Sprintf(" nats-%d", f.target)
+	case "silent":
+		return fmt.Sprintf("%s at %v", s, f.at.Round(100*time.Millisecond))
 	}
 	return fmt.Sprintf("%s at %v for %v", s, f.at.Round(100*time.Millisecond), f.hold.Round(100*time.Millisecond))
 }
 
-var faultKinds = []string{"stop-edge", "kill-edge", "kill-router", "kill-redis", "kill-nats"}
+// faultKinds are the faults of each backend, SIGSTOP first.
+var faultKinds = map[string][]string{
+	single:  {"stop-edge", "kill-edge", "kill-router", "kill-redis", "kill-nats", "silent"},
+	cluster: {"stop-edge", "kill-edge", "kill-router", "kill-redis-master", "kill-nats-server", "silent"},
+}
 
-// plan draws n faults spread over d: every kind once (SIGSTOP first) while
-// n allows, the rest at random; in random order, one at a time. A pause
+// plan draws n faults of kinds spread over d: every kind once while n
+// allows, the rest at random; in random order, one at a time. A pause
 // lasts longer than patience, the phones' limit for a silent socket.
-func plan(rng *mrand.Rand, n int, d, patience time.Duration) []fault {
-	var kinds []string
+func plan(rng *mrand.Rand, kinds []string, n int, d, patience time.Duration) []fault {
+	var drawn []string
 	for i := range n {
-		if i < len(faultKinds) {
-			kinds = append(kinds, faultKinds[i])
+		if i < len(kinds) {
+			drawn = append(drawn, kinds[i])
 		} else {
-			kinds = append(kinds, faultKinds[rng.IntN(len(faultKinds))])
+			drawn = append(drawn, kinds[rng.IntN(len(kinds))])
 		}
 	}
-	rng.Shuffle(len(kinds), func(i, j int) { kinds[i], kinds[j] = kinds[j], kinds[i] })
+	rng.Shuffle(len(drawn), func(i, j int) { drawn[i], drawn[j] = drawn[j], drawn[i] })
 	slot := d / time.Duration(max(n, 1))
 	var out []fault
-	for i, k := range kinds {
+	for i, k := range drawn {
 		// Each in its own slot, after a third of it: the first finds the
 		// phones connected and talking.
 		f := fault{kind: k, at: time.Duration(i)*slot + slot/3 + time.Duration(rng.Int64N(int64(slot/3)+1))}
@@ -286,12 +349,14 @@ func plan(rng *mrand.Rand, n int, d, patience time.Duration) []fault {
 		case "stop-edge":
 			f.target = rng.IntN(3)
 			f.hold = patience + time.Second + time.Duration(rng.Int64N(int64(2*time.Second)))
-		case "kill-edge":
+		case "kill-edge", "kill-redis-master", "kill-nats-server":
 			f.target = rng.IntN(3)
 			f.hold = 500*time.Millisecond + time.Duration(rng.Int64N(int64(2*time.Second)))
 		case "kill-router":
 			f.target = rng.IntN(2)
 			f.hold = 500*time.Millisecond + time.Duration(rng.Int64N(int64(time.Second)))
+		case "silent":
+			f.target = rng.IntN(1 << 30)
 		default:
 			f.hold = 500*time.Millisecond + time.Duration(rng.Int64N(int64(time.Second)))
 		}
@@ -320,7 +385,7 @@ func (w *world) inject(f fault) error {
 		if err := n.p.kill(); err != nil {
 			return err
 		}
-		time.Sleep(f.hold)
+		time.Sleep(f.hold) // the fault itself: down this long
 		return w.startEdge(n)
 	case "kill-router":
 		n := w.routers[f.target]
@@ -328,22 +393,123 @@ func (w *world) inject(f fault) error {
 		if err := n.p.kill(); err != nil {
 			return err
 		}
-		time.Sleep(f.hold)
+		time.Sleep(f.hold) // the fault itself: down this long
 		return w.startRouter(n)
 	case "kill-redis":
 		if err := w.redis.kill(); err != nil {
 			return err
 		}
-		time.Sleep(f.hold)
+		time.Sleep(f.hold) // the fault itself: down this long
 		return w.startRedis()
 	case "kill-nats":
 		if err := w.nats.kill(); err != nil {
 			return err
 		}
-		time.Sleep(f.hold)
+		time.Sleep(f.hold) // the fault itself: down this long
 		return w.startNATS()
+	case "kill-redis-master":
+		return w.killRedisMaster(f)
+	case "kill-nats-server":
+		if err := w.nc.Kill(f.target); err != nil {
+			return err
+		}
+		time.Sleep(f.hold) // the fault itself: down this long
+		return w.nc.Restart(f.target, 30*time.Second)
+	case "silent":
+		return w.silence(f)
 	}
 	return fmt.Errorf("unknown fault %q", f.kind)
+}
+
+// killRedisMaster SIGKILLs a master of the Redis Cluster, waits until its
+// replica serves its slots, and, f.hold later, starts it again: it rejoins
+// as the replica of the node that took its slots.
+func (w *world) killRedisMaster(f fault) error {
+	masters, err := w.rc.Masters()
+	if err != nil {
+		return err
+	}
+	if len(masters) == 0 {
+		return fmt.Errorf("no Redis master serves slots")
+	}
+	victim := masters[f.target%len(masters)]
+	w.t.Logf("killing Redis master %s", victim)
+	if err := w.rc.Kill(victim); err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := w.rc.WaitFailedOver(victim, 30*time.Second); err != nil {
+		return err
+	}
+	w.t.Logf("Redis master %s failed over in %v", victim, time.Since(start).Round(100*time.Millisecond))
+	time.Sleep(f.hold) // the fault itself: down this long after the failover
+	return w.rc.Restart(victim, 60*time.Second)
+}
+
+// silence makes the silent-network fault: a phone that acked before (the
+// store has acks:{D} for it, so the gateway promises it delivery only once
+// acked) sends a few texts and leaves, so that their answers wait in its
+// outbox; connects to an edge through a blackhole that lets ready through
+// and nothing after, while the edge flushes the outbox; gives that socket
+// up without a word and connects to another edge. It returns once the
+// phone is ready there.
+func (w *world) silence(f fault) error {
+	if len(w.phones) == 0 {
+		return nil
+	}
+	for k := range len(w.phones) {
+		ph := w.phones[(f.target+k)%len(w.phones)]
+		if !w.acked(ph.dev) {
+			continue
+		}
+		o := &silentOrder{done: make(chan silentResult, 1)}
+		select {
+		case ph.silentReq <- o:
+		default:
+			continue // it has one already
+		}
+		select {
+		case r := <-o.done:
+			w.t.Logf("silent %s: %s", ph.dev, r.what)
+			if r.hole != nil {
+				w.holes = append(w.holes, r.hole)
+			}
+			if r.ok {
+				w.silent++
+			}
+		case <-time.After(60 * time.Second):
+			return fmt.Errorf("silent %s: the phone did not come back on another edge within 60 s", ph.dev)
+		}
+		return nil
+	}
+	w.t.Logf("silent: no phone has acked yet")
+	return nil
+}
+
+// acked reports whether the store records that dev acks.
+func (w *world) acked(dev string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	n, err := w.rdb.Exists(ctx, keyPrefix+"acks:{"+dev+"}").Result()
+	return err == nil && n == 1
+}
+
+// hasOutbox reports whether dev's outbox holds anything.
+func (w *world) hasOutbox(dev string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	n, err := w.rdb.Exists(ctx, keyPrefix+"outbox:{"+dev+"}").Result()
+	return err == nil && n == 1
+}
+
+// unread closes the blackholes and counts the messages the edges wrote
+// into them that no phone read.
+func (w *world) unread() int {
+	n := 0
+	for _, h := range w.holes {
+		n += h.unread()
+	}
+	return n
 }
 
 // ---- helpers ----
