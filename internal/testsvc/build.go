@@ -103,7 +103,7 @@ func build(root, key, pkg string, flags []string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	_ = tmp.Close() // go build writes it anew
+	_ = tmp.Close()                              // go build writes it anew
 	defer func() { _ = os.Remove(tmp.Name()) }() // gone once renamed
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

@@ -111,9 +111,9 @@ func startSentinels(t *testing.T) string {
 	}
 	redisReady := func(line string) (string, bool) { return "", strings.Contains(line, "Ready to accept connections") }
 	master := port()
-	startProc(t, "redis-master", server, []string{"--port", strconv.Itoa(master), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir}, nil, redisReady)
+	testsvc.StartProc(t, "redis-master", server, []string{"--port", strconv.Itoa(master), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir}, nil, redisReady)
 	replica := port()
-	startProc(t, "redis-replica", server, []string{"--port", strconv.Itoa(replica), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir,
+	testsvc.StartProc(t, "redis-replica", server, []string{"--port", strconv.Itoa(replica), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir,
 		"--replicaof", "127.0.0.1", strconv.Itoa(master)}, nil, redisReady)
 	var addrs []string
 	for i := range 3 {
@@ -123,7 +123,7 @@ func startSentinels(t *testing.T) string {
 		if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		startProc(t, fmt.Sprintf("sentinel-%d", i), sentinel, []string{conf}, nil, func(line string) (string, bool) {
+		testsvc.StartProc(t, fmt.Sprintf("sentinel-%d", i), sentinel, []string{conf}, nil, func(line string) (string, bool) {
 			return "", strings.Contains(line, "+monitor master hermes")
 		})
 		addrs = append(addrs, "127.0.0.1:"+strconv.Itoa(p))

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hermes-mobile/gateway/internal/testsvc"
+
 	"github.com/hermes-mobile/gateway/pkg/bus/natsbus"
 	"github.com/hermes-mobile/gateway/pkg/client"
 	"github.com/hermes-mobile/gateway/pkg/dispatch"
@@ -37,7 +39,7 @@ type cluster struct {
 
 	mu        sync.Mutex
 	edges     map[string]*edgeProc
-	router    *proc
+	router    *testsvc.Proc
 	routerURL string // http://host:port
 
 	// probe sends outputs the way the router does (see waitReachable).
@@ -48,7 +50,7 @@ type cluster struct {
 
 // edgeProc is a running edge.
 type edgeProc struct {
-	*proc
+	*testsvc.Proc
 	url string // ws://host:port/ws
 }
 
@@ -92,13 +94,13 @@ func newCluster(t *testing.T, o options) *cluster {
 
 	type started struct {
 		name string
-		p    *proc
+		p    *testsvc.Proc
 		url  string
 		err  error
 	}
 	results := make(chan started)
 	launchOne := func(name, bin, msg string, env []string) {
-		p, url, err := launch(name, bin, nil, env, func(s string) { t.Log(s) }, logMsg(msg))
+		p, url, err := testsvc.Launch(name, bin, nil, env, func(s string) { t.Log(s) }, logMsg(msg))
 		results <- started{name, p, url, err}
 	}
 	for _, name := range edges {
@@ -109,7 +111,7 @@ func newCluster(t *testing.T, o options) *cluster {
 	for range len(edges) + 1 {
 		r := <-results
 		if r.p != nil {
-			t.Cleanup(func() { r.p.stop(t.Logf) })
+			t.Cleanup(func() { r.p.Stop(t.Logf) })
 		}
 		switch {
 		case r.err != nil:
@@ -229,7 +231,7 @@ func (c *cluster) routerEnv() []string {
 func (c *cluster) startEdge(t *testing.T, name string, env ...string) *edgeProc {
 	t.Helper()
 	env = append(append(c.edgeEnv(), c.natsFor("edge-"+name)...), env...)
-	p, url := startProc(t, "edge-"+name, bins.edge, nil, env, logMsg("gateway listening"))
+	p, url := testsvc.StartProc(t, "edge-"+name, bins.edge, nil, env, logMsg("gateway listening"))
 	e := &edgeProc{p, url}
 	c.mu.Lock()
 	c.edges[name] = e

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hermes-mobile/gateway/internal/testsvc"
+
 	"github.com/hermes-mobile/gateway/pkg/client"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/store/redisstore"
@@ -103,7 +105,7 @@ func TestGracefulDrain(t *testing.T) {
 		return edge == "D" && answers > 0
 	})
 	sigterm := time.Now()
-	d.signal(t, syscall.SIGTERM)
+	d.Signal(t, syscall.SIGTERM)
 
 	// Out of the pool at once: /readyz and the listener.
 	for {
@@ -130,9 +132,9 @@ func TestGracefulDrain(t *testing.T) {
 	}
 
 	select {
-	case <-d.exited:
-		if d.err != nil {
-			t.Fatalf("D exited with %v after SIGTERM, want status 0", d.err)
+	case <-d.Exited():
+		if d.Err() != nil {
+			t.Fatalf("D exited with %v after SIGTERM, want status 0", d.Err())
 		}
 		t.Logf("D exited %v after SIGTERM", time.Since(sigterm).Round(time.Millisecond))
 	case <-time.After(drainWindow + drainGrace):
@@ -285,7 +287,7 @@ func startAdminEdge(t *testing.T, c *cluster, name string, env ...string) (*edge
 		}
 		return logMsg("gateway listening")(line)
 	}
-	p, wsURL := startProc(t, "edge-"+name, bins.edge, nil, append(c.edgeEnv(), env...), ready)
+	p, wsURL := testsvc.StartProc(t, "edge-"+name, bins.edge, nil, append(c.edgeEnv(), env...), ready)
 	if admin == "" {
 		t.Fatalf("edge %s logged no admin url", name)
 	}
@@ -565,19 +567,19 @@ func TestDrainSecondSignal(t *testing.T) {
 	for i := range 3 {
 		conns = append(conns, c.connect(t, "E", newDevice(fmt.Sprintf("tel-%d", i))))
 	}
-	draining := e.addWatch(logMsg("draining"))
-	e.signal(t, syscall.SIGTERM)
+	draining := e.Watch(logMsg("draining"))
+	e.Signal(t, syscall.SIGTERM)
 	select {
-	case <-draining.found:
+	case <-draining:
 	case <-time.After(10 * time.Second):
 		t.Fatal("no draining log line after SIGTERM")
 	}
 	second := time.Now()
-	e.signal(t, syscall.SIGTERM)
+	e.Signal(t, syscall.SIGTERM)
 	select {
-	case <-e.exited:
-		if e.err != nil {
-			t.Fatalf("E exited with %v after the second SIGTERM, want status 0", e.err)
+	case <-e.Exited():
+		if e.Err() != nil {
+			t.Fatalf("E exited with %v after the second SIGTERM, want status 0", e.Err())
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("E still runs 5 s after the second SIGTERM (window 60 s)")

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/bus"
 	"github.com/hermes-mobile/gateway/pkg/bus/natsbus"
 	"github.com/hermes-mobile/gateway/pkg/client"
@@ -53,7 +54,7 @@ func TestEdgeKilled(t *testing.T) {
 	c.say(t, devs[0], agentMessage{ID: "live-1", Text: "before the crash", Final: true})
 	readUntil(t, onA[devs[0]], "the live agent message", finalText("before the crash"))
 
-	c.edge("A").kill(t)
+	c.edge("A").Kill(t)
 	for dev, conn := range onA {
 		select {
 		case <-conn.Done():
@@ -121,7 +122,7 @@ func TestEdgeKilled(t *testing.T) {
 
 	// The card expired while its phone was away (the sweeper runs every
 	// 250 ms): the outcome waits for the phone.
-	waitUntil(t, "the card's expiry", func() bool { return time.Since(cardAt) > ttl+time.Second })
+	testsvc.WaitFor(t, 15*time.Second, "the card's expiry", func() bool { return time.Since(cardAt) > ttl+time.Second })
 	conn := c.connect(t, "B", carded)
 	c.mustDeliver(t, carded, "marker", "marker")
 	fs = readUntil(t, conn, "the marker after the outbox", finalText("marker"))

@@ -46,14 +46,14 @@ func TestDeliveryFencedByOwner(t *testing.T) {
 	}
 
 	a := c.edge("A")
-	a.signal(t, syscall.SIGSTOP)
-	if err := testsvc.WaitStopped(a.cmd.Process.Pid); err != nil {
+	a.Signal(t, syscall.SIGSTOP)
+	if err := testsvc.WaitStopped(a.Pid()); err != nil {
 		t.Fatal(err)
 	}
 	resumed := false
 	defer func() {
 		if !resumed {
-			a.signal(t, syscall.SIGCONT)
+			a.Signal(t, syscall.SIGCONT)
 		}
 	}()
 	out := wire.Output{Op: wire.OpMessage, Device: dev, Epoch: owner.Epoch, ID: "fenced", Text: "written while A was paused", Final: true}
@@ -75,12 +75,12 @@ func TestDeliveryFencedByOwner(t *testing.T) {
 	if now, err := c.probe.Owners.DeviceOwner(testCtx(t), dev); err != nil || now.Epoch <= owner.Epoch {
 		t.Fatalf("owner after the hello on B = %+v, %v; want an epoch above %d", now, err, owner.Epoch)
 	}
-	a.signal(t, syscall.SIGCONT)
+	a.Signal(t, syscall.SIGCONT)
 	resumed = true
 
 	msg, err := replies.NextMsg(20 * time.Second)
 	if err != nil {
-		t.Fatalf("no answer from A after it resumed: %v\n%s", err, a.lastLines())
+		t.Fatalf("no answer from A after it resumed: %v\n%s", err, a.LastLines())
 	}
 	var r wire.Reply
 	if err := json.Unmarshal(msg.Data, &r); err != nil {

@@ -43,7 +43,7 @@ func TestHostileLoadKeepsMemoryBounded(t *testing.T) {
 	c := newCluster(t, options{})
 	budget := strconv.Itoa(hostileBudgetMiB)
 	e := c.startEdge(t, "H", "MOBILE_MAX_READ_MIB="+budget, "MOBILE_MAX_QUEUED_MIB="+budget, "MOBILE_MAX_UPLOAD_MIB="+budget)
-	rss := watchRSS(t, e.cmd.Process.Pid)
+	rss := watchRSS(t, e.Pid())
 	calm := c.connect(t, "H", newDevice("calm"))
 	rtt := watchRoundTrips(t, calm)
 

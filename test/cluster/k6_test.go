@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 )
 
 // k6VUs is how many phones the k6 soak script runs in TestK6SoakThroughDrain.
@@ -42,7 +44,7 @@ func TestK6SoakThroughDrain(t *testing.T) {
 		}
 		t.Skip("this test needs node (20 or later)")
 	}
-	root, err := moduleRoot()
+	root, err := testsvc.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +86,7 @@ func TestK6SoakThroughDrain(t *testing.T) {
 		}
 		if !drained && answered >= 3*k6VUs {
 			t.Logf("%d answers on D: SIGTERM to D", answered)
-			d.signal(t, syscall.SIGTERM)
+			d.Signal(t, syscall.SIGTERM)
 			drained = true
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/client"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/store/redisstore"
@@ -39,7 +40,7 @@ func TestEdgeKilledMidFlush(t *testing.T) {
 		t.Fatal(err)
 	}
 	readUntil(t, conn, "the first outbox frame", func(f client.Frame) bool { return f.T() == protocol.TypeMessage })
-	c.edge("A").kill(t)
+	c.edge("A").Kill(t)
 	wantOutboxLen(t, c, dev, items)
 
 	onB := c.hello(t, "B", dev)
@@ -54,7 +55,7 @@ func TestEdgeKilledMidFlush(t *testing.T) {
 			t.Fatalf("on B, item %d has %d bytes, want %d", i, len(got), len(text(i)))
 		}
 	}
-	waitUntil(t, "the outbox acknowledged by B", func() bool { return outboxLen(t, c, dev) == 0 })
+	testsvc.WaitFor(t, 15*time.Second, "the outbox acknowledged by B", func() bool { return outboxLen(t, c, dev) == 0 })
 }
 
 // outboxLen is the number of items in dev's outbox in Redis.

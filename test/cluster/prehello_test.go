@@ -44,7 +44,7 @@ const (
 func TestHeaderOnlySockets(t *testing.T) {
 	c := newCluster(t, options{})
 	e := c.startEdge(t, "P")
-	rss := watchRSS(t, e.cmd.Process.Pid)
+	rss := watchRSS(t, e.Pid())
 	phone := c.connect(t, "P", newDevice("phone"))
 
 	hdr := attackFrame(64<<10, 0)
@@ -62,7 +62,7 @@ func TestHeaderOnlySockets(t *testing.T) {
 func TestSlowPreHelloSockets(t *testing.T) {
 	c := newCluster(t, options{})
 	e := c.startEdge(t, "P")
-	rss := watchRSS(t, e.cmd.Process.Pid)
+	rss := watchRSS(t, e.Pid())
 	phone := c.connect(t, "P", newDevice("phone"))
 
 	for i, size := range []int{16 << 10, 8 << 10} {

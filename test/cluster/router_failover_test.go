@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hermes-mobile/gateway/internal/fakellm"
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/client"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 )
@@ -29,7 +30,7 @@ const journalLease = 15 * time.Second
 func TestRouterKilledMidCall(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, options{})
-	c.router.stop(t.Logf) // the demo router leaves; two openai routers take its place
+	c.router.Stop(t.Logf) // the demo router leaves; two openai routers take its place
 
 	var srv *fakellm.Server
 	var stalledOnce atomic.Bool
@@ -44,9 +45,9 @@ func TestRouterKilledMidCall(t *testing.T) {
 		}
 		fakellm.Stream(w, r, 0, "echo: ", text)
 	})
-	routers := make(map[string]*proc)
+	routers := make(map[string]*testsvc.Proc)
 	for _, name := range []string{"r1", "r2"} {
-		p, _ := startProc(t, "router-"+name, bins.router, nil, append(c.routerEnv(),
+		p, _ := testsvc.StartProc(t, "router-"+name, bins.router, nil, append(c.routerEnv(),
 			"AGENT=openai", "OPENAI_BASE_URL="+srv.URL+"/v1", "OPENAI_MODEL=test-model", "OPENAI_API_KEY=key-"+name,
 		), logMsg("router listening"))
 		routers["Bearer key-"+name] = p
@@ -90,7 +91,7 @@ func TestRouterKilledMidCall(t *testing.T) {
 	if victim == nil {
 		t.Fatalf("the stalled request came with %q, from no router of the test", auth)
 	}
-	victim.kill(t)
+	victim.Kill(t)
 	killed := time.Now()
 
 	want = []string{"echo: stall-1", "echo: after-1", "echo: after-2"}

@@ -7,17 +7,17 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"net"
 	"net/url"
 	"os"
 	"os/exec"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -26,8 +26,8 @@ import (
 var shared struct {
 	redisOnce sync.Once
 	redisURL  string
-	redisErr  string // why there is no Redis
-	redis     *proc  // started here, stopped by TestMain
+	redisErr  string          // why there is no Redis
+	redis     *testsvc.Server // started here, stopped by TestMain
 
 	// natsMu lets one test at a time use a NATS it does not own.
 	natsMu sync.Mutex
@@ -72,37 +72,18 @@ func findRedis() {
 		shared.redisErr = "set REDIS_URL, run Redis on 127.0.0.1:6379, or put redis-server on PATH (apt-get install redis-server)"
 		return
 	}
-	// redis-server cannot pick its own port and say which: take a free one,
-	// and try again if another process took it meanwhile.
-	var errs []string
-	for range 3 {
-		port, err := testsvc.FreePort()
-		if err != nil {
-			shared.redisErr = err.Error()
-			return
-		}
-		p, _, err := launch("redis", bin, []string{
-			"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		}, nil, nil, func(line string) (string, bool) {
-			return "", strings.Contains(line, "Ready to accept connections")
-		})
-		if err == nil {
-			shared.redis = p
-			shared.redisURL = fmt.Sprintf("redis://127.0.0.1:%d", port)
-			return
-		}
-		if p != nil {
-			p.stop(func(string, ...any) {})
-		}
-		errs = append(errs, err.Error())
+	srv, err := testsvc.NewRedis(os.TempDir()) // it writes nothing there: no persistence
+	if err != nil {
+		shared.redisErr = "starting " + bin + " failed: " + err.Error()
+		return
 	}
-	shared.redisErr = "starting " + bin + " failed: " + strings.Join(errs, "; ")
+	shared.redis, shared.redisURL = srv, srv.URL()
 }
 
 // stopSharedServices stops what the package started.
 func stopSharedServices() {
 	if shared.redis != nil {
-		shared.redis.stop(func(string, ...any) {})
+		shared.redis.Kill()
 	}
 }
 
@@ -133,7 +114,7 @@ var natsListening = regexp.MustCompile(`Listening for client connections on (\S+
 func startNATS(t *testing.T, bin string) string {
 	t.Helper()
 	var addr string
-	_, _ = startProc(t, "nats", bin, []string{"-a", "127.0.0.1", "-p", "-1"}, nil, func(line string) (string, bool) {
+	_, _ = testsvc.StartProc(t, "nats", bin, []string{"-a", "127.0.0.1", "-p", "-1"}, nil, func(line string) (string, bool) {
 		if m := natsListening.FindStringSubmatch(line); m != nil {
 			addr = m[1]
 		}

@@ -53,7 +53,7 @@ func (r *logRecorder) find(msg string) map[string]any {
 
 // waitFor waits up to d for a line whose msg is msg, failing the test
 // (with what the process said) otherwise, or when p exits meanwhile.
-func (r *logRecorder) waitFor(t testing.TB, p *proc, msg string, d time.Duration) map[string]any {
+func (r *logRecorder) waitFor(t testing.TB, p *testsvc.Proc, msg string, d time.Duration) map[string]any {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for {
@@ -61,12 +61,12 @@ func (r *logRecorder) waitFor(t testing.TB, p *proc, msg string, d time.Duration
 			return rec
 		}
 		select {
-		case <-p.exited:
-			t.Fatalf("%s exited (%v) before logging %q; its output:\n%s", p.name, p.err, msg, strings.Join(r.all(), "\n"))
+		case <-p.Exited():
+			t.Fatalf("%s exited (%v) before logging %q; its output:\n%s", p.Name, p.Err(), msg, strings.Join(r.all(), "\n"))
 		case <-time.After(10 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s did not log %q within %v; its output:\n%s", p.name, msg, d, strings.Join(r.all(), "\n"))
+			t.Fatalf("%s did not log %q within %v; its output:\n%s", p.Name, msg, d, strings.Join(r.all(), "\n"))
 		}
 	}
 }
@@ -119,16 +119,16 @@ func TestStartBeforeRedisAndNATS(t *testing.T) {
 
 	type node struct {
 		name  string
-		p     *proc
+		p     *testsvc.Proc
 		logs  *logRecorder
 		admin string
 	}
 	start := func(name, bin string, env ...string) *node {
 		n := &node{name: name, logs: &logRecorder{t: t}}
 		var err error
-		n.p, n.admin, err = launch(name, bin, nil, append(common, env...), n.logs.logf, logMsg("admin listening"))
+		n.p, n.admin, err = testsvc.Launch(name, bin, nil, append(common, env...), n.logs.logf, logMsg("admin listening"))
 		if n.p != nil {
-			t.Cleanup(func() { n.p.stop(t.Logf) })
+			t.Cleanup(func() { n.p.Stop(t.Logf) })
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -154,8 +154,8 @@ func TestStartBeforeRedisAndNATS(t *testing.T) {
 			t.Errorf("%s: /healthz while waiting = %d, want 200", n.name, code)
 		}
 		select {
-		case <-n.p.exited:
-			t.Fatalf("%s exited while waiting: %v", n.name, n.p.err)
+		case <-n.p.Exited():
+			t.Fatalf("%s exited while waiting: %v", n.name, n.p.Err())
 		default:
 		}
 	}
@@ -163,12 +163,12 @@ func TestStartBeforeRedisAndNATS(t *testing.T) {
 		t.Fatal("the edge listens for phones before its Redis and NATS are up")
 	}
 
-	_, _ = startProc(t, "redis", redisBin, []string{
+	_, _ = testsvc.StartProc(t, "redis", redisBin, []string{
 		"--port", strconv.Itoa(redisPort), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 	}, nil, func(line string) (string, bool) {
 		return "", strings.Contains(line, "Ready to accept connections")
 	})
-	_, _ = startProc(t, "nats", natsBin, []string{"-a", "127.0.0.1", "-p", strconv.Itoa(natsPort)}, nil, func(line string) (string, bool) {
+	_, _ = testsvc.StartProc(t, "nats", natsBin, []string{"-a", "127.0.0.1", "-p", strconv.Itoa(natsPort)}, nil, func(line string) (string, bool) {
 		return "", strings.Contains(line, "Server is ready")
 	})
 
@@ -238,19 +238,19 @@ func TestStopWhileWaiting(t *testing.T) {
 		{"router", bins.router, []string{"MOBILE_ROUTER_LISTEN=127.0.0.1:0"}},
 	} {
 		logs := &logRecorder{t: t}
-		p, _, err := launch(tc.name, tc.bin, nil, append(common, tc.env...), logs.logf, logMsg("admin listening"))
+		p, _, err := testsvc.Launch(tc.name, tc.bin, nil, append(common, tc.env...), logs.logf, logMsg("admin listening"))
 		if p != nil {
-			t.Cleanup(func() { p.stop(t.Logf) })
+			t.Cleanup(func() { p.Stop(t.Logf) })
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
 		logs.waitFor(t, p, "redis not reachable; retrying", 20*time.Second)
-		p.signal(t, syscall.SIGTERM)
+		p.Signal(t, syscall.SIGTERM)
 		select {
-		case <-p.exited:
-			if p.err != nil {
-				t.Errorf("%s: SIGTERM while waiting: %v, want exit code 0", tc.name, p.err)
+		case <-p.Exited():
+			if p.Err() != nil {
+				t.Errorf("%s: SIGTERM while waiting: %v, want exit code 0", tc.name, p.Err())
 			}
 		case <-time.After(testsvc.Slack(5 * time.Second)):
 			t.Fatalf("%s: still running 5 s after SIGTERM while waiting", tc.name)

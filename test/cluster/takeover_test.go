@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/client"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 )
@@ -64,7 +65,7 @@ func TestTakeoverAcrossEdges(t *testing.T) {
 	}()
 	stopDeliveries := sync.OnceFunc(func() { cancel(); <-stopped })
 	t.Cleanup(stopDeliveries)
-	waitUntil(t, "deliveries to the socket on A", func() bool {
+	testsvc.WaitFor(t, 15*time.Second, "deliveries to the socket on A", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(results) >= 3
@@ -297,16 +298,4 @@ func idCounts(fs []client.Frame) map[string]int {
 		}
 	}
 	return n
-}
-
-// waitUntil polls cond for up to 15 s.
-func waitUntil(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }

@@ -39,9 +39,9 @@ func TestDrainWithoutCollector(t *testing.T) {
 	} {
 		logs := &logRecorder{t: t}
 		env := append([]string{otel, "MOBILE_ADMIN_LISTEN=127.0.0.1:0"}, tc.env...)
-		p, url, err := launch(tc.name, tc.bin, nil, env, logs.logf, logMsg(tc.listening))
+		p, url, err := testsvc.Launch(tc.name, tc.bin, nil, env, logs.logf, logMsg(tc.listening))
 		if p != nil {
-			t.Cleanup(func() { p.stop(t.Logf) })
+			t.Cleanup(func() { p.Stop(t.Logf) })
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -63,16 +63,16 @@ func TestDrainWithoutCollector(t *testing.T) {
 			}
 			phone.Close()
 		}
-		p.signal(t, syscall.SIGTERM)
+		p.Signal(t, syscall.SIGTERM)
 		// The drain window (1 s), then at most telemetry.CloseTimeout (5 s)
 		// for the last export.
 		select {
-		case <-p.exited:
+		case <-p.Exited():
 		case <-time.After(testsvc.Slack(20 * time.Second)):
 			t.Fatalf("%s: still running 20 s after SIGTERM", tc.name)
 		}
-		if p.err != nil {
-			t.Errorf("%s: a drain with the collector unreachable ended with %v, want exit code 0", tc.name, p.err)
+		if p.Err() != nil {
+			t.Errorf("%s: a drain with the collector unreachable ended with %v, want exit code 0", tc.name, p.Err())
 		}
 		warned := false
 		for _, line := range logs.all() {

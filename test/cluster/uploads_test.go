@@ -114,7 +114,7 @@ func TestUploadByteBudgetAcrossEdges(t *testing.T) {
 	}
 
 	edgeA := c.edge("A")
-	edgeA.signal(t, syscall.SIGSTOP) // A's connection keeps its 6 MiB
+	edgeA.Signal(t, syscall.SIGSTOP) // A's connection keeps its 6 MiB
 	b := c.connect(t, "B", dev)
 	if e := openPart(t, b, "b-1", 3*mib); e == nil || e.Code != protocol.CodeTooBig || e.Fatal {
 		t.Fatalf("3 MiB on B while A holds 6 MiB: %v, want a non-fatal too_big", e)
@@ -123,7 +123,7 @@ func TestUploadByteBudgetAcrossEdges(t *testing.T) {
 		t.Fatalf("1 MiB on B while A holds 6 MiB (7 MiB in all): %v, want it taken", e)
 	}
 
-	edgeA.signal(t, syscall.SIGCONT) // A hears of the takeover and frees
+	edgeA.Signal(t, syscall.SIGCONT) // A hears of the takeover and frees
 	expectClose(t, a, 5*time.Second, 1000)
 	acceptedEventually(t, b, "b-3", 3*mib)
 	if e := openPart(t, b, "b-4", 5*mib); e == nil || e.Code != protocol.CodeTooBig {
@@ -150,13 +150,13 @@ func TestUploadCountAcrossEdges(t *testing.T) {
 	}
 
 	edgeA := c.edge("A")
-	edgeA.signal(t, syscall.SIGSTOP) // A's connection keeps its 8 uploads
+	edgeA.Signal(t, syscall.SIGSTOP) // A's connection keeps its 8 uploads
 	b := c.connect(t, "B", dev)
 	if e := openPart(t, b, "b-0", 4096); e == nil || e.Code != protocol.CodeTooBig || e.Fatal {
 		t.Fatalf("an upload on B while A holds 8: %v, want a non-fatal too_big", e)
 	}
 
-	edgeA.signal(t, syscall.SIGCONT)
+	edgeA.Signal(t, syscall.SIGCONT)
 	expectClose(t, a, 5*time.Second, 1000)
 	acceptedEventually(t, b, "b-0", 4096)
 	for i := 1; i < protocol.MaxOpenUploads; i++ {

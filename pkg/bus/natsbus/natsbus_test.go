@@ -8,10 +8,8 @@ import (
 	"net"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -31,7 +29,7 @@ import (
 // later Buses reach it with ConnectInProcess.
 func TestEmbedded(t *testing.T) {
 	bustest.Run(t, func(t *testing.T) func() bus.Bus {
-		log := testLogger(t)
+		log := testsvc.Logger(t)
 		owner := embedded(t, natsbus.Options{Logger: log, Name: "owner"})
 		return func() bus.Bus {
 			b, err := natsbus.ConnectInProcess(owner.Server(), natsbus.Options{Logger: log})
@@ -49,7 +47,7 @@ func TestExternal(t *testing.T) {
 	url := externalURL(t)
 	t.Logf("external server: %s", url)
 	bustest.Run(t, func(t *testing.T) func() bus.Bus {
-		log := testLogger(t)
+		log := testsvc.Logger(t)
 		return func() bus.Bus {
 			b, err := natsbus.Connect(url, natsbus.Options{Logger: log, Name: "bustest"})
 			if err != nil {
@@ -65,11 +63,9 @@ func TestExternal(t *testing.T) {
 // afterwards subscriptions made before (and during) the outage deliver again.
 // The Bus counts the loss and the reconnect, and not its own close.
 func TestServerRestart(t *testing.T) {
-	bin := natsServerBin(t)
-	port := freePort(t)
-	srv := startNATS(t, bin, port)
-	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
-	log := testLogger(t)
+	srv := testsvc.StartNATS(t)
+	url := srv.URL()
+	log := testsvc.Logger(t)
 	tel, err := telemetry.New(context.Background(), telemetry.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -85,7 +81,7 @@ func TestServerRestart(t *testing.T) {
 		_ = m.Respond([]byte("pong"))
 	})
 	mustSubscribe(t, sub, "restart.silent", func(*bus.Msg) { silent.Add(1) })
-	waitFor(t, "a reply before the restart", func() bool {
+	testsvc.WaitFor(t, 10*time.Second, "a reply before the restart", func() bool {
 		resp, err := pub.Request(ctxFor(t, time.Second), "restart.before", nil, nil)
 		return err == nil && string(resp) == "pong"
 	})
@@ -98,8 +94,8 @@ func TestServerRestart(t *testing.T) {
 		_, err := pub.Request(ctxFor(t, inFlight), "restart.silent", nil, nil)
 		reqErr <- err
 	}()
-	waitFor(t, "the silent handler to get the request", func() bool { return silent.Load() == 1 })
-	srv.stop()
+	testsvc.WaitFor(t, 10*time.Second, "the silent handler to get the request", func() bool { return silent.Load() == 1 })
+	srv.Kill()
 	select {
 	case err := <-reqErr:
 		if !errors.Is(err, bus.ErrUnavailable) {
@@ -110,7 +106,7 @@ func TestServerRestart(t *testing.T) {
 	}
 
 	// Publish fails fast once the client has seen the disconnect.
-	waitFor(t, "Publish to fail with ErrUnavailable", func() bool {
+	testsvc.WaitFor(t, 10*time.Second, "Publish to fail with ErrUnavailable", func() bool {
 		err := pub.Publish(t.Context(), "restart.before", nil, nil)
 		return errors.Is(err, bus.ErrUnavailable)
 	})
@@ -125,12 +121,13 @@ func TestServerRestart(t *testing.T) {
 	}
 	mustSubscribe(t, sub, "restart.during", func(*bus.Msg) { during.Add(1) })
 
-	startNATS(t, bin, port)
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
 	n := before.Load()
-	waitFor(t, "subscriptions to deliver after the restart", func() bool {
+	testsvc.WaitFor(t, 10*time.Second, "subscriptions to deliver after the restart", func() bool {
 		_ = pub.Publish(t.Context(), "restart.before", nil, nil)
-		_ = pub.Publish(t.Context(), "restart.during", nil, nil)
-		time.Sleep(20 * time.Millisecond)
+		_ = pub.Publish(t.Context(), "restart.during", nil, nil) // the next poll sees them arrive
 		return before.Load() > n && during.Load() > 0
 	})
 	resp, err := pub.Request(ctxFor(t, 5*time.Second), "restart.before", nil, nil)
@@ -170,7 +167,7 @@ func slowConsumers(tel *telemetry.Telemetry) string {
 }
 
 func TestClosedBus(t *testing.T) {
-	b, err := natsbus.Embedded(natsbus.Options{Logger: testLogger(t)})
+	b, err := natsbus.Embedded(natsbus.Options{Logger: testsvc.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +197,7 @@ func TestClosedBus(t *testing.T) {
 		t.Errorf("Subscribe after Close: %v, want ErrUnavailable", err)
 	}
 	// A Bus connected to the server that went away is unavailable too.
-	waitFor(t, "the in-process Bus to see its server gone", func() bool {
+	testsvc.WaitFor(t, 10*time.Second, "the in-process Bus to see its server gone", func() bool {
 		return errors.Is(other.Publish(ctx, "closed.x", nil, nil), bus.ErrUnavailable)
 	})
 	if _, err := natsbus.ConnectInProcess(srv, natsbus.Options{}); err == nil {
@@ -211,7 +208,7 @@ func TestClosedBus(t *testing.T) {
 func TestConnectUnreachable(t *testing.T) {
 	url := fmt.Sprintf("nats://127.0.0.1:%d", freePort(t))
 	start := time.Now()
-	_, err := natsbus.Connect(url, natsbus.Options{Logger: testLogger(t)})
+	_, err := natsbus.Connect(url, natsbus.Options{Logger: testsvc.Logger(t)})
 	if !errors.Is(err, bus.ErrUnavailable) {
 		t.Errorf("Connect to a closed port: %v, want ErrUnavailable", err)
 	}
@@ -225,8 +222,11 @@ func TestConnectUnreachable(t *testing.T) {
 // waits, the failed attempts are logged with the URL (without its
 // password), and once the server is up the Bus connects and works.
 func TestRetryConnect(t *testing.T) {
-	bin := natsServerBin(t)
-	port := freePort(t)
+	// The server's port, with nothing listening on it until the server
+	// starts again below.
+	srv := testsvc.StartNATS(t, "--user", "user", "--pass", "secret-pw")
+	srv.Kill()
+	port := srv.Port()
 	url := fmt.Sprintf("nats://user:secret-pw@127.0.0.1:%d", port)
 	logs := testsvc.NewBuffer()
 	log := slog.New(slog.NewJSONHandler(logs, nil))
@@ -241,7 +241,7 @@ func TestRetryConnect(t *testing.T) {
 	if err := b.WaitConnected(ctxFor(t, 100*time.Millisecond)); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("WaitConnected before the server is up: %v, want its ctx's deadline", err)
 	}
-	waitFor(t, "a failed attempt to be logged", func() bool {
+	testsvc.WaitFor(t, 10*time.Second, "a failed attempt to be logged", func() bool {
 		return strings.Contains(logs.String(), `"msg":"nats not reachable; retrying"`)
 	})
 	if strings.Contains(logs.String(), "secret-pw") {
@@ -251,7 +251,9 @@ func TestRetryConnect(t *testing.T) {
 		t.Errorf("the log lacks %s:\n%s", want, logs)
 	}
 
-	startNATS(t, bin, port, "--user", "user", "--pass", "secret-pw")
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
 	if err := b.WaitConnected(ctxFor(t, 10*time.Second)); err != nil {
 		t.Fatalf("WaitConnected after the server came up: %v", err)
 	}
@@ -272,7 +274,7 @@ func TestRetryConnect(t *testing.T) {
 
 // TestHeaderFirstValue: a header with several values arrives with the first.
 func TestHeaderFirstValue(t *testing.T) {
-	b := embedded(t, natsbus.Options{Logger: testLogger(t)})
+	b := embedded(t, natsbus.Options{Logger: testsvc.Logger(t)})
 	got := make(chan *bus.Msg, 1)
 	mustSubscribe(t, b, "hdr", func(m *bus.Msg) { got <- m })
 	nc, err := nats.Connect("", nats.InProcessServer(b.Server()))
@@ -323,7 +325,7 @@ func TestSlowConsumer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "the slow consumer to be logged", func() bool { return strings.Contains(logs.String(), "slow consumer") })
+	testsvc.WaitFor(t, 10*time.Second, "the slow consumer to be logged", func() bool { return strings.Contains(logs.String(), "slow consumer") })
 	if c := slowConsumers(tel); c == "0" || c == "" {
 		t.Errorf("hermes_nats_slow_consumers_total is %q after drops, want at least 1", c)
 	}
@@ -334,7 +336,7 @@ func TestSlowConsumer(t *testing.T) {
 	// every message kept before it has been handled.
 	resp := mustSubscribe(t, b, "slow.after", func(m *bus.Msg) { _ = m.Respond([]byte("ok")) })
 	defer resp.Unsubscribe()
-	waitFor(t, "a request after the slow consumer to be answered", func() bool {
+	testsvc.WaitFor(t, 10*time.Second, "a request after the slow consumer to be answered", func() bool {
 		r, err := b.Request(ctxFor(t, 500*time.Millisecond), "slow.after", nil, nil)
 		return err == nil && string(r) == "ok"
 	})
@@ -359,7 +361,7 @@ func TestHandlerPanic(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "the message after the panic", func() bool { return calls.Load() == 2 })
+	testsvc.WaitFor(t, 10*time.Second, "the message after the panic", func() bool { return calls.Load() == 2 })
 	if !strings.Contains(logs.String(), "boom") {
 		t.Errorf("panic not logged: %s", logs.String())
 	}
@@ -370,7 +372,7 @@ func TestHandlerPanic(t *testing.T) {
 // marked Late (a request among them is answered, not left to time out).
 // Unsubscribe does not wait for the running Handler.
 func TestUnsubscribeHandlesQueued(t *testing.T) {
-	b := embedded(t, natsbus.Options{Logger: testLogger(t), Dispatchers: 1})
+	b := embedded(t, natsbus.Options{Logger: testsvc.Logger(t), Dispatchers: 1})
 	gate := make(chan struct{})
 	var a, late, other atomic.Int32
 	sa := mustSubscribe(t, b, "q", func(m *bus.Msg) {
@@ -389,7 +391,7 @@ func TestUnsubscribeHandlesQueued(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "the first message to block", func() bool { return a.Load() == 1 })
+	testsvc.WaitFor(t, 10*time.Second, "the first message to block", func() bool { return a.Load() == 1 })
 	// The tenth is a request from another connection, routed before the
 	// unsubscribe: its Flush returns once the server has routed it.
 	nc, err := nats.Connect("", nats.InProcessServer(b.Server()))
@@ -422,7 +424,7 @@ func TestUnsubscribeHandlesQueued(t *testing.T) {
 	if m, err := replies.NextMsg(5 * time.Second); err != nil || string(m.Data) != "answered" {
 		t.Errorf("the request routed before the unsubscribe: %v %v, want its answer", m, err)
 	}
-	waitFor(t, "the other subscription to get all 10", func() bool { return other.Load() == 10 })
+	testsvc.WaitFor(t, 10*time.Second, "the other subscription to get all 10", func() bool { return other.Load() == 10 })
 	if got, l := a.Load(), late.Load(); got != 10 || l != 9 {
 		t.Errorf("unsubscribed handler ran %d times (%d late), want 10 (9 late: all but the one running)", got, l)
 	}
@@ -432,7 +434,7 @@ func TestUnsubscribeHandlesQueued(t *testing.T) {
 }
 
 func TestCanceledContext(t *testing.T) {
-	b := embedded(t, natsbus.Options{Logger: testLogger(t)})
+	b := embedded(t, natsbus.Options{Logger: testsvc.Logger(t)})
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	if err := b.Publish(ctx, "x", nil, nil); !errors.Is(err, context.Canceled) {
@@ -460,7 +462,7 @@ func embedded(t *testing.T, opts natsbus.Options) *natsbus.Bus {
 
 func connectInProcess(t *testing.T, b *natsbus.Bus) *natsbus.Bus {
 	t.Helper()
-	o, err := natsbus.ConnectInProcess(b.Server(), natsbus.Options{Logger: testLogger(t)})
+	o, err := natsbus.ConnectInProcess(b.Server(), natsbus.Options{Logger: testsvc.Logger(t)})
 	if err != nil {
 		t.Fatalf("ConnectInProcess: %v", err)
 	}
@@ -493,56 +495,7 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// testLogger logs to t until the test's cleanups are done: Buses log from
-// nats.go callbacks, which must not reach t after it has finished.
-func testLogger(t *testing.T) *slog.Logger {
-	w := &testWriter{t: t}
-	t.Cleanup(w.stop) // registered first, so it runs after every Close
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-type testWriter struct {
-	mu   sync.Mutex
-	t    *testing.T
-	done bool
-}
-
-func (w *testWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.done {
-		w.t.Log(strings.TrimSuffix(string(p), "\n"))
-	}
-	return len(p), nil
-}
-
-func (w *testWriter) stop() {
-	w.mu.Lock()
-	w.done = true
-	w.mu.Unlock()
-}
-
 // external servers
-
-// needServer skips the test, or fails it when $CI is true.
-func needServer(t *testing.T, msg string) {
-	t.Helper()
-	if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-}
 
 func externalURL(t *testing.T) string {
 	if url := os.Getenv("NATS_URL"); url != "" {
@@ -552,21 +505,7 @@ func externalURL(t *testing.T) string {
 		c.Close()
 		return "nats://127.0.0.1:4222"
 	}
-	bin, err := exec.LookPath("nats-server")
-	if err != nil {
-		needServer(t, "no external NATS server: set NATS_URL, run nats-server on 127.0.0.1:4222, or put nats-server on PATH")
-	}
-	port := freePort(t)
-	startNATS(t, bin, port)
-	return fmt.Sprintf("nats://127.0.0.1:%d", port)
-}
-
-func natsServerBin(t *testing.T) string {
-	bin, err := exec.LookPath("nats-server")
-	if err != nil {
-		needServer(t, "this test starts and stops its own server: put nats-server on PATH")
-	}
-	return bin
+	return testsvc.StartNATS(t).URL()
 }
 
 func freePort(t *testing.T) int {
@@ -577,53 +516,13 @@ func freePort(t *testing.T) int {
 	return port
 }
 
-type natsProc struct {
-	cmd  *exec.Cmd
-	out  *testsvc.Buffer
-	once sync.Once
-}
-
-// startNATS runs nats-server on 127.0.0.1:port, with extra arguments,
-// until stop or the test's end.
-func startNATS(t *testing.T, bin string, port int, extra ...string) *natsProc {
-	t.Helper()
-	p := &natsProc{out: &testsvc.Buffer{}}
-	p.cmd = exec.Command(bin, append([]string{"-a", "127.0.0.1", "-p", strconv.Itoa(port)}, extra...)...)
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", bin, err)
-	}
-	t.Cleanup(p.stop)
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-		if err == nil {
-			c.Close()
-			return p
-		}
-		if time.Now().After(deadline) {
-			p.stop()
-			t.Fatalf("nats-server on %s not ready: %v\n%s", addr, err, p.out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func (p *natsProc) stop() {
-	p.once.Do(func() {
-		_ = p.cmd.Process.Kill()
-		_ = p.cmd.Wait()
-	})
-}
-
 // TestSubjectBound: a subject of exactly MaxSubjectBytes (prefix included)
 // makes the round trip through a real server; one byte more is refused with
 // ErrSubjectTooLong before it is sent, and the connection stays usable.
 func TestSubjectBound(t *testing.T) {
 	url := externalURL(t)
 	const prefix = "bound."
-	b := connect(t, url, natsbus.Options{Logger: testLogger(t), Name: "bound", SubjectPrefix: prefix})
+	b := connect(t, url, natsbus.Options{Logger: testsvc.Logger(t), Name: "bound", SubjectPrefix: prefix})
 	at := strings.Repeat("s", natsbus.MaxSubjectBytes-len(prefix))
 	mustSubscribe(t, b, at, func(m *bus.Msg) { _ = m.Respond([]byte("pong")) })
 	resp, err := b.Request(ctxFor(t, 5*time.Second), at, nil, nil)
@@ -662,7 +561,7 @@ func TestErrWhenClosedForGood(t *testing.T) {
 	if !srv.ReadyForConnections(5 * time.Second) {
 		t.Fatal("server not ready")
 	}
-	b, err := natsbus.ConnectInProcess(srv, natsbus.Options{Logger: testLogger(t)})
+	b, err := natsbus.ConnectInProcess(srv, natsbus.Options{Logger: testsvc.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -671,5 +570,5 @@ func TestErrWhenClosedForGood(t *testing.T) {
 		t.Fatalf("Err before: %v", err)
 	}
 	_ = b.Publish(ctxFor(t, time.Second), strings.Repeat("x", 300), nil, nil)
-	waitFor(t, "Err to report the closed connection", func() bool { return b.Err() != nil })
+	testsvc.WaitFor(t, 10*time.Second, "Err to report the closed connection", func() bool { return b.Err() != nil })
 }

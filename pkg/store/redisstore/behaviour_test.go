@@ -5,13 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 
 	"github.com/redis/go-redis/v9"
 
@@ -23,9 +24,9 @@ import (
 // nothing else was written.
 func TestKeyLayout(t *testing.T) {
 	t.Parallel()
-	srv := privateRedis(t)
-	s := newStore(t, srv.url(), Options{Prefix: "p:", MaxBlobBytes: 1 << 20})
-	rdb := client(t, srv.url())
+	srv := testsvc.StartRedis(t)
+	s := newStore(t, srv.URL(), Options{Prefix: "p:", MaxBlobBytes: 1 << 20})
+	rdb := client(t, srv.URL())
 	ctx := t.Context()
 
 	if _, err := s.Claim(ctx, "k", "a1", time.Minute); err != nil {
@@ -156,7 +157,7 @@ func TestUploadExpiry(t *testing.T) {
 	if err := rdb.PExpire(ctx, bufKey("idle"), time.Millisecond).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if !eventually(10*time.Second, func() bool { return rdb.Exists(ctx, bufKey("idle")).Val() == 0 }) {
+	if !testsvc.Eventually(10*time.Second, func() bool { return rdb.Exists(ctx, bufKey("idle")).Val() == 0 }) {
 		t.Fatal("Redis did not expire the idle upload's buffer")
 	}
 	wantBytes(18)
@@ -181,16 +182,16 @@ func TestUploadExpiry(t *testing.T) {
 // context's error, not an unavailable store: the caller ended the wait.
 func TestReadEventsCutByContext(t *testing.T) {
 	t.Parallel()
-	srv := privateRedis(t)
-	s := newStore(t, srv.url(), Options{})
+	srv := testsvc.StartRedis(t)
+	s := newStore(t, srv.URL(), Options{})
 	last, err := s.AppendEvent(t.Context(), []byte("x"), 10)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.signal(syscall.SIGSTOP); err != nil {
+	if err := srv.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	defer srv.signal(syscall.SIGCONT)
+	defer srv.Signal(syscall.SIGCONT)
 	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()
 	got, err := s.ReadEvents(ctx, last, 10, 10*time.Second)
@@ -228,7 +229,7 @@ func TestMaxBlobBytes(t *testing.T) {
 		t.Fatalf("PutBlob of nothing when full: %v", err)
 	}
 	// Once the 60 bytes expire, they no longer count.
-	ok := eventually(5*time.Second, func() bool {
+	ok := testsvc.Eventually(5*time.Second, func() bool {
 		_, err := s1.PutBlob(ctx, fill('d', 60), time.Minute)
 		return err == nil
 	})
@@ -286,9 +287,9 @@ func TestEpochWithoutEpochKey(t *testing.T) {
 // tries with many devices to span several of them.
 func TestScriptCacheFlushed(t *testing.T) {
 	t.Parallel()
-	srv := privateRedis(t)
-	s := newStore(t, srv.url(), Options{})
-	rdb := client(t, srv.url())
+	srv := testsvc.StartRedis(t)
+	s := newStore(t, srv.URL(), Options{})
+	rdb := client(t, srv.URL())
 	ctx := t.Context()
 	owned := map[string]int64{}
 	var want []string
@@ -329,9 +330,9 @@ func TestScriptCacheFlushed(t *testing.T) {
 // ErrFull and ErrUnavailable, and that reads still work.
 func TestOutOfMemory(t *testing.T) {
 	t.Parallel()
-	srv := privateRedis(t)
-	s := newStore(t, srv.url(), Options{})
-	rdb := client(t, srv.url())
+	srv := testsvc.StartRedis(t)
+	s := newStore(t, srv.URL(), Options{})
+	rdb := client(t, srv.URL())
 	ctx := t.Context()
 	key, err := s.PutBlob(ctx, []byte("before"), time.Minute)
 	if err != nil {

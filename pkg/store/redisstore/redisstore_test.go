@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/store/storetest"
 )
@@ -73,8 +74,8 @@ func TestStoreBlobLimit(t *testing.T) {
 // same port the same Store works again.
 func TestRedisDown(t *testing.T) {
 	t.Parallel()
-	srv := privateRedis(t)
-	s := newStore(t, srv.url(), Options{})
+	srv := testsvc.StartRedis(t)
+	s := newStore(t, srv.URL(), Options{})
 	ctx := t.Context()
 	if _, err := s.ClaimDevice(ctx, "dev", "edge-1", time.Minute); err != nil {
 		t.Fatalf("ClaimDevice with Redis up: %v", err)
@@ -121,7 +122,7 @@ func TestRedisDown(t *testing.T) {
 	}
 	works := func(state string) {
 		t.Helper()
-		up := eventually(5*time.Second, func() bool {
+		up := testsvc.Eventually(5*time.Second, func() bool {
 			cctx, cancel := context.WithTimeout(ctx, time.Second)
 			defer cancel()
 			_, err := s.Seen(cctx, "k")
@@ -133,20 +134,20 @@ func TestRedisDown(t *testing.T) {
 	}
 
 	// Stopped: the connections stay open and nothing answers.
-	if err := srv.signal(syscall.SIGSTOP); err != nil {
+	if err := srv.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	func() {
-		defer srv.signal(syscall.SIGCONT)
+		defer srv.Signal(syscall.SIGCONT)
 		check("stopped", 200*time.Millisecond, 500*time.Millisecond, context.DeadlineExceeded)
 	}()
 	works("continued")
 
 	// Killed: connections are refused, which New's client (one dial, no
 	// command retries) reports at once instead of waiting for the context.
-	srv.stop()
+	srv.Kill()
 	check("killed", 3*time.Second, time.Second, nil)
-	if err := srv.restart(); err != nil {
+	if err := srv.Restart(); err != nil {
 		t.Fatalf("restarting redis-server: %v", err)
 	}
 	works("restarted")

@@ -1,23 +1,16 @@
 package redisstore
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
-	"github.com/hermes-mobile/gateway/internal/testsvc"
-	"net"
 	"os"
-	"os/exec"
-	"strconv"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 )
 
 // The tests need a Redis. sharedRedis picks one for the conformance suite:
@@ -31,15 +24,14 @@ const enableHint = "set REDIS_URL=redis://host:port, run a Redis on 127.0.0.1:63
 var shared struct {
 	once sync.Once
 	url  string
-	srv  *redisServer // started by sharedRedis; nil when the Redis was found
+	srv  *testsvc.Server // started by sharedRedis; nil when the Redis was found
 	err  error
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if shared.srv != nil {
-		shared.srv.stop()
-		os.RemoveAll(shared.srv.dir)
+		shared.srv.Kill()
 	}
 	os.Exit(code)
 }
@@ -61,131 +53,21 @@ func sharedRedis(t *testing.T) string {
 			shared.url = url
 			return
 		}
-		if ping("127.0.0.1:6379") == nil {
+		if testsvc.RedisPing("127.0.0.1:6379") == nil {
 			shared.url = "redis://127.0.0.1:6379"
 			return
 		}
-		dir, err := os.MkdirTemp("", "redisstore-test-")
-		if err != nil {
-			shared.err = err
-			return
-		}
-		shared.srv, shared.err = startRedis(0, dir)
+		// It writes nothing in its directory: no persistence.
+		shared.srv, shared.err = testsvc.NewRedis(os.TempDir())
 		if shared.err != nil {
-			os.RemoveAll(dir)
 			return
 		}
-		shared.url = shared.srv.url()
+		shared.url = shared.srv.URL()
 	})
 	if shared.err != nil {
 		noRedis(t, shared.err.Error())
 	}
 	return shared.url
-}
-
-// privateRedis starts a redis-server that only t uses, stopped when t ends.
-func privateRedis(t *testing.T) *redisServer {
-	t.Helper()
-	srv, err := startRedis(0, t.TempDir())
-	if err != nil {
-		noRedis(t, err.Error())
-	}
-	t.Cleanup(func() {
-		srv.stop()
-		if t.Failed() {
-			t.Logf("redis-server output:\n%s", srv.out.String())
-		}
-	})
-	return srv
-}
-
-// redisServer is a redis-server child process without persistence.
-type redisServer struct {
-	port int
-	dir  string
-	cmd  *exec.Cmd
-	out  *testsvc.Buffer
-}
-
-// startRedis starts redis-server on port (a free one when 0) and waits until
-// it answers PING.
-func startRedis(port int, dir string) (*redisServer, error) {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		return nil, err
-	}
-	if port == 0 {
-		if port, err = testsvc.FreePort(); err != nil {
-			return nil, err
-		}
-	}
-	srv := &redisServer{port: port, dir: dir, out: new(testsvc.Buffer)}
-	srv.cmd = exec.Command(bin,
-		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", dir)
-	srv.cmd.Stdout, srv.cmd.Stderr = srv.out, srv.out
-	if err := srv.cmd.Start(); err != nil {
-		return nil, err
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		err := ping(srv.addr())
-		if err == nil {
-			return srv, nil
-		}
-		if time.Now().After(deadline) {
-			srv.stop()
-			return nil, fmt.Errorf("redis-server on port %d: %w; output:\n%s", port, err, srv.out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func (s *redisServer) addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
-func (s *redisServer) url() string  { return "redis://" + s.addr() }
-
-// stop kills the server and waits for it. It is idempotent.
-func (s *redisServer) stop() {
-	if s.cmd.ProcessState != nil {
-		return
-	}
-	s.cmd.Process.Kill()
-	s.cmd.Wait()
-}
-
-// signal sends sig to the running server.
-func (s *redisServer) signal(sig syscall.Signal) error { return s.cmd.Process.Signal(sig) }
-
-// restart starts the stopped server again on its port.
-func (s *redisServer) restart() error {
-	s.stop()
-	srv, err := startRedis(s.port, s.dir)
-	if err != nil {
-		return err
-	}
-	*s = *srv
-	return nil
-}
-
-// ping sends PING to addr and checks the reply, without a client library.
-func ping(addr string) error {
-	conn, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(time.Second))
-	if _, err := conn.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
-		return err
-	}
-	line, err := bufio.NewReader(conn).ReadString('\n')
-	if err != nil {
-		return err
-	}
-	if line != "+PONG\r\n" {
-		return fmt.Errorf("PING: %q", strings.TrimSpace(line))
-	}
-	return nil
 }
 
 // testPrefix returns a key prefix that no other test run uses.
@@ -267,16 +149,4 @@ func newStore(t *testing.T, url string, opts Options) *Store {
 		}
 	})
 	return s
-}
-
-// eventually polls cond every 20 ms until it holds or wait passes.
-func eventually(wait time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(wait)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return true
 }

@@ -1,11 +1,8 @@
 package redisstore
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"net/http/httptest"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -13,32 +10,10 @@ import (
 
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/telemetry"
 )
-
-// samples scrapes tel's /metrics in process: sample name{labels} → value.
-func samples(t *testing.T, tel *telemetry.Telemetry) map[string]float64 {
-	t.Helper()
-	rec := httptest.NewRecorder()
-	tel.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-	out := make(map[string]float64)
-	sc := bufio.NewScanner(rec.Body)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			t.Fatalf("unreadable sample %q", line)
-		}
-		out[line[:i]] = v
-	}
-	return out
-}
 
 func redisErrors(kind string) string { return `hermes_redis_errors_total{kind="` + kind + `"}` }
 
@@ -49,7 +24,7 @@ func redisErrors(kind string) string { return `hermes_redis_errors_total{kind="`
 // closed Store reports no pool any more.
 func TestTelemetry(t *testing.T) {
 	t.Parallel()
-	srv := privateRedis(t)
+	srv := testsvc.StartRedis(t)
 	spans := tracetest.NewSpanRecorder()
 	tel, err := telemetry.New(context.Background(), telemetry.Config{SpanProcessor: spans})
 	if err != nil {
@@ -57,11 +32,11 @@ func TestTelemetry(t *testing.T) {
 	}
 	defer tel.Shutdown(context.Background())
 	// One connection, so that a second caller waits for it; not long.
-	s := newStore(t, srv.url()+"?pool_size=1&pool_timeout=200ms", Options{Telemetry: tel})
-	rdb := client(t, srv.url())
+	s := newStore(t, srv.URL()+"?pool_size=1&pool_timeout=200ms", Options{Telemetry: tel})
+	rdb := client(t, srv.URL())
 	ctx := t.Context()
 
-	fresh := samples(t, tel)
+	fresh := testsvc.Samples(t, tel.Handler())
 	for _, kind := range []string{telemetry.RedisUnavailable, telemetry.RedisFull, telemetry.RedisReply} {
 		if v, ok := fresh[redisErrors(kind)]; !ok || v != 0 {
 			t.Errorf("fresh Store: %s = %v (present %v), want 0", redisErrors(kind), v, ok)
@@ -79,7 +54,7 @@ func TestTelemetry(t *testing.T) {
 	if _, err := s.PutBlob(ctx, []byte(secret), time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	m := samples(t, tel)
+	m := testsvc.Samples(t, tel.Handler())
 	if used := m["hermes_redis_pool_hits_total"] + m["hermes_redis_pool_misses_total"]; used < fresh["hermes_redis_pool_hits_total"]+fresh["hermes_redis_pool_misses_total"]+2 {
 		t.Errorf("two commands later hits+misses = %v, was %v", used, fresh["hermes_redis_pool_hits_total"]+fresh["hermes_redis_pool_misses_total"])
 	}
@@ -110,7 +85,7 @@ func TestTelemetry(t *testing.T) {
 		_, err := s.ReadEvents(rctx, "", 1, 2*time.Second)
 		read <- err
 	}()
-	if !eventually(5*time.Second, func() bool { return samples(t, tel)["hermes_redis_pool_idle_connections"] == 0 }) {
+	if !testsvc.Eventually(5*time.Second, func() bool { return testsvc.Samples(t, tel.Handler())["hermes_redis_pool_idle_connections"] == 0 }) {
 		t.Fatal("the blocking read did not take the pool's connection")
 	}
 	if _, err := s.Seen(ctx, "k"); !errors.Is(err, store.ErrUnavailable) {
@@ -120,18 +95,18 @@ func TestTelemetry(t *testing.T) {
 		t.Fatalf("the blocking read: %v", err)
 	}
 	// Not counted: a call its caller cancels while Redis does not answer.
-	if err := srv.signal(syscall.SIGSTOP); err != nil {
+	if err := srv.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	time.AfterFunc(100*time.Millisecond, cancel)
 	_, err = s.Seen(cctx, "k")
-	srv.signal(syscall.SIGCONT)
+	srv.Signal(syscall.SIGCONT)
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Seen canceled while Redis is stopped = %v, want context.Canceled", err)
 	}
 
-	m = samples(t, tel)
+	m = testsvc.Samples(t, tel.Handler())
 	for sample, want := range map[string]float64{
 		redisErrors(telemetry.RedisReply):       1,
 		redisErrors(telemetry.RedisFull):        1,
@@ -159,7 +134,7 @@ func TestTelemetry(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := samples(t, tel)["hermes_redis_pool_connections"]; ok {
+	if _, ok := testsvc.Samples(t, tel.Handler())["hermes_redis_pool_connections"]; ok {
 		t.Error("a closed Store still reports its pool")
 	}
 }
@@ -181,7 +156,7 @@ func TestOutboxAndCommandMetrics(t *testing.T) {
 	ctx := t.Context()
 	full, expired := `hermes_outbox_dropped_total{reason="full"}`, `hermes_outbox_dropped_total{reason="expired"}`
 
-	fresh := samples(t, tel)
+	fresh := testsvc.Samples(t, tel.Handler())
 	for _, name := range []string{full, expired} {
 		if v, ok := fresh[name]; !ok || v != 0 {
 			t.Errorf("fresh Store: %s = %v (present %v), want 0", name, v, ok)
@@ -196,7 +171,7 @@ func TestOutboxAndCommandMetrics(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	m := samples(t, tel)
+	m := testsvc.Samples(t, tel.Handler())
 	if m[full] != 1 || m[expired] != 0 {
 		t.Errorf("three pushes into an outbox of 2: full %v, expired %v; want 1 and 0", m[full], m[expired])
 	}
@@ -229,10 +204,10 @@ func TestOutboxAndCommandMetrics(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if !eventually(5*time.Second, func() bool { return only("d2", "new") && only("d3", "new") }) {
+	if !testsvc.Eventually(5*time.Second, func() bool { return only("d2", "new") && only("d3", "new") }) {
 		t.Fatal("the old items did not expire")
 	}
-	if m := samples(t, tel); m[expired] != 0 {
+	if m := testsvc.Samples(t, tel.Handler()); m[expired] != 0 {
 		t.Errorf("before any push or ack removed them: expired %v, want 0", m[expired])
 	}
 	if err := s.PushOutbox(ctx, "d2", []byte("z"), 10, time.Minute); err != nil {
@@ -241,7 +216,7 @@ func TestOutboxAndCommandMetrics(t *testing.T) {
 	if ok, err := s.AckOutbox(ctx, "d3", epoch, 0); err != nil || !ok {
 		t.Fatalf("AckOutbox = %v, %v", ok, err)
 	}
-	m = samples(t, tel)
+	m = testsvc.Samples(t, tel.Handler())
 	if m[full] != 1 || m[expired] != 2 {
 		t.Errorf("after two items expired: full %v, expired %v; want 1 and 2", m[full], m[expired])
 	}
