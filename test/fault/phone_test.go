@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/client"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 )
@@ -221,14 +222,9 @@ var (
 // gave that socket up for want of a pong, leaves run to connect to another
 // edge and report there.
 func (ph *phone) goSilent(ctx context.Context, ph2 *phase, o *silentOrder) {
-	outbox := false
-	deadline := time.Now().Add(5 * time.Second)
-	for ctx.Err() == nil && time.Now().Before(deadline) {
-		if outbox = ph.w.hasOutbox(ph.dev); outbox {
-			break
-		}
-		sleepCtx(ctx, 20*time.Millisecond) // poll interval
-	}
+	// Not fatal when it never comes (the answers may have reached the
+	// socket it left): silent= counts only what went through.
+	outbox := testsvc.Eventually(5*time.Second, func() bool { return ph.w.hasOutbox(ph.dev) })
 	edge := ""
 	for ctx.Err() == nil {
 		if edge = ph.w.edgeURL(ph.rng); edge != "" {

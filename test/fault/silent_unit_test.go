@@ -8,6 +8,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 )
 
 // wsFrame is an unmasked text frame with payload p, as a server sends it.
@@ -89,9 +91,7 @@ func TestBlackholeLetsOnlyReadyThrough(t *testing.T) {
 	if _, err := io.ReadFull(phone, got); err != nil || !bytes.Equal(got, ready) {
 		t.Fatalf("through the blackhole: %q, %v; want ready", got, err)
 	}
-	for !b.silent() {
-		time.Sleep(time.Millisecond) // poll interval: the cut is made by the blackhole's goroutine
-	}
+	testsvc.WaitFor(t, 5*time.Second, "the blackhole to close after ready", b.silent)
 	if _, err := phone.Write([]byte("after ready")); err != nil {
 		t.Fatal(err)
 	}

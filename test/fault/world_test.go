@@ -11,10 +11,9 @@ import (
 	"io"
 	mrand "math/rand/v2"
 	"os"
-	"strconv"
+	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -42,10 +41,8 @@ type world struct {
 	dir     string    // Redis's AOF and every process's log
 	log     io.Writer // the processes' output
 
-	redisBin, natsBin   string
-	redisPort, natsPort int
 	token, deliverToken string
-	redis, nats         *proc                 // single
+	redis, nats         *testsvc.Server       // single
 	rc                  *testsvc.RedisCluster // cluster
 	nc                  *testsvc.NATSCluster  // cluster
 	// rdb reads the store as the gateway writes it: which devices ack
@@ -67,18 +64,9 @@ type world struct {
 type node struct {
 	name  string
 	bus   int // which server of a NATS cluster it uses
-	p     *proc
+	p     *testsvc.Proc
 	url   string // ws://…/ws for an edge, http://… for a router
 	state string // "up", "stopped", "down"
-}
-
-func findBinary(name string, paths ...string) string {
-	for _, p := range paths {
-		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
-			return p
-		}
-	}
-	return ""
 }
 
 // newWorld starts everything and returns once it all listens. It is all
@@ -86,17 +74,8 @@ func findBinary(name string, paths ...string) string {
 func newWorld(t *testing.T, backend, dir string, log io.Writer) *world {
 	w := &world{
 		t: t, backend: backend, dir: dir, log: log,
-		redisBin:     findBinary("redis-server", "/usr/bin/redis-server", "/usr/local/bin/redis-server"),
-		natsBin:      findBinary("nats-server", "/usr/sbin/nats-server", "/usr/local/bin/nats-server", "/usr/bin/nats-server"),
 		token:        "app-" + randomHex(12),
 		deliverToken: "cron-" + randomHex(12),
-	}
-	if w.redisBin == "" || w.natsBin == "" {
-		msg := "the fault test needs redis-server and nats-server (apt-get install redis-server nats-server)"
-		if os.Getenv("CI") != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
 	}
 	if backend == cluster {
 		w.rc = testsvc.StartRedisCluster(t, 3, 1)
@@ -105,20 +84,21 @@ func newWorld(t *testing.T, backend, dir string, log io.Writer) *world {
 	}
 	t.Cleanup(w.stopAll)
 	if backend == single {
+		// Redis with its AOF in dir, fsync always: a restart after SIGKILL
+		// has every write it acknowledged.
 		var err error
-		if w.redisPort, err = testsvc.FreePort(); err != nil {
-			t.Fatal(err)
+		w.redis, err = testsvc.NewRedis(dir, "--appendonly", "yes", "--appendfsync", "always")
+		if err == nil {
+			w.nats, err = testsvc.NewNATS(filepath.Join(dir, "nats"))
 		}
-		if w.natsPort, err = testsvc.FreePort(); err != nil {
-			t.Fatal(err)
+		if err != nil {
+			msg := "the fault test needs redis-server and nats-server (apt-get install redis-server nats-server): " + err.Error()
+			if os.Getenv("CI") == "" && strings.Contains(err.Error(), "PATH") {
+				t.Skip(msg)
+			}
+			t.Fatal(msg)
 		}
-		if err := w.startRedis(); err != nil {
-			t.Fatal(err)
-		}
-		if err := w.startNATS(); err != nil {
-			t.Fatal(err)
-		}
-		w.rdb = redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", w.redisPort)})
+		w.rdb = redis.NewClient(&redis.Options{Addr: w.redis.Addr()})
 	}
 	for i := range 3 {
 		n := &node{name: fmt.Sprintf("edge-%d", i+1), bus: i}
@@ -137,45 +117,12 @@ func newWorld(t *testing.T, backend, dir string, log io.Writer) *world {
 	return w
 }
 
-func (w *world) redisURL() string { return fmt.Sprintf("redis://127.0.0.1:%d", w.redisPort) }
-func (w *world) natsURL() string  { return fmt.Sprintf("nats://127.0.0.1:%d", w.natsPort) }
-
-// startRedis starts Redis on its port with its AOF in dir, fsync always: a
-// restart after SIGKILL has every write it acknowledged.
-func (w *world) startRedis() error {
+// restart starts a killed Redis or NATS again on its port, trying again
+// while the port lingers after the kill.
+func restart(s *testsvc.Server) error {
 	var err error
-	for range 50 { // the port may linger for a moment after a kill
-		w.redis, _, err = launch("redis", w.redisBin, []string{
-			"--port", strconv.Itoa(w.redisPort), "--bind", "127.0.0.1", "--save", "",
-			"--appendonly", "yes", "--appendfsync", "always", "--dir", w.dir,
-		}, nil, w.log, func(line string) (string, bool) {
-			return "", strings.Contains(line, "Ready to accept connections")
-		})
-		if err == nil {
-			return nil
-		}
-		if w.redis != nil {
-			w.redis.stop()
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return err
-}
-
-func (w *world) startNATS() error {
-	var err error
-	for range 50 {
-		w.nats, _, err = launch("nats", w.natsBin, []string{"-a", "127.0.0.1", "-p", strconv.Itoa(w.natsPort)},
-			nil, w.log, func(line string) (string, bool) {
-				return "", strings.Contains(line, "Server is ready")
-			})
-		if err == nil {
-			return nil
-		}
-		if w.nats != nil {
-			w.nats.stop()
-		}
-		time.Sleep(100 * time.Millisecond)
+	if testsvc.Eventually(10*time.Second, func() bool { err = s.Start(); return err == nil }) {
+		return nil
 	}
 	return err
 }
@@ -186,7 +133,10 @@ const keyPrefix = "hermes-fault:"
 // common is the environment of every edge and router; n's NATS server, in
 // a NATS cluster, is n.bus's (it learns the others from it).
 func (w *world) common(n *node) []string {
-	redisMode, redisURL, natsURL := "single", w.redisURL(), w.natsURL()
+	redisMode, natsURL, redisURL := "single", "", ""
+	if w.backend == single {
+		redisURL, natsURL = w.redis.URL(), w.nats.URL()
+	}
 	if w.backend == cluster {
 		redisMode, redisURL, natsURL = "cluster", w.rc.URL(), w.nc.URLs[n.bus%len(w.nc.URLs)]
 	}
@@ -203,14 +153,14 @@ func (w *world) common(n *node) []string {
 
 // startEdge starts n as an edge on a new port.
 func (w *world) startEdge(n *node) error {
-	p, url, err := launch(n.name, bins.edge, nil, append(w.common(n),
+	p, url, err := testsvc.Launch(n.name, bins.edge, nil, append(w.common(n),
 		"MOBILE_LISTEN=127.0.0.1:0",
 		"MOBILE_TOKEN="+w.token,
 		"MOBILE_ROUTER=off",
-	), w.log, logMsg("gateway listening"))
+	), w.logLine, logMsg("gateway listening"))
 	if err != nil {
 		if p != nil {
-			p.stop()
+			p.Stop(nil)
 		}
 		return err
 	}
@@ -222,14 +172,14 @@ func (w *world) startEdge(n *node) error {
 
 // startRouter starts n as a router with the demo agent on a new port.
 func (w *world) startRouter(n *node) error {
-	p, url, err := launch(n.name, bins.router, nil, append(w.common(n),
+	p, url, err := testsvc.Launch(n.name, bins.router, nil, append(w.common(n),
 		"MOBILE_ROUTER_LISTEN=127.0.0.1:0",
 		"MOBILE_AGENT_TOKENS=agent-"+randomHex(8),
 		"AGENT=demo",
-	), w.log, logMsg("router listening"))
+	), w.logLine, logMsg("router listening"))
 	if err != nil {
 		if p != nil {
-			p.stop()
+			p.Stop(nil)
 		}
 		return err
 	}
@@ -270,6 +220,13 @@ func (w *world) setState(n *node, s string) {
 	w.mu.Unlock()
 }
 
+// logLine writes a line of a process's output ("name: line") to the run's
+// log file with the time: a long run's processes write far too much for
+// t.Log, and the file is kept when the run fails.
+func (w *world) logLine(line string) {
+	fmt.Fprintf(w.log, "%s %s\n", time.Now().UTC().Format("15:04:05.000"), line)
+}
+
 func (w *world) stopAll() {
 	w.mu.Lock()
 	w.stopping = true
@@ -277,14 +234,14 @@ func (w *world) stopAll() {
 	w.mu.Unlock()
 	for _, n := range ns {
 		if n.p != nil {
-			n.p.stop()
+			n.p.Stop(w.t.Logf)
 		}
 	}
 	if w.nats != nil {
-		w.nats.stop()
+		w.nats.Kill()
 	}
 	if w.redis != nil {
-		w.redis.stop()
+		w.redis.Kill()
 	}
 	if w.rdb != nil {
 		w.rdb.Close()
@@ -375,38 +332,29 @@ func (w *world) inject(f fault) error {
 		n := w.edges[f.target]
 		w.setState(n, "stopped")
 		if f.kind == "stop-edge" {
-			if err := n.p.signal(syscall.SIGSTOP); err != nil {
-				return err
-			}
+			n.p.Freeze(w.t)
 			time.Sleep(f.hold) // the fault itself: a pause of this length
 			w.setState(n, "up")
-			return n.p.signal(syscall.SIGCONT)
+			n.p.Thaw(w.t)
+			return nil
 		}
-		if err := n.p.kill(); err != nil {
-			return err
-		}
+		n.p.Kill(w.t)
 		time.Sleep(f.hold) // the fault itself: down this long
 		return w.startEdge(n)
 	case "kill-router":
 		n := w.routers[f.target]
 		w.setState(n, "down")
-		if err := n.p.kill(); err != nil {
-			return err
-		}
+		n.p.Kill(w.t)
 		time.Sleep(f.hold) // the fault itself: down this long
 		return w.startRouter(n)
 	case "kill-redis":
-		if err := w.redis.kill(); err != nil {
-			return err
-		}
+		w.redis.Kill()
 		time.Sleep(f.hold) // the fault itself: down this long
-		return w.startRedis()
+		return restart(w.redis)
 	case "kill-nats":
-		if err := w.nats.kill(); err != nil {
-			return err
-		}
+		w.nats.Kill()
 		time.Sleep(f.hold) // the fault itself: down this long
-		return w.startNATS()
+		return restart(w.nats)
 	case "kill-redis-master":
 		return w.killRedisMaster(f)
 	case "kill-nats-server":

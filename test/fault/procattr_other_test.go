@@ -1,8 +1,0 @@
-//go:build unix && !linux
-
-package fault
-
-import "os/exec"
-
-// setProcAttr: only Linux can tie a child's life to its parent's.
-func setProcAttr(*exec.Cmd) {}
