@@ -149,11 +149,8 @@ func (c *NATSCluster) Restart(i int, limit time.Duration) error {
 		return err
 	}
 	c.procs[i] = cmd
-	for !c.routed(i) {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("nats cluster: nats-%d did not route to the others within %v", i, limit)
-		}
-		time.Sleep(50 * time.Millisecond) // poll interval
+	if !Eventually(time.Until(deadline), func() bool { return c.routed(i) }) {
+		return fmt.Errorf("nats cluster: nats-%d did not route to the others within %v", i, limit)
 	}
 	return nil
 }

@@ -67,16 +67,10 @@ func (c *RedisCluster) Kill(addr string) error {
 // addr failed and one of its replicas serves its slots: every live node
 // sees the cluster ok with no slot on addr.
 func (c *RedisCluster) WaitFailedOver(addr string, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for {
-		if c.failedOver(addr) {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("redis cluster: %s not failed over within %v", addr, limit)
-		}
-		time.Sleep(50 * time.Millisecond) // poll interval
+	if !Eventually(limit, func() bool { return c.failedOver(addr) }) {
+		return fmt.Errorf("redis cluster: %s not failed over within %v", addr, Slack(limit))
 	}
+	return nil
 }
 
 func (c *RedisCluster) failedOver(addr string) bool {
@@ -115,11 +109,8 @@ func (c *RedisCluster) Restart(addr string, limit time.Duration) error {
 		return err
 	}
 	c.procs[i] = cmd
-	for !replicaUp(addr) || !c.allReady() {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("redis cluster: %s did not rejoin as a replica within %v", addr, limit)
-		}
-		time.Sleep(50 * time.Millisecond) // poll interval
+	if !Eventually(time.Until(deadline), func() bool { return replicaUp(addr) && c.allReady() }) {
+		return fmt.Errorf("redis cluster: %s did not rejoin as a replica within %v", addr, limit)
 	}
 	return nil
 }
