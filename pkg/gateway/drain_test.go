@@ -13,6 +13,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/client"
 	"github.com/hermes-mobile/gateway/pkg/gateway"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
+	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/wire"
 )
 
@@ -179,7 +180,7 @@ func TestOutboxReadAgain(t *testing.T) {
 	n := startNode(t, nil)
 	conn, _ := n.connect(t, "tel-1")
 	item, _ := json.Marshal(wire.Output{Op: wire.OpMessage, Device: "tel-1", ID: "late", Text: "filed late", Final: true, Offline: true})
-	if err := n.Store.PushOutbox(testCtx(t), "tel-1", item, 256, time.Minute); err != nil {
+	if _, err := n.Store.PushOutbox(testCtx(t), "tel-1", item, store.OutboxLimits{MaxItems: 256, TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	nudge, _ := json.Marshal(wire.Control{Op: wire.OpOutbox, Device: "tel-1"})

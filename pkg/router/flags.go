@@ -16,6 +16,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	config.Seconds(fs, &c.PromptTTL, "prompt-ttl", fieldEnv["PromptTTL"], def.PromptTTL, "prompt card lifetime")
 	config.Int(fs, &c.OutboxMax, "outbox-max", fieldEnv["OutboxMax"], def.OutboxMax, "frames kept per offline device; the oldest are dropped past it")
 	config.Seconds(fs, &c.OutboxTTL, "outbox-ttl", fieldEnv["OutboxTTL"], def.OutboxTTL, "how long an offline device's frames are kept")
+	config.MiB(fs, &c.OutboxBytes, "outbox-mib", fieldEnv["OutboxBytes"], def.OutboxBytes, "bytes of frames kept per offline device; the oldest are dropped past it")
+	config.MiB(fs, &c.MaxOutboxBytes, "max-outbox", fieldEnv["MaxOutboxBytes"], def.MaxOutboxBytes, "bytes of frames kept for every offline device together; the store's oldest are dropped past it")
 	config.Int(fs, &c.SessionQueue, "session-queue", fieldEnv["SessionQueue"], def.SessionQueue, "events of one device waiting for the agent; past it the phone gets internal_error")
 	config.Seconds(fs, &c.JournalLease, "journal-lease", fieldEnv["JournalLease"], def.JournalLease, "how long a router holds a device's events without renewing; another takes them over after it")
 }
@@ -24,12 +26,14 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 // (BlobTTL's is the service's), so Validate's errors name what an operator
 // sets.
 var fieldEnv = map[string]string{
-	"PromptTTL":    "MOBILE_PROMPT_TTL",
-	"OutboxMax":    "MOBILE_OUTBOX_MAX",
-	"OutboxTTL":    "MOBILE_OUTBOX_TTL",
-	"SessionQueue": "MOBILE_SESSION_QUEUE",
-	"JournalLease": "MOBILE_JOURNAL_LEASE",
-	"BlobTTL":      "MOBILE_BLOB_TTL",
+	"PromptTTL":      "MOBILE_PROMPT_TTL",
+	"OutboxMax":      "MOBILE_OUTBOX_MAX",
+	"OutboxTTL":      "MOBILE_OUTBOX_TTL",
+	"OutboxBytes":    "MOBILE_OUTBOX_MIB",
+	"MaxOutboxBytes": "MOBILE_MAX_OUTBOX_MIB",
+	"SessionQueue":   "MOBILE_SESSION_QUEUE",
+	"JournalLease":   "MOBILE_JOURNAL_LEASE",
+	"BlobTTL":        "MOBILE_BLOB_TTL",
 }
 
 // setting names field in an error: its variable, or "router: <field>" for

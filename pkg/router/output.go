@@ -81,7 +81,7 @@ func (o *output) send(ctx context.Context, out wire.Output) error {
 	push := func() error {
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		return o.r.store.PushOutbox(pctx, o.device, data, o.r.cfg.OutboxMax, o.r.cfg.OutboxTTL)
+		return o.r.keep(pctx, o.device, out, data, 0)
 	}
 	for {
 		err := push()
@@ -107,6 +107,28 @@ func (o *output) send(ctx context.Context, out wire.Output) error {
 	defer cancel()
 	if err := o.r.bus.Publish(nctx, bus.DeviceSubject(o.device), nudge, nil); err != nil {
 		o.r.log.DebugContext(ctx, "announcing an outbox item failed; the device reads it on its next connect", "device", o.device, "err", err)
+	}
+	return nil
+}
+
+// keep pushes data, the offline form of out, to device's outbox for ttl
+// (OutboxTTL when 0), first making the media it refers to live as long,
+// and logs what the push dropped.
+func (r *Router) keep(ctx context.Context, device string, out wire.Output, data []byte, ttl time.Duration) error {
+	lim := r.cfg.OutboxLimits(ttl)
+	if out.Media != nil && out.Media.Blob != "" {
+		if err := r.store.ExtendBlob(ctx, out.Media.Blob, lim.TTL); err != nil && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+	}
+	d, err := r.store.PushOutbox(ctx, device, data, lim)
+	if err != nil {
+		return err
+	}
+	if d.Total() > 0 {
+		r.log.WarnContext(ctx, "outbox items dropped unwritten", "device", device,
+			"full", d.Full, "bytes", d.Bytes, "store", d.Store, "expired", d.Expired,
+			"max_items", lim.MaxItems, "max_bytes", lim.MaxBytes, "max_store_bytes", lim.MaxStoreBytes)
 	}
 	return nil
 }

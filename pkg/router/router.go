@@ -38,11 +38,20 @@ import (
 type Config struct {
 	// PromptTTL is a card's lifetime (MOBILE_PROMPT_TTL, 300 s).
 	PromptTTL time.Duration
-	// OutboxMax bounds the frames kept for an offline device (256); the
-	// oldest are dropped first.
+	// OutboxMax bounds the frames kept for an offline device
+	// (MOBILE_OUTBOX_MAX, 1024); the oldest are dropped first.
 	OutboxMax int
-	// OutboxTTL is how long they are kept (10 min).
+	// OutboxTTL is how long they are kept (MOBILE_OUTBOX_TTL, 24 h): a
+	// phone that sleeps through the night finds them in the morning.
 	OutboxTTL time.Duration
+	// OutboxBytes bounds the bytes of the frames kept for one offline
+	// device (MOBILE_OUTBOX_MIB, 32 MiB); the oldest are dropped first.
+	// Media are kept by reference (the blob's key), so a frame is small.
+	OutboxBytes int
+	// MaxOutboxBytes bounds the bytes of every device's outbox in the store
+	// together (MOBILE_MAX_OUTBOX_MIB, 1024 MiB); past it the store's
+	// oldest frames are dropped, whichever device they wait for.
+	MaxOutboxBytes int64
 	// SessionQueue bounds the events waiting for the agent per session
 	// (1000): the length of a device's journal. Past it new events are
 	// refused and the phone retries.
@@ -81,6 +90,23 @@ type Config struct {
 	Telemetry *telemetry.Telemetry
 }
 
+// The outbox's defaults: what is kept for a phone that sleeps.
+const (
+	DefaultOutboxMax      = 1024
+	DefaultOutboxTTL      = 24 * time.Hour
+	DefaultOutboxBytes    = 32 << 20
+	DefaultMaxOutboxBytes = 1024 << 20
+)
+
+// OutboxLimits are the store's bounds of the outboxes, for an item kept
+// for ttl (OutboxTTL when ttl is not positive or longer).
+func (c Config) OutboxLimits(ttl time.Duration) store.OutboxLimits {
+	if ttl <= 0 || ttl > c.OutboxTTL {
+		ttl = c.OutboxTTL
+	}
+	return store.OutboxLimits{MaxItems: c.OutboxMax, MaxBytes: c.OutboxBytes, MaxStoreBytes: c.MaxOutboxBytes, TTL: ttl}
+}
+
 // DefaultConfig is the configuration a zero Config stands for, so that
 // flags show the real defaults without repeating them.
 func DefaultConfig() Config {
@@ -102,10 +128,13 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s: %v is negative", setting(name), d))
 		}
 	}
-	for name, n := range map[string]int{"OutboxMax": c.OutboxMax, "SessionQueue": c.SessionQueue, "MaxAttempts": c.MaxAttempts} {
+	for name, n := range map[string]int{"OutboxMax": c.OutboxMax, "OutboxBytes": c.OutboxBytes, "SessionQueue": c.SessionQueue, "MaxAttempts": c.MaxAttempts} {
 		if n < 0 {
 			errs = append(errs, fmt.Errorf("%s: %d is negative", setting(name), n))
 		}
+	}
+	if c.MaxOutboxBytes < 0 {
+		errs = append(errs, fmt.Errorf("%s: %d is negative", setting("MaxOutboxBytes"), c.MaxOutboxBytes))
 	}
 	if c.JournalLease > 0 && c.JournalLease < 3*time.Second {
 		errs = append(errs, fmt.Errorf("%s: %v is under 3 s: it is renewed every third of it", setting("JournalLease"), c.JournalLease))
@@ -119,10 +148,16 @@ func (c *Config) setDefaults() {
 		c.PromptTTL = protocol.DefaultPromptTTL
 	}
 	if c.OutboxMax <= 0 {
-		c.OutboxMax = 256
+		c.OutboxMax = DefaultOutboxMax
 	}
 	if c.OutboxTTL <= 0 {
-		c.OutboxTTL = 10 * time.Minute
+		c.OutboxTTL = DefaultOutboxTTL
+	}
+	if c.OutboxBytes <= 0 {
+		c.OutboxBytes = DefaultOutboxBytes
+	}
+	if c.MaxOutboxBytes <= 0 {
+		c.MaxOutboxBytes = DefaultMaxOutboxBytes
 	}
 	if c.SessionQueue <= 0 {
 		c.SessionQueue = 1000

@@ -187,14 +187,45 @@ type OutboxItem struct {
 	Data []byte
 }
 
+// OutboxLimits bound the outboxes. Past a bound the oldest items are
+// dropped: the device's own past MaxItems and MaxBytes, the items nearest
+// their deadline in the store (of any device; with one TTL, the oldest)
+// past MaxStoreBytes.
+type OutboxLimits struct {
+	// MaxItems bounds one device's items; below 1 nothing is kept.
+	MaxItems int
+	// MaxBytes bounds the sum of one device's items' lengths; 0 means no
+	// bound. An item longer than MaxBytes is not kept (and drops nothing).
+	MaxBytes int
+	// MaxStoreBytes bounds the sum of the lengths of every device's items
+	// in the store; 0 means no bound. redisstore splits it into Shards parts
+	// on Redis Cluster, each bounding the devices of one shard. An item
+	// longer than its part is not kept.
+	MaxStoreBytes int64
+	// TTL is how long the item pushed is kept; it must be positive.
+	TTL time.Duration
+}
+
+// OutboxDrops counts the items one push dropped unwritten, by reason.
+type OutboxDrops struct {
+	Full    int // the device's oldest, past MaxItems
+	Bytes   int // the device's oldest past MaxBytes, or the item pushed when longer than MaxBytes
+	Store   int // the store's oldest (of any device) past MaxStoreBytes, or the item pushed when longer than its part
+	Expired int // past their TTL, removed by this push
+}
+
+// Total is the sum of the drops.
+func (d OutboxDrops) Total() int { return d.Full + d.Bytes + d.Store + d.Expired }
+
 // Outbox keeps frames for a device that is offline. Items are read with
 // PeekOutbox and removed only by AckOutbox, once they were written to the
 // device, so a reader that dies between the two loses nothing: the next
 // reader gets the items again (at least once).
 type Outbox interface {
-	// PushOutbox appends item to device's outbox. The outbox keeps at most
-	// max items (the oldest are dropped) and forgets items older than ttl.
-	PushOutbox(ctx context.Context, device string, item []byte, max int, ttl time.Duration) error
+	// PushOutbox appends item to device's outbox, kept for lim.TTL, and
+	// drops the oldest items past lim's bounds (see OutboxLimits). It
+	// reports what it dropped.
+	PushOutbox(ctx context.Context, device string, item []byte, lim OutboxLimits) (OutboxDrops, error)
 	// PeekOutbox returns device's live items whose Seq is greater than
 	// after, oldest first, and leaves them in the outbox.
 	PeekOutbox(ctx context.Context, device string, after int64) ([]OutboxItem, error)
@@ -212,6 +243,10 @@ type Blobs interface {
 	PutBlob(ctx context.Context, data []byte, ttl time.Duration) (string, error)
 	// GetBlob returns the bytes of key; ErrNotFound when gone.
 	GetBlob(ctx context.Context, key string) ([]byte, error)
+	// ExtendBlob makes key live at least ttl from now (a blob that lives
+	// longer already is left as it is), so media an outbox item refers to
+	// lasts as long as the item; ErrNotFound when gone.
+	ExtendBlob(ctx context.Context, key string, ttl time.Duration) error
 }
 
 // ErrBadCursor: a cursor that no implementation of Events hands out.

@@ -36,7 +36,7 @@ type Metrics struct {
 	httpDuration httpconv.ServerRequestDuration
 
 	byKind   LabelSet // RedisUnavailable, RedisFull, RedisReply → {kind=…}
-	byReason LabelSet // OutboxFull, OutboxExpired → {reason=…}
+	byReason LabelSet // OutboxFull, OutboxBytes, OutboxStore, OutboxExpired → {reason=…}
 }
 
 // LabelSet holds the precomputed options of one attribute's values, so
@@ -131,7 +131,7 @@ func newMetrics(m metric.Meter) (*Metrics, error) {
 		metric.WithExplicitBucketBoundaries(redisBuckets...))
 	in.Check(e)
 	x.outboxDropped, e = m.Int64Counter("hermes_outbox_dropped",
-		metric.WithDescription("Outbox items dropped unwritten, by reason: full (past the most items a device's outbox keeps), expired (older than the outbox TTL)."))
+		metric.WithDescription("Outbox items dropped unwritten, by reason: full (past the most items a device's outbox keeps), bytes (past the bytes a device's outbox keeps), store (past the bytes every outbox together keeps), expired (older than the outbox TTL)."))
 	in.Check(e)
 	x.outboxLength, e = m.Int64Histogram("hermes_outbox_length",
 		metric.WithDescription("Items in a device's outbox right after an item was pushed."),
@@ -158,7 +158,7 @@ func newMetrics(m metric.Meter) (*Metrics, error) {
 		return nil, err
 	}
 	x.byKind = NewLabelSet("kind", RedisUnavailable, RedisFull, RedisReply)
-	x.byReason = NewLabelSet("reason", OutboxFull, OutboxExpired)
+	x.byReason = NewLabelSet("reason", OutboxFull, OutboxBytes, OutboxStore, OutboxExpired)
 	return &x, nil
 }
 
@@ -166,8 +166,8 @@ func newMetrics(m metric.Meter) (*Metrics, error) {
 // of its 5 s operation timeout and beyond.
 var redisBuckets = []float64{0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
 
-// outboxBuckets (items) run up to the 256 a device's outbox keeps.
-var outboxBuckets = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256}
+// outboxBuckets (items) run up to the 1024 a device's outbox keeps.
+var outboxBuckets = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}
 
 var bg = context.Background()
 
@@ -219,6 +219,8 @@ const (
 // Reasons an outbox item is dropped unwritten (the reason label).
 const (
 	OutboxFull    = "full"    // pushed out by newer items past the outbox's most
+	OutboxBytes   = "bytes"   // pushed out past the bytes a device's outbox keeps
+	OutboxStore   = "store"   // pushed out past the bytes every outbox together keeps
 	OutboxExpired = "expired" // older than the outbox TTL
 )
 
@@ -265,26 +267,19 @@ func (m *Metrics) RedisCommand(d time.Duration) {
 	}
 }
 
-// OutboxPushed records a push that left length items in a device's outbox
-// and dropped full items past its most and expired ones.
-func (m *Metrics) OutboxPushed(length, full, expired int64) {
+// OutboxPushed records a push that left length items in a device's outbox.
+func (m *Metrics) OutboxPushed(length int64) {
 	if m == nil {
 		return
 	}
 	m.outboxLength.Record(bg, length)
-	m.OutboxDropped(full, expired)
 }
 
-// OutboxDropped counts outbox items dropped unwritten: full past the
-// outbox's most, expired past its TTL.
-func (m *Metrics) OutboxDropped(full, expired int64) {
-	if m == nil {
+// OutboxDropped counts n outbox items dropped unwritten for reason
+// (OutboxFull, OutboxBytes, OutboxStore, OutboxExpired).
+func (m *Metrics) OutboxDropped(reason string, n int64) {
+	if m == nil || n <= 0 {
 		return
 	}
-	if full > 0 {
-		m.outboxDropped.Add(bg, full, m.byReason.Of(OutboxFull)...)
-	}
-	if expired > 0 {
-		m.outboxDropped.Add(bg, expired, m.byReason.Of(OutboxExpired)...)
-	}
+	m.outboxDropped.Add(bg, n, m.byReason.Of(reason)...)
 }

@@ -85,6 +85,31 @@ func (s *Store) GetBlob(ctx context.Context, key string) ([]byte, error) {
 	return bytes.Clone(e.data), nil
 }
 
+// ExtendBlob makes key live at least ttl from now; store.ErrNotFound when
+// gone.
+func (s *Store) ExtendBlob(ctx context.Context, key string, ttl time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if ttl <= 0 {
+		return errBadTTL
+	}
+	b := &s.blobs
+	now := s.clock.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.expireLocked(now)
+	e, ok := b.byKey[key]
+	if !ok {
+		return store.ErrNotFound
+	}
+	if at := now.Add(ttl); at.After(e.at) {
+		e.at = at
+		b.byExpiry.fix(e)
+	}
+	return nil
+}
+
 func (b *blobs) expire(now time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -147,7 +147,7 @@ func TestSweeperRemovesExpired(t *testing.T) {
 		if err := s.SetDeviceAcks(ctx, k, ttl); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.PushOutbox(ctx, k, []byte("x"), 10, ttl); err != nil {
+		if _, err := s.PushOutbox(ctx, k, []byte("x"), store.OutboxLimits{MaxItems: 10, TTL: ttl}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.PutBlob(ctx, []byte("blob"), ttl); err != nil {
@@ -218,8 +218,11 @@ func TestNonPositiveTTL(t *testing.T) {
 		"Claim":          func() error { _, err := s.Claim(ctx, "k", "a", 0); return err },
 		"ClaimDevice":    func() error { _, err := s.ClaimDevice(ctx, "d", "e", -time.Second); return err },
 		"RefreshDevices": func() error { _, err := s.RefreshDevices(ctx, nil, 0); return err },
-		"PushOutbox":     func() error { return s.PushOutbox(ctx, "d", nil, 1, 0) },
-		"PutBlob":        func() error { _, err := s.PutBlob(ctx, nil, 0); return err },
+		"PushOutbox": func() error {
+			_, err := s.PushOutbox(ctx, "d", nil, store.OutboxLimits{MaxItems: 1, TTL: 0})
+			return err
+		},
+		"PutBlob": func() error { _, err := s.PutBlob(ctx, nil, 0); return err },
 	} {
 		if err := call(); !errors.Is(err, errBadTTL) {
 			t.Errorf("%s with ttl <= 0 = %v, want errBadTTL", name, err)
@@ -272,13 +275,13 @@ func TestLazyExpiry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.PushOutbox(ctx, "d", []byte("a"), 10, ttl); err != nil {
+	if _, err := s.PushOutbox(ctx, "d", []byte("a"), store.OutboxLimits{MaxItems: 10, TTL: ttl}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.PushOutbox(ctx, "d", []byte("b"), 10, time.Minute); err != nil {
+	if _, err := s.PushOutbox(ctx, "d", []byte("b"), store.OutboxLimits{MaxItems: 10, TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.PushOutbox(ctx, "e", []byte("a"), 10, ttl); err != nil {
+	if _, err := s.PushOutbox(ctx, "e", []byte("a"), store.OutboxLimits{MaxItems: 10, TTL: ttl}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.PutPrompt(ctx, store.PromptRecord{ID: "p", Device: "d", Expires: clk.Now().Add(ttl)}); err != nil {
@@ -302,7 +305,7 @@ func TestLazyExpiry(t *testing.T) {
 		t.Errorf("PeekOutbox(expired) = %v, %v", items, err)
 	}
 	// A push drops the expired items in front of the new one.
-	if err := s.PushOutbox(ctx, "d", []byte("c"), 10, time.Minute); err != nil {
+	if _, err := s.PushOutbox(ctx, "d", []byte("c"), store.OutboxLimits{MaxItems: 10, TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	s.outbox.mu.Lock()
@@ -317,4 +320,11 @@ func TestLazyExpiry(t *testing.T) {
 	if s.dedup.len() != 0 || s.owners.len() != 0 || s.blobs.size() != 0 {
 		t.Errorf("expired items kept: %d keys, %d owners, %d blob bytes", s.dedup.len(), s.owners.len(), s.blobs.size())
 	}
+}
+
+// TestOutboxStoreBound: the store-wide outbox bound at its boundary.
+func TestOutboxStoreBound(t *testing.T) {
+	s := New(Options{})
+	t.Cleanup(func() { s.Close() })
+	storetest.OutboxStoreBound(t, s)
 }

@@ -3,90 +3,123 @@ package memstore
 import (
 	"bytes"
 	"context"
+	"sort"
 	"sync"
 	"time"
 
 	"github.com/hermes-mobile/gateway/pkg/store"
 )
 
-// outboxItem is one queued frame, its sequence number and the time it is
-// forgotten.
+// outboxItem is one queued frame: its sequence number, bytes, device and
+// deadline, queued in outboxes.byDeadline while it is kept.
 type outboxItem struct {
-	seq  int64
-	data []byte
-	at   time.Time
-}
-
-// outbox is the queue of one device. Its deadline is the latest deadline of
-// its items: once it passes, the whole outbox is forgotten.
-type outbox struct {
 	expiry
 	device string
-	items  []outboxItem // oldest first
+	seq    int64
+	data   []byte
+}
+
+// outbox is the queue of one device, oldest first.
+type outbox struct {
+	items []*outboxItem
+	bytes int // the sum of the items' lengths
 }
 
 // outboxes keeps the queues of offline devices. Sequence numbers come from
 // one counter for all devices, so a device's numbers keep growing when its
-// outbox is emptied and made again.
+// outbox is emptied and made again. Every item is in byDeadline, which
+// expires items one by one and finds the store's oldest past
+// MaxStoreBytes.
 type outboxes struct {
-	mu       sync.Mutex
-	seq      int64 // the last sequence number handed out
-	byDevice map[string]*outbox
-	byExpiry expiryQueue[*outbox]
+	mu         sync.Mutex
+	seq        int64 // the last sequence number handed out
+	bytes      int64 // the sum of every item's length
+	byDevice   map[string]*outbox
+	byDeadline expiryQueue[*outboxItem]
 }
 
 func newOutboxes() outboxes {
 	return outboxes{byDevice: make(map[string]*outbox)}
 }
 
-// PushOutbox appends item to device's outbox. Each item is forgotten ttl after
-// its push; the outbox keeps at most max items (none when max < 1), dropping
-// the oldest.
-func (s *Store) PushOutbox(ctx context.Context, device string, item []byte, max int, ttl time.Duration) error {
+// PushOutbox appends item to device's outbox for lim.TTL and drops the
+// oldest items past lim's bounds.
+func (s *Store) PushOutbox(ctx context.Context, device string, item []byte, lim store.OutboxLimits) (store.OutboxDrops, error) {
+	var d store.OutboxDrops
 	if err := ctx.Err(); err != nil {
-		return err
+		return d, err
 	}
-	if ttl <= 0 {
-		return errBadTTL
+	if lim.TTL <= 0 {
+		return d, errBadTTL
 	}
 	item = bytes.Clone(item)
 	q := &s.outbox
 	now := s.clock.Now()
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	q.expireLocked(now)
-	b, ok := q.byDevice[device]
-	if !ok {
-		b = &outbox{device: device}
+	d.Expired = q.expireLocked(now)
+	switch {
+	case lim.MaxItems < 1:
+		b := q.byDevice[device]
+		if b != nil {
+			d.Full = len(b.items)
+			for len(b.items) > 0 {
+				q.dropLocked(b, 0)
+			}
+		}
+		return d, nil
+	case lim.MaxBytes > 0 && len(item) > lim.MaxBytes:
+		d.Bytes = 1
+		return d, nil
+	case lim.MaxStoreBytes > 0 && int64(len(item)) > lim.MaxStoreBytes:
+		d.Store = 1
+		return d, nil
 	}
-	for len(b.items) > 0 && expired(b.items[0].at, now) {
-		b.dropOldest()
+	b := q.byDevice[device]
+	if b == nil {
+		b = &outbox{}
+		q.byDevice[device] = b
 	}
 	q.seq++
-	b.items = append(b.items, outboxItem{seq: q.seq, data: item, at: now.Add(ttl)})
-	for len(b.items) > max && len(b.items) > 0 {
-		b.dropOldest()
+	it := &outboxItem{expiry: expiry{at: now.Add(lim.TTL)}, device: device, seq: q.seq, data: item}
+	b.items = append(b.items, it)
+	b.bytes += len(item)
+	q.bytes += int64(len(item))
+	q.byDeadline.add(it)
+	for len(b.items) > lim.MaxItems {
+		q.dropLocked(b, 0)
+		d.Full++
 	}
-	switch {
-	case len(b.items) == 0:
-		if ok {
-			q.removeLocked(b)
-		}
-	case !ok:
-		b.at = now.Add(ttl)
-		q.byDevice[device] = b
-		q.byExpiry.add(b)
-	case now.Add(ttl).After(b.at):
-		b.at = now.Add(ttl)
-		q.byExpiry.fix(b)
+	for lim.MaxBytes > 0 && b.bytes > lim.MaxBytes {
+		q.dropLocked(b, 0)
+		d.Bytes++
 	}
-	return nil
+	for lim.MaxStoreBytes > 0 && q.bytes > lim.MaxStoreBytes {
+		first := q.byDeadline.first()
+		ob := q.byDevice[first.device]
+		q.dropLocked(ob, ob.index(first.seq))
+		d.Store++
+	}
+	return d, nil
 }
 
-// dropOldest removes the first item and lets its bytes be collected.
-func (b *outbox) dropOldest() {
-	b.items[0] = outboxItem{}
-	b.items = b.items[1:]
+// index is the position of the item seq, which is in the outbox.
+func (b *outbox) index(seq int64) int {
+	return sort.Search(len(b.items), func(i int) bool { return b.items[i].seq >= seq })
+}
+
+// dropLocked removes b's i-th item, and b when it is left empty.
+func (q *outboxes) dropLocked(b *outbox, i int) {
+	it := b.items[i]
+	q.byDeadline.remove(it)
+	b.bytes -= len(it.data)
+	q.bytes -= int64(len(it.data))
+	copy(b.items[i:], b.items[i+1:])
+	b.items[len(b.items)-1] = nil
+	b.items = b.items[:len(b.items)-1]
+	if len(b.items) == 0 {
+		delete(q.byDevice, it.device)
+	}
 }
 
 // PeekOutbox returns device's live items whose Seq is greater than after,
@@ -99,13 +132,14 @@ func (s *Store) PeekOutbox(ctx context.Context, device string, after int64) ([]s
 	now := s.clock.Now()
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.expireLocked(now)
 	b, ok := q.byDevice[device]
 	if !ok {
 		return nil, nil
 	}
 	var out []store.OutboxItem
 	for _, it := range b.items {
-		if it.seq > after && !expired(it.at, now) {
+		if it.seq > after {
 			out = append(out, store.OutboxItem{Seq: it.seq, Data: bytes.Clone(it.data)})
 		}
 	}
@@ -129,22 +163,12 @@ func (s *Store) AckOutbox(ctx context.Context, device string, epoch, upTo int64)
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.expireLocked(now)
 	b, ok := q.byDevice[device]
-	if !ok {
-		return true, nil
-	}
-	for len(b.items) > 0 && (b.items[0].seq <= upTo || expired(b.items[0].at, now)) {
-		b.dropOldest()
-	}
-	if len(b.items) == 0 {
-		q.removeLocked(b)
+	for ok && len(b.items) > 0 && b.items[0].seq <= upTo {
+		q.dropLocked(b, 0)
 	}
 	return true, nil
-}
-
-func (q *outboxes) removeLocked(b *outbox) {
-	delete(q.byDevice, b.device)
-	q.byExpiry.remove(b)
 }
 
 func (q *outboxes) expire(now time.Time) {
@@ -153,18 +177,22 @@ func (q *outboxes) expire(now time.Time) {
 	q.expireLocked(now)
 }
 
-// expireLocked forgets the outboxes whose items have all expired.
-func (q *outboxes) expireLocked(now time.Time) {
+// expireLocked forgets the items whose deadline passed and reports how
+// many.
+func (q *outboxes) expireLocked(now time.Time) int {
+	n := 0
 	for {
-		b, ok := q.byExpiry.popExpired(now)
+		it, ok := q.byDeadline.popExpired(now)
 		if !ok {
-			return
+			return n
 		}
-		delete(q.byDevice, b.device)
+		b := q.byDevice[it.device]
+		q.dropLocked(b, b.index(it.seq))
+		n++
 	}
 }
 
-// len reports the outboxes, expired ones included until they are swept.
+// len reports the devices with an outbox.
 func (q *outboxes) len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()

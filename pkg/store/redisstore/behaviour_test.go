@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hermes-mobile/gateway/pkg/store"
+	"github.com/hermes-mobile/gateway/pkg/store/storetest"
 )
 
 // TestKeyLayout writes one of everything on a private Redis and checks every
@@ -42,7 +43,7 @@ func TestKeyLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.PushOutbox(ctx, "d", []byte("frame"), 10, time.Minute); err != nil {
+	if _, err := s.PushOutbox(ctx, "d", []byte("frame"), store.OutboxLimits{MaxItems: 10, MaxStoreBytes: 1 << 20, TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	blob, err := s.PutBlob(ctx, []byte("media"), time.Minute)
@@ -60,6 +61,9 @@ func TestKeyLayout(t *testing.T) {
 		"p:epoch:{d}":          "string",
 		"p:outbox:{d}":         "list",
 		"p:outboxseq:{d}":      "string",
+		"p:outboxbytes:{d}":    "string",
+		"p:{outbox}:due":       "zset",
+		"p:{outbox}:bytes":     "string",
 		"p:blob:" + blob:       "string",
 		"p:{blobs}:due":        "zset",
 		"p:{blobs}:bytes":      "string",
@@ -91,6 +95,12 @@ func TestKeyLayout(t *testing.T) {
 	seq := rdb.Get(ctx, "p:outboxseq:{d}").Val()
 	if got := rdb.LIndex(ctx, "p:outbox:{d}", 0).Val(); !strings.HasPrefix(got, seq+"|") || !strings.HasSuffix(got, "|frame") {
 		t.Errorf("outbox item %q, want %s|<deadline>|frame", got, seq)
+	}
+	if got := rdb.Get(ctx, "p:outboxbytes:{d}").Val(); got != "5" {
+		t.Errorf("outbox bytes %q, want 5", got)
+	}
+	if got := rdb.ZRange(ctx, "p:{outbox}:due", 0, -1).Val(); !slices.Equal(got, []string{"5:" + seq + ":d"}) {
+		t.Errorf("outbox accounting %q, want [5:%s:d]", got, seq)
 	}
 	if got := rdb.HGetAll(ctx, "p:uploads:{d}").Val(); fmt.Sprint(got) != "map[1:c:f:1]" {
 		t.Errorf("uploads hash %v, want map[1:c:f:1]", got)
@@ -444,8 +454,11 @@ func TestNonPositiveTTL(t *testing.T) {
 		"Claim":          func() error { _, err := s.Claim(ctx, "k", "a", 0); return err },
 		"ClaimDevice":    func() error { _, err := s.ClaimDevice(ctx, "d", "e", -time.Second); return err },
 		"RefreshDevices": func() error { _, err := s.RefreshDevices(ctx, nil, 0); return err },
-		"PushOutbox":     func() error { return s.PushOutbox(ctx, "d", nil, 1, 0) },
-		"PutBlob":        func() error { _, err := s.PutBlob(ctx, nil, 0); return err },
+		"PushOutbox": func() error {
+			_, err := s.PushOutbox(ctx, "d", nil, store.OutboxLimits{MaxItems: 1, TTL: 0})
+			return err
+		},
+		"PutBlob": func() error { _, err := s.PutBlob(ctx, nil, 0); return err },
 	} {
 		if err := call(); !errors.Is(err, errBadTTL) {
 			t.Errorf("%s with ttl <= 0 = %v, want errBadTTL", name, err)
@@ -524,4 +537,12 @@ func TestJournalSeqAfterForgotten(t *testing.T) {
 	if err != nil || !ok || string(n.Data) != "next" || n.Seq != e.Seq+1 {
 		t.Fatalf("NextJournal(done %d) = %+v, %v, %v; want \"next\" at Seq %d", e.Seq, n, ok, err, e.Seq+1)
 	}
+}
+
+// TestOutboxStoreBound: the store-wide outbox bound at its boundary, on one
+// server (one shard of accounting).
+func TestOutboxStoreBound(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, testsvc.StartRedis(t).URL(), Options{})
+	storetest.OutboxStoreBound(t, s)
 }

@@ -132,6 +132,78 @@ func (s *Store) reserveBlob(ctx context.Context, key, member string, size int, t
 	return 0, 0, fmt.Errorf("%w: %d blob bytes, limit %d", store.ErrFull, total+int64(size), s.maxBlobBytes)
 }
 
+// extendKeyScript makes a key live at least ttl from now.
+// KEYS: key. ARGV: ttl ms. Reply: the key's length (STRLEN), -1 when gone.
+var extendKeyScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then
+	return -1
+end
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[1]) then
+	redis.call('PEXPIRE', KEYS[1], ARGV[1])
+end
+return redis.call('STRLEN', KEYS[1])
+`)
+
+// extendBlobDueScript moves a blob's deadline in a shard of the blob
+// accounting to at least ttl from now, if the shard holds it.
+// KEYS: {blobs}:due, {blobs}:bytes. ARGV: member, ttl ms. Reply: 1 the
+// shard holds the member, 0 not.
+var extendBlobDueScript = redis.NewScript(`
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not score then
+	return 0
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[2])
+if tonumber(score) < now + ttl then
+	redis.call('ZADD', KEYS[1], string.format('%.0f', now + ttl), ARGV[1])
+end
+for _, k in ipairs(KEYS) do
+	if redis.call('PTTL', k) < ttl + 1 then
+		redis.call('PEXPIRE', k, ttl + 1)
+	end
+end
+return 1
+`)
+
+// ExtendBlob makes key live at least ttl from now, and with MaxBlobBytes
+// keeps it counted that long: the blob's key first, then its member in the
+// accounting (looked for from the key's own shard on, as PutBlob placed
+// it). store.ErrNotFound when the blob is gone.
+func (s *Store) ExtendBlob(ctx context.Context, key string, ttl time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return opErr("ExtendBlob", err)
+	}
+	if ttl <= 0 {
+		return errBadTTL
+	}
+	size, err := extendKeyScript.Run(ctx, s.rdb, []string{s.blobKey(key)}, ms(ttl)).Int64()
+	if err != nil {
+		return s.redisErr(ctx, "ExtendBlob", err)
+	}
+	if size < 0 {
+		return store.ErrNotFound
+	}
+	if s.maxBlobBytes <= 0 {
+		return nil
+	}
+	member := strconv.FormatInt(size, 10) + ":" + key
+	n := len(s.tags.blobs)
+	first := s.tags.blobs.of(key)
+	for i := range n {
+		sh := (first + i) % n
+		found, err := extendBlobDueScript.Run(ctx, s.rdb, []string{s.blobDueKey(sh), s.blobBytesKey(sh)}, member, ms(ttl)).Int64()
+		if err != nil {
+			return s.redisErr(ctx, "ExtendBlob", err)
+		}
+		if found == 1 {
+			return nil
+		}
+	}
+	return nil
+}
+
 // newBlobKey returns 128 random bits in hex.
 func newBlobKey() string {
 	var k [16]byte

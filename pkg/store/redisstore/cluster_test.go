@@ -52,7 +52,7 @@ func TestClusterSpread(t *testing.T) {
 		if _, err := s.ClaimDevice(ctx, d, "edge-1", time.Minute); err != nil {
 			t.Fatalf("ClaimDevice: %v", err)
 		}
-		if err := s.PushOutbox(ctx, d, []byte("item"), 10, time.Minute); err != nil {
+		if _, err := s.PushOutbox(ctx, d, []byte("item"), store.OutboxLimits{MaxItems: 10, TTL: time.Minute}); err != nil {
 			t.Fatalf("PushOutbox: %v", err)
 		}
 		if _, err := s.AppendJournal(ctx, d, "router-1", []byte("ev"), lim); err != nil {

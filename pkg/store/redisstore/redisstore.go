@@ -11,8 +11,9 @@
 // accounting of PutBlob.
 // The keys one script touches share a Redis Cluster hash tag: the device's
 // ({D}), or on a cluster client one of the Shards of the journals, the
-// cards and the blob accounting (see Shards; on a single server the one
-// tag {journals}, {prompts} or {blobs}). Options.Mode selects a single
+// cards, the blob accounting and the store-wide outbox accounting (see
+// Shards; on a single server the one tag {journals}, {prompts}, {blobs} or
+// {outbox}). Options.Mode selects a single
 // server, a Redis Cluster or a Sentinel-watched primary; all three are
 // tested. Device ids must not be empty on Redis Cluster (an empty hash tag
 // does not group keys).
@@ -36,6 +37,10 @@
 //	P acks:{D}                            string  "1": D acks (SetDeviceAcks); PX the ttl of the last SetDeviceAcks
 //	P outbox:{D}                          list    "<seq>|<deadline unix ms>|<item>", oldest first; PX its longest item's ttl
 //	P outboxseq:{D}                       string  the last seq handed out for D's outbox; PX at least the outbox's
+//	P outboxbytes:{D}                     string  the bytes of D's outbox items; PX as the outbox
+//	P {outbox}:due                        zset    "<len>:<seq>:<D>" of every outbox item pushed with a store-wide
+//	                                              bound, scored by deadline (unix ms); PX its longest item's
+//	P {outbox}:bytes                      string  bytes of the items in {outbox}:due; as {outbox}:due
 //	P blob:<32 hex>                       string  the blob; PX its ttl (with MaxBlobBytes: PXAT its deadline in {blobs}:due)
 //	P {blobs}:due                         zset    "<size>:<32 hex>" scored by deadline (unix ms); PX its longest blob's;
 //	                                              only with MaxBlobBytes

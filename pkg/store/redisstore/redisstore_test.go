@@ -95,7 +95,10 @@ func TestRedisDown(t *testing.T) {
 			_, err := s.RefreshDevices(ctx, map[string]int64{"dev": 1}, time.Minute)
 			return err
 		}},
-		{"PushOutbox", func(ctx context.Context) error { return s.PushOutbox(ctx, "dev", []byte("x"), 10, time.Minute) }},
+		{"PushOutbox", func(ctx context.Context) error {
+			_, err := s.PushOutbox(ctx, "dev", []byte("x"), store.OutboxLimits{MaxItems: 10, TTL: time.Minute})
+			return err
+		}},
 		{"PutBlob", func(ctx context.Context) error { _, err := s.PutBlob(ctx, []byte("x"), time.Minute); return err }},
 	}
 	// check runs every call with timeout and fails t unless each fails with

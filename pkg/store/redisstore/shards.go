@@ -7,15 +7,17 @@ import (
 
 // Shards is how many parts the state that has no device of its own is split
 // into on Redis Cluster: the journals (with their index of due leases), the
-// prompt cards (with their expiry index) and the blob accounting. Each part
+// prompt cards (with their expiry index), the blob accounting and the
+// store-wide outbox accounting. Each part
 // has a hash tag of its own, so the parts spread over the masters and every
 // script still touches one slot. The number is fixed: a Store with another
 // count would not find what this one wrote.
 //
 // On a single Redis server (or one behind Sentinel) there is nothing to
 // spread over, and each kind stays in one part under the tag it has always
-// had ({journals}, {prompts}, {blobs}): the layout of earlier versions, so a
-// rolling upgrade of a single-server deployment changes no key.
+// had ({journals}, {prompts}, {blobs}; the outbox accounting, which came
+// later, under {outbox}): the layout of earlier versions, so a rolling
+// upgrade of a single-server deployment changes no key.
 const Shards = 16
 
 // clusterSlots is Redis Cluster's number of hash slots.
@@ -50,12 +52,12 @@ func newShardTags(kind string) shardTags {
 
 // layout is the hash tags of each kind of shared state.
 type layout struct {
-	journals, prompts, blobs shardTags
+	journals, prompts, blobs, outbox shardTags
 }
 
 var (
-	clusterLayout = layout{newShardTags("journals"), newShardTags("prompts"), newShardTags("blobs")}
-	serverLayout  = layout{shardTags{"{journals}"}, shardTags{"{prompts}"}, shardTags{"{blobs}"}}
+	clusterLayout = layout{newShardTags("journals"), newShardTags("prompts"), newShardTags("blobs"), newShardTags("outbox")}
+	serverLayout  = layout{shardTags{"{journals}"}, shardTags{"{prompts}"}, shardTags{"{blobs}"}, shardTags{"{outbox}"}}
 )
 
 // of is the shard of name (a device, a card id, a blob key).

@@ -167,7 +167,7 @@ func TestOutboxAndCommandMetrics(t *testing.T) {
 	}
 
 	for _, item := range []string{"a", "b", "c"} {
-		if err := s.PushOutbox(ctx, "d1", []byte(item), 2, time.Minute); err != nil {
+		if _, err := s.PushOutbox(ctx, "d1", []byte(item), store.OutboxLimits{MaxItems: 2, TTL: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -197,10 +197,10 @@ func TestOutboxAndCommandMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, device := range []string{"d2", "d3"} {
-		if err := s.PushOutbox(ctx, device, []byte("old"), 10, 20*time.Millisecond); err != nil {
+		if _, err := s.PushOutbox(ctx, device, []byte("old"), store.OutboxLimits{MaxItems: 10, TTL: 20 * time.Millisecond}); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.PushOutbox(ctx, device, []byte("new"), 10, time.Minute); err != nil {
+		if _, err := s.PushOutbox(ctx, device, []byte("new"), store.OutboxLimits{MaxItems: 10, TTL: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -210,7 +210,7 @@ func TestOutboxAndCommandMetrics(t *testing.T) {
 	if m := testsvc.Samples(t, tel.Handler()); m[expired] != 0 {
 		t.Errorf("before any push or ack removed them: expired %v, want 0", m[expired])
 	}
-	if err := s.PushOutbox(ctx, "d2", []byte("z"), 10, time.Minute); err != nil {
+	if _, err := s.PushOutbox(ctx, "d2", []byte("z"), store.OutboxLimits{MaxItems: 10, TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	if ok, err := s.AckOutbox(ctx, "d3", epoch, 0); err != nil || !ok {

@@ -40,7 +40,10 @@ func testContextCanceled(t *testing.T, s store.Store) {
 		{"DeviceOwners", func() error { _, err := s.DeviceOwners(ctx, []string{dev}); return err }},
 		{"RefreshDevices", func() error { _, err := s.RefreshDevices(ctx, map[string]int64{dev: 1}, time.Minute); return err }},
 		{"ReleaseDevice", func() error { return s.ReleaseDevice(ctx, dev, 1) }},
-		{"PushOutbox", func() error { return s.PushOutbox(ctx, dev, []byte("x"), 10, time.Minute) }},
+		{"PushOutbox", func() error {
+			_, err := s.PushOutbox(ctx, dev, []byte("x"), store.OutboxLimits{MaxItems: 10, TTL: time.Minute})
+			return err
+		}},
 		{"PeekOutbox", func() error { _, err := s.PeekOutbox(ctx, dev, 0); return err }},
 		{"AckOutbox", func() error { _, err := s.AckOutbox(ctx, dev, 1, 1); return err }},
 		{"PutBlob", func() error { _, err := s.PutBlob(ctx, []byte("x"), time.Minute); return err }},

@@ -29,7 +29,7 @@ var outboxTests = []test{
 
 func push(t *testing.T, s store.Store, device, item string, max int, ttl time.Duration) {
 	t.Helper()
-	if err := s.PushOutbox(t.Context(), device, []byte(item), max, ttl); err != nil {
+	if _, err := s.PushOutbox(t.Context(), device, []byte(item), store.OutboxLimits{MaxItems: max, TTL: ttl}); err != nil {
 		t.Fatalf("PushOutbox(%q): %v", item, err)
 	}
 }
@@ -255,7 +255,7 @@ func testOutboxDevicesIndependent(t *testing.T, s store.Store) {
 func testOutboxItemsCopied(t *testing.T, s store.Store) {
 	dev := name(t, "dev")
 	item := []byte("frame")
-	if err := s.PushOutbox(t.Context(), dev, item, 10, time.Minute); err != nil {
+	if _, err := s.PushOutbox(t.Context(), dev, item, store.OutboxLimits{MaxItems: 10, TTL: time.Minute}); err != nil {
 		t.Fatalf("PushOutbox: %v", err)
 	}
 	copy(item, "XXXXX")
@@ -272,7 +272,7 @@ func testOutboxConcurrentPush(t *testing.T, s store.Store) {
 	for w := range writers {
 		wg.Go(func() {
 			for i := range each {
-				if err := s.PushOutbox(t.Context(), dev, fmt.Appendf(nil, "%d/%d", w, i), 1000, time.Minute); err != nil {
+				if _, err := s.PushOutbox(t.Context(), dev, fmt.Appendf(nil, "%d/%d", w, i), store.OutboxLimits{MaxItems: 1000, TTL: time.Minute}); err != nil {
 					t.Errorf("PushOutbox: %v", err)
 					return
 				}
@@ -298,7 +298,7 @@ func testOutboxConcurrentPushAndAck(t *testing.T, s store.Store) {
 	for w := range writers {
 		wg.Go(func() {
 			for i := range each {
-				if err := s.PushOutbox(t.Context(), dev, fmt.Appendf(nil, "%d/%d", w, i), 1000, time.Minute); err != nil {
+				if _, err := s.PushOutbox(t.Context(), dev, fmt.Appendf(nil, "%d/%d", w, i), store.OutboxLimits{MaxItems: 1000, TTL: time.Minute}); err != nil {
 					t.Errorf("PushOutbox: %v", err)
 					return
 				}

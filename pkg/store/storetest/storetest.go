@@ -47,6 +47,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Events", eventTests},
 		{"History", historyTests},
 		{"Journal", journalTests},
+		{"Sleep", sleepTests},
 		{"Context", contextTests},
 	}
 	for _, g := range groups {

@@ -1,0 +1,181 @@
+package storetest
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hermes-mobile/gateway/pkg/store"
+)
+
+// sleepTests are the bounds of what the store keeps for a phone that
+// sleeps: bytes per device and across the store, the drops reported, and
+// media kept as long as the outbox items that refer to them.
+var sleepTests = []test{
+	{"DeviceBytesAtBoundary", testSleepDeviceBytes},
+	{"DropsReported", testSleepDropsReported},
+	{"StoreBytes", testSleepStoreBytes},
+	{"ExtendBlob", testSleepExtendBlob},
+	{"ExtendBlobUnknown", testSleepExtendBlobUnknown},
+}
+
+func pushLim(t *testing.T, s store.Store, device, item string, lim store.OutboxLimits) store.OutboxDrops {
+	t.Helper()
+	d, err := s.PushOutbox(t.Context(), device, []byte(item), lim)
+	if err != nil {
+		t.Fatalf("PushOutbox(%d bytes): %v", len(item), err)
+	}
+	return d
+}
+
+func wantDrops(t *testing.T, got, want store.OutboxDrops) {
+	t.Helper()
+	if got != want {
+		t.Fatalf("drops = %+v, want %+v", got, want)
+	}
+}
+
+// testSleepDeviceBytes: exactly MaxBytes of items is kept; one byte more
+// drops the oldest; an item longer than MaxBytes is not kept and drops
+// nothing.
+func testSleepDeviceBytes(t *testing.T, s store.Store) {
+	dev := name(t, "dev")
+	lim := store.OutboxLimits{MaxItems: 100, MaxBytes: 10, TTL: time.Minute}
+	wantDrops(t, pushLim(t, s, dev, "aaaaa", lim), store.OutboxDrops{})
+	wantDrops(t, pushLim(t, s, dev, "bbbbb", lim), store.OutboxDrops{})
+	wantOutbox(t, s, dev, "aaaaa", "bbbbb") // 10 bytes: the bound
+	wantDrops(t, pushLim(t, s, dev, "c", lim), store.OutboxDrops{Bytes: 1})
+	wantOutbox(t, s, dev, "bbbbb", "c")
+	wantDrops(t, pushLim(t, s, dev, strings.Repeat("x", 11), lim), store.OutboxDrops{Bytes: 1})
+	wantOutbox(t, s, dev, "bbbbb", "c")
+	ten := strings.Repeat("y", 10)
+	wantDrops(t, pushLim(t, s, dev, ten, lim), store.OutboxDrops{Bytes: 2})
+	wantOutbox(t, s, dev, ten)
+	// An acknowledged item no longer counts.
+	epoch := claimDevice(t, s, dev, "edge-1", time.Minute)
+	ack(t, s, dev, epoch, 1<<62, true)
+	wantDrops(t, pushLim(t, s, dev, "zzzzz", lim), store.OutboxDrops{})
+	wantDrops(t, pushLim(t, s, dev, "wwwww", lim), store.OutboxDrops{})
+	wantOutbox(t, s, dev, "zzzzz", "wwwww")
+}
+
+// testSleepDropsReported: a push reports the items it pushed out past
+// MaxItems; MaxItems below 1 drops the whole outbox.
+func testSleepDropsReported(t *testing.T, s store.Store) {
+	dev := name(t, "dev")
+	lim := store.OutboxLimits{MaxItems: 3, TTL: time.Minute}
+	for i := 1; i <= 3; i++ {
+		wantDrops(t, pushLim(t, s, dev, fmt.Sprint(i), lim), store.OutboxDrops{})
+	}
+	wantDrops(t, pushLim(t, s, dev, "4", lim), store.OutboxDrops{Full: 1})
+	wantOutbox(t, s, dev, "2", "3", "4")
+	wantDrops(t, pushLim(t, s, dev, "5", store.OutboxLimits{MaxItems: 0, TTL: time.Minute}), store.OutboxDrops{Full: 3})
+	wantOutbox(t, s, dev)
+}
+
+// testSleepStoreBytes: past MaxStoreBytes the oldest items are dropped,
+// across devices, and reported; what stays is at most MaxStoreBytes, each
+// device keeps its newest items, and an item longer than the bound is not
+// kept. (redisstore bounds each of its shards by a part of MaxStoreBytes on
+// Redis Cluster, so the test holds there too.)
+func testSleepStoreBytes(t *testing.T, s store.Store) {
+	devs := []string{name(t, "a"), name(t, "b")}
+	const maxStore = 1600
+	lim := store.OutboxLimits{MaxItems: 1000, MaxStoreBytes: maxStore, TTL: time.Minute}
+	pushed := map[string][]string{}
+	dropped := 0
+	for i := range 40 {
+		dev := devs[i%2]
+		item := fmt.Sprintf("%02d", i) + strings.Repeat(".", 48)
+		d := pushLim(t, s, dev, item, lim)
+		if d.Full+d.Bytes+d.Expired != 0 {
+			t.Fatalf("push %d dropped %+v: only the store bound may drop", i, d)
+		}
+		dropped += d.Store
+		pushed[dev] = append(pushed[dev], item)
+	}
+	kept, keptBytes := 0, 0
+	for _, dev := range devs {
+		got := itemData(peek(t, s, dev, 0))
+		all := pushed[dev]
+		if len(got) == 0 || !slices.Equal(got, all[len(all)-len(got):]) {
+			t.Fatalf("device %d keeps %d items, want its newest (at least its last)", slices.Index(devs, dev), len(got))
+		}
+		kept += len(got)
+		for _, it := range got {
+			keptBytes += len(it)
+		}
+	}
+	if keptBytes > maxStore {
+		t.Fatalf("the store keeps %d bytes of outbox items, bound %d", keptBytes, maxStore)
+	}
+	if dropped == 0 || dropped != 40-kept {
+		t.Fatalf("drops reported %d, items gone %d", dropped, 40-kept)
+	}
+	big := strings.Repeat("z", maxStore+1)
+	wantDrops(t, pushLim(t, s, devs[0], big, lim), store.OutboxDrops{Store: 1})
+	if got := itemData(peek(t, s, devs[0], 0)); slices.Contains(got, big) {
+		t.Fatal("an item longer than the store bound was kept")
+	}
+}
+
+// testSleepExtendBlob: a blob extended lives past its first ttl; extending
+// with a shorter ttl does not shorten it.
+func testSleepExtendBlob(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	data := []byte("media")
+	short := putBlob(t, s, data, time.Second)
+	extended := putBlob(t, s, data, time.Second)
+	long := putBlob(t, s, data, time.Minute)
+	if err := s.ExtendBlob(ctx, extended, time.Minute); err != nil {
+		t.Fatalf("ExtendBlob: %v", err)
+	}
+	if err := s.ExtendBlob(ctx, long, time.Millisecond); err != nil {
+		t.Fatalf("ExtendBlob(shorter): %v", err)
+	}
+	eventually(t, expiryWait, "the blob not extended expired", func() bool {
+		_, err := s.GetBlob(ctx, short)
+		return errors.Is(err, store.ErrNotFound)
+	})
+	for _, key := range []string{extended, long} {
+		got, err := s.GetBlob(ctx, key)
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("GetBlob(extended) = %q, %v; want it kept", got, err)
+		}
+	}
+}
+
+func testSleepExtendBlobUnknown(t *testing.T, s store.Store) {
+	if err := s.ExtendBlob(t.Context(), "0123456789abcdef0123456789abcdef", time.Minute); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("ExtendBlob(unknown) = %v, want ErrNotFound", err)
+	}
+}
+
+// OutboxStoreBound checks the store-wide outbox bound of a store that
+// keeps it as one count (memstore; redisstore on one server), at the
+// boundary: exactly MaxStoreBytes is kept, a byte more drops the store's
+// oldest item (another device's), and an acknowledged item no longer
+// counts. s must not hold outbox items pushed with a store-wide bound.
+func OutboxStoreBound(t *testing.T, s store.Store) {
+	a, b := name(t, "a"), name(t, "b")
+	lim := store.OutboxLimits{MaxItems: 100, MaxStoreBytes: 10, TTL: time.Minute}
+	wantDrops(t, pushLim(t, s, a, "aaaaa", lim), store.OutboxDrops{})
+	wantDrops(t, pushLim(t, s, b, "bbbbb", lim), store.OutboxDrops{})
+	wantOutbox(t, s, a, "aaaaa") // 10 bytes in all: the bound
+	wantOutbox(t, s, b, "bbbbb")
+	wantDrops(t, pushLim(t, s, b, "c", lim), store.OutboxDrops{Store: 1})
+	wantOutbox(t, s, a) // the store's oldest, although another device's
+	wantOutbox(t, s, b, "bbbbb", "c")
+	epoch := claimDevice(t, s, b, "edge-1", time.Minute)
+	ack(t, s, b, epoch, seqOf(t, peek(t, s, b, 0), "bbbbb"), true)
+	// 1 byte left ("c"): 9 more fit without a drop.
+	wantDrops(t, pushLim(t, s, a, "ddddddddd", lim), store.OutboxDrops{})
+	wantOutbox(t, s, a, "ddddddddd")
+	wantOutbox(t, s, b, "c")
+	wantDrops(t, pushLim(t, s, a, strings.Repeat("e", 11), lim), store.OutboxDrops{Store: 1})
+	wantOutbox(t, s, a, "ddddddddd")
+}
