@@ -135,6 +135,20 @@ func MiB[T ~int | ~int64](fs *flag.FlagSet, p *T, name, env string, def T, usage
 	}, func() string { return strconv.FormatInt(int64(*p)>>20, 10) }}, name, env, usage+", in MiB")
 }
 
+// Bool registers a flag that is true for 1, t, true (any case) and false
+// for 0, f, false, falling back to env.
+func Bool(fs *flag.FlagSet, p *bool, name, env string, def bool, usage string) {
+	*p = def
+	register(fs, funcValue{func(s string) error {
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return fmt.Errorf("%q: want true or false", s)
+		}
+		*p = b
+		return nil
+	}, func() string { return strconv.FormatBool(*p) }}, name, env, usage)
+}
+
 // Int registers a positive whole-number flag that falls back to env.
 func Int(fs *flag.FlagSet, p *int, name, env string, def int, usage string) {
 	*p = def

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -130,6 +131,7 @@ type API struct {
 	// endpoints are the routes and their methods, as handle registers
 	// them; httpm counts their requests.
 	endpoints map[string][]string
+	handlers  map[string]map[string]handlerFunc // by path and method
 	httpm     *telemetry.HTTPServer
 	health    *admin.Server // answers /healthz and /readyz
 
@@ -195,6 +197,8 @@ func (a *API) routes() {
 	a.handle("POST", "/v1/sessions/{session}/avatar", agentOnly, a.postAvatar)
 	a.handle("GET", "/v1/events", agentOnly, a.events)
 	a.handle("GET", "/v1/blobs/{key}", agentOnly, a.blob)
+	a.handle("PUT", "/v1/devices/{device}/push", agentOnly, a.putPush)
+	a.handle("DELETE", "/v1/devices/{device}/push", agentOnly, a.deletePush)
 	a.handle("GET", "/healthz", public, probe(a.health.Healthz))
 	a.handle("GET", "/readyz", public, probe(a.health.Readyz))
 	a.mux.HandleFunc("/", func(w http.ResponseWriter, req *http.Request) {
@@ -208,20 +212,39 @@ type handlerFunc func(w http.ResponseWriter, req *http.Request) error
 
 // handle registers h for method (GET also answers HEAD) and path, behind
 // the access check. Paths are registered without a method so that a wrong
-// method gets a JSON 405 rather than the mux's text one.
+// method gets a JSON 405 rather than the mux's text one; a path may be
+// registered again for another method.
 func (a *API) handle(method, path string, acc access, h handlerFunc) {
-	a.endpoints[path] = []string{method}
+	first := len(a.endpoints[path]) == 0
+	a.endpoints[path] = append(a.endpoints[path], method)
 	if method == "GET" {
 		a.endpoints[path] = append(a.endpoints[path], "HEAD")
 	}
-	a.mux.HandleFunc(path, func(w http.ResponseWriter, req *http.Request) {
-		if req.Method != method && !(method == "GET" && req.Method == "HEAD") {
-			w.Header().Set("Allow", method)
-			a.fail(w, req, apiErr(http.StatusMethodNotAllowed, codeMethodNotAllowed, req.Method+" is not allowed here; use "+method))
-			return
-		}
+	if a.handlers == nil {
+		a.handlers = make(map[string]map[string]handlerFunc)
+	}
+	if a.handlers[path] == nil {
+		a.handlers[path] = make(map[string]handlerFunc)
+	}
+	a.handlers[path][method] = func(w http.ResponseWriter, req *http.Request) error {
 		if err := a.authorize(req, acc); err != nil {
-			a.fail(w, req, err)
+			return err
+		}
+		return h(w, req)
+	}
+	if !first {
+		return
+	}
+	hs := a.handlers[path]
+	a.mux.HandleFunc(path, func(w http.ResponseWriter, req *http.Request) {
+		m := req.Method
+		if m == "HEAD" && hs["HEAD"] == nil {
+			m = "GET"
+		}
+		h := hs[m]
+		if h == nil {
+			w.Header().Set("Allow", strings.Join(slices.DeleteFunc(slices.Clone(a.endpoints[path]), func(s string) bool { return s == "HEAD" }), ", "))
+			a.fail(w, req, apiErr(http.StatusMethodNotAllowed, codeMethodNotAllowed, req.Method+" is not allowed here; use "+w.Header().Get("Allow")))
 			return
 		}
 		if err := h(w, req); err != nil {

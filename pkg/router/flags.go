@@ -19,6 +19,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	config.MiB(fs, &c.OutboxBytes, "outbox-mib", fieldEnv["OutboxBytes"], def.OutboxBytes, "bytes of frames kept per offline device; the oldest are dropped past it")
 	config.MiB(fs, &c.MaxOutboxBytes, "max-outbox", fieldEnv["MaxOutboxBytes"], def.MaxOutboxBytes, "bytes of frames kept for every offline device together; the store's oldest are dropped past it")
 	config.Int(fs, &c.SessionQueue, "session-queue", fieldEnv["SessionQueue"], def.SessionQueue, "events of one device waiting for the agent; past it the phone gets internal_error")
+	config.SecretVar(fs, &c.PushKey, "push-key", fieldEnv["PushKey"], "key of the HMAC-SHA256 signature (X-Hermes-Signature) of webhook push notifications")
+	config.Seconds(fs, &c.PushEvery, "push-every", fieldEnv["PushEvery"], def.PushEvery, "at most one push notification per device per this long")
+	config.Bool(fs, &c.PushContent, "push-content", fieldEnv["PushContent"], false, "put the waiting message's text in push notifications")
 	config.Seconds(fs, &c.JournalLease, "journal-lease", fieldEnv["JournalLease"], def.JournalLease, "how long a router holds a device's events without renewing; another takes them over after it")
 }
 
@@ -34,6 +37,9 @@ var fieldEnv = map[string]string{
 	"SessionQueue":   "MOBILE_SESSION_QUEUE",
 	"JournalLease":   "MOBILE_JOURNAL_LEASE",
 	"BlobTTL":        "MOBILE_BLOB_TTL",
+	"PushKey":        "MOBILE_PUSH_KEY",
+	"PushEvery":      "MOBILE_PUSH_EVERY",
+	"PushContent":    "MOBILE_PUSH_CONTENT",
 }
 
 // setting names field in an error: its variable, or "router: <field>" for

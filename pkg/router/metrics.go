@@ -18,6 +18,8 @@ type metrics struct {
 	dropped  metric.Int64Counter
 	backlog  metric.Int64UpDownCounter
 	takeover metric.Int64Counter
+
+	pushSent, pushFailed, pushDropped metric.Int64Counter
 }
 
 // latencyBuckets (seconds) cover a loopback write (sub-millisecond) up to
@@ -48,9 +50,21 @@ func newMetrics(m metric.Meter) *metrics {
 	x.takeover, e = m.Int64Counter("hermes_journal_takeovers",
 		metric.WithDescription("Device journals this router took over from another router's lease (expired: its router died or was cut off; or released at shutdown)."))
 	in.Check(e)
+	x.pushSent, e = m.Int64Counter("hermes_push_sent",
+		metric.WithDescription("Push notifications a device's push endpoint accepted."))
+	in.Check(e)
+	x.pushFailed, e = m.Int64Counter("hermes_push_failed",
+		metric.WithDescription("Push notifications given up on: every attempt failed, the endpoint refused, or its registration could not be read."))
+	in.Check(e)
+	x.pushDropped, e = m.Int64Counter("hermes_push_dropped",
+		metric.WithDescription("Push notifications dropped unsent because the push queue was full."))
+	in.Check(e)
 	if err := in.Err(); err != nil {
 		panic(fmt.Sprintf("router: creating the instruments: %v", err))
 	}
+	x.pushSent.Add(bg, 0)
+	x.pushFailed.Add(bg, 0)
+	x.pushDropped.Add(bg, 0)
 	x.outboxIn.Add(bg, 0)
 	x.dropped.Add(bg, 0)
 	x.backlog.Add(bg, 0)
@@ -78,3 +92,9 @@ func (m *metrics) deliveryLatency(d time.Duration) { m.latency.Record(bg, d.Seco
 // journalDropped counts a device event given up on after its routers died
 // on it too often.
 func (m *metrics) journalDropped() { m.dropped.Add(bg, 1) }
+
+// PushSent, PushFailed and PushDropped count push notifications
+// (push.Metrics).
+func (m *metrics) PushSent()    { m.pushSent.Add(bg, 1) }
+func (m *metrics) PushFailed()  { m.pushFailed.Add(bg, 1) }
+func (m *metrics) PushDropped() { m.pushDropped.Add(bg, 1) }

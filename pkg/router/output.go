@@ -100,6 +100,7 @@ func (o *output) send(ctx context.Context, out wire.Output) error {
 		}
 	}
 	o.r.tel.m.outboxQueued()
+	o.r.push.Notify(o.device, out.Op, out.Text)
 	// The device may have connected between the failed delivery and the
 	// push, and read its outbox before the push: its edge reads it again.
 	nudge, _ := wire.Marshal(wire.Control{Op: wire.OpOutbox, Device: o.device})

@@ -26,9 +26,11 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/agent"
 	"github.com/hermes-mobile/gateway/pkg/bus"
 	"github.com/hermes-mobile/gateway/pkg/clock"
+	"github.com/hermes-mobile/gateway/pkg/config"
 	"github.com/hermes-mobile/gateway/pkg/dispatch"
 	"github.com/hermes-mobile/gateway/pkg/ids"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
+	"github.com/hermes-mobile/gateway/pkg/push"
 	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/telemetry"
 	"github.com/hermes-mobile/gateway/pkg/wire"
@@ -88,6 +90,19 @@ type Config struct {
 	RetryFor time.Duration
 	// Telemetry receives the router's metrics and spans; nil records nothing.
 	Telemetry *telemetry.Telemetry
+
+	// PushKey signs the webhook push notifications (MOBILE_PUSH_KEY);
+	// see package push.
+	PushKey config.Secret
+	// PushEvery: at most one push notification per device per this long
+	// (MOBILE_PUSH_EVERY, 15 min): one per burst of output.
+	PushEvery time.Duration
+	// PushContent puts the waiting message's text in push notifications
+	// (MOBILE_PUSH_CONTENT); off, they say only that something waits.
+	PushContent bool
+	// PushBackoff is the first wait between a notification's attempts (1
+	// s), doubling up to 1 min; tests shorten it.
+	PushBackoff time.Duration
 }
 
 // The outbox's defaults: what is kept for a phone that sleeps.
@@ -187,6 +202,9 @@ func (c *Config) setDefaults() {
 	if c.RetryFor <= 0 {
 		c.RetryFor = 30 * time.Second
 	}
+	if c.PushEvery <= 0 {
+		c.PushEvery = 15 * time.Minute
+	}
 }
 
 // Router runs an agent behind the bus.
@@ -198,6 +216,7 @@ type Router struct {
 	agent  agent.Agent
 	sender *dispatch.Dispatcher
 	tel    routerTelemetry
+	push   *push.Notifier // wakes devices whose output went to the outbox
 
 	// id names this router as the holder of journal leases.
 	id string
@@ -251,6 +270,8 @@ func New(cfg Config, st store.Store, b bus.Bus, a agent.Agent, log *slog.Logger)
 	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	r.quit, r.stop = context.WithCancel(r.ctx)
+	r.push = push.New(push.Config{Store: st, Key: []byte(cfg.PushKey), Every: cfg.PushEvery, Content: cfg.PushContent,
+		Backoff: cfg.PushBackoff, Log: log.With("component", "push"), Metrics: r.tel.m})
 	return r
 }
 
@@ -288,6 +309,7 @@ func (r *Router) Close() error {
 	}
 	r.cancel()
 	<-done
+	r.push.Close()
 	return nil
 }
 

@@ -48,7 +48,19 @@ type Store interface {
 	Events
 	History
 	Journal
+	PushTargets
 	Close() error
+}
+
+// PushTargets keeps the push endpoint registered for each device, opaque to
+// the store (package push reads it).
+type PushTargets interface {
+	// SetPushTarget records target for device for ttl, replacing any.
+	SetPushTarget(ctx context.Context, device string, target []byte, ttl time.Duration) error
+	// PushTarget returns device's target; ErrNotFound when none.
+	PushTarget(ctx context.Context, device string) ([]byte, error)
+	// DeletePushTarget forgets device's target (none is not an error).
+	DeletePushTarget(ctx context.Context, device string) error
 }
 
 // Dedup remembers message ids for a window, in two steps, so that a claim

@@ -70,6 +70,7 @@ type Store struct {
 	blobs   blobs
 	events  eventLog
 	history histories
+	pushTo  pushTargets
 
 	journals journals
 
@@ -140,4 +141,5 @@ func (s *Store) expire(now time.Time) {
 	s.blobs.expire(now)
 	s.history.expire(now)
 	s.journals.expire(now)
+	s.pushTo.expire(now)
 }

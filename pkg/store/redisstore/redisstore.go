@@ -37,6 +37,7 @@
 //	P acks:{D}                            string  "1": D acks (SetDeviceAcks); PX the ttl of the last SetDeviceAcks
 //	P outbox:{D}                          list    "<seq>|<deadline unix ms>|<item>", oldest first; PX its longest item's ttl
 //	P outboxseq:{D}                       string  the last seq handed out for D's outbox; PX at least the outbox's
+//	P pushto:{D}                          string  D's push endpoint (package push's JSON); PX the registration's ttl (30 days)
 //	P outboxbytes:{D}                     string  the bytes of D's outbox items; PX as the outbox
 //	P {outbox}:due                        zset    "<len>:<seq>:<D>" of every outbox item pushed with a store-wide
 //	                                              bound, scored by deadline (unix ms); PX its longest item's

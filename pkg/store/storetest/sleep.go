@@ -21,6 +21,46 @@ var sleepTests = []test{
 	{"StoreBytes", testSleepStoreBytes},
 	{"ExtendBlob", testSleepExtendBlob},
 	{"ExtendBlobUnknown", testSleepExtendBlobUnknown},
+	{"PushTarget", testSleepPushTarget},
+	{"PushTargetExpires", testSleepPushTargetExpires},
+}
+
+// testSleepPushTarget: a target is kept, replaced, read back as written,
+// and forgotten.
+func testSleepPushTarget(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	dev := name(t, "dev")
+	if _, err := s.PushTarget(ctx, dev); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("PushTarget(none) = %v, want ErrNotFound", err)
+	}
+	for _, target := range []string{`{"kind":"ntfy"}`, `{"kind":"webhook"}`} {
+		if err := s.SetPushTarget(ctx, dev, []byte(target), time.Minute); err != nil {
+			t.Fatalf("SetPushTarget: %v", err)
+		}
+		if got, err := s.PushTarget(ctx, dev); err != nil || string(got) != target {
+			t.Fatalf("PushTarget = %q, %v; want %q", got, err, target)
+		}
+	}
+	if err := s.DeletePushTarget(ctx, dev); err != nil {
+		t.Fatalf("DeletePushTarget: %v", err)
+	}
+	if _, err := s.PushTarget(ctx, dev); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("PushTarget(deleted) = %v, want ErrNotFound", err)
+	}
+	if err := s.DeletePushTarget(ctx, dev); err != nil {
+		t.Fatalf("DeletePushTarget(none): %v", err)
+	}
+}
+
+func testSleepPushTargetExpires(t *testing.T, s store.Store) {
+	dev := name(t, "dev")
+	if err := s.SetPushTarget(t.Context(), dev, []byte("x"), time.Second); err != nil {
+		t.Fatalf("SetPushTarget: %v", err)
+	}
+	eventually(t, expiryWait, "the target expired", func() bool {
+		_, err := s.PushTarget(t.Context(), dev)
+		return errors.Is(err, store.ErrNotFound)
+	})
 }
 
 func pushLim(t *testing.T, s store.Store, device, item string, lim store.OutboxLimits) store.OutboxDrops {

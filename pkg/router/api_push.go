@@ -1,0 +1,61 @@
+package router
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"github.com/hermes-mobile/gateway/pkg/admin"
+	"github.com/hermes-mobile/gateway/pkg/push"
+)
+
+// pushDevice returns the path's {device}.
+func pushDevice(req *http.Request) (string, error) {
+	dev := req.PathValue("device")
+	if dev == "" {
+		return "", badFrame("the path needs a device id")
+	}
+	return dev, checkDevice(dev)
+}
+
+// putPush is PUT /v1/devices/{device}/push: registers the device's push
+// endpoint, {kind, url, token}, for push.TargetTTL (30 days), replacing
+// any; registering again renews it.
+func (a *API) putPush(w http.ResponseWriter, req *http.Request) error {
+	dev, err := pushDevice(req)
+	if err != nil {
+		return err
+	}
+	var t push.Target
+	if err := a.decode(w, req, &t); err != nil {
+		return err
+	}
+	if len(t.URL) > push.MaxURLBytes {
+		return tooBig("url is %d bytes, longer than %d", len(t.URL), push.MaxURLBytes)
+	}
+	if err := t.Validate(); err != nil {
+		return badFrame("%v", err)
+	}
+	data, err := json.Marshal(t)
+	if err != nil {
+		return err
+	}
+	if err := a.r.store.SetPushTarget(req.Context(), dev, data, push.TargetTTL); err != nil {
+		return err
+	}
+	admin.WriteJSON(w, http.StatusOK, okBody{OK: true})
+	return nil
+}
+
+// deletePush is DELETE /v1/devices/{device}/push: the device gets no more
+// push notifications. Deleting none is fine.
+func (a *API) deletePush(w http.ResponseWriter, req *http.Request) error {
+	dev, err := pushDevice(req)
+	if err != nil {
+		return err
+	}
+	if err := a.r.store.DeletePushTarget(req.Context(), dev); err != nil {
+		return err
+	}
+	admin.WriteJSON(w, http.StatusOK, okBody{OK: true})
+	return nil
+}
