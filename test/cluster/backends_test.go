@@ -32,10 +32,10 @@ const (
 // card answered on another edge, the outbox after a reconnect on another
 // edge, delivery through the router's API, a takeover with deliveries
 // running through it (its takeover notice and the router's requests reach
-// the old edge over different routes of the NATS cluster), and dedup
-// across edges.
-const crossNode = "^(TestCardAnsweredOnOtherEdge|TestEdgeKilledMidFlush|TestDeliverThroughRouter|TestTakeoverAcrossEdges|TestDedupAcrossEdges)$"
-const crossNodeTests = 5
+// the old edge over different routes of the NATS cluster), dedup across
+// edges, and a sleeping phone's outbox and push notification.
+const crossNode = "^(TestCardAnsweredOnOtherEdge|TestEdgeKilledMidFlush|TestDeliverThroughRouter|TestTakeoverAcrossEdges|TestDedupAcrossEdges|TestSleepingPhoneMissesNothing)$"
+const crossNodeTests = 6
 
 type backendEnv struct {
 	redisMode, redisURL string

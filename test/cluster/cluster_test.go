@@ -61,6 +61,8 @@ type options struct {
 	// routerBusDelay, when set, puts the router behind a link to NATS that
 	// delays what it sends (see slowLink).
 	routerBusDelay time.Duration
+	// routerEnv is added to the router's settings.
+	routerEnv []string
 }
 
 // newCluster starts edges A and B and the router and returns once all of
@@ -223,7 +225,7 @@ func (c *cluster) routerEnv() []string {
 	if c.routerLink != nil {
 		env = append(env, "NATS_URL="+c.routerLink.url())
 	}
-	return env
+	return append(env, c.opts.routerEnv...)
 }
 
 // startEdge starts another edge while the test runs; env is added to (and
