@@ -92,6 +92,7 @@ type phone struct {
 	// through a blackhole, gives that socket up, and reports on the order
 	// once ready on another edge (avoid: the blackholed edge's URL).
 	silentReq   chan *silentOrder
+	acked       atomic.Bool // it sent an ack (FAULT_SILENT_ANY)
 	goingSilent *silentOrder
 	avoid       string
 	report      *silentOrder
@@ -324,6 +325,7 @@ func (ph *phone) session(ctx context.Context, url string, ph2 *phase) error {
 					if err := c.Ack(f.Str("id")); err != nil {
 						return err
 					}
+					ph.acked.Store(true)
 				}
 			case protocol.TypeError:
 				if f.Str("code") == string(protocol.CodeInternalError) && resendAt.IsZero() {
