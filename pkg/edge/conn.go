@@ -166,6 +166,13 @@ type conn struct {
 
 	outboxMu   sync.Mutex // one outbox read of this socket at a time
 	outboxSent int64      // under outboxMu: the Seq of the last outbox item queued here
+	// The acknowledgements of this socket's outbox reads, in read order
+	// (settleReads), under outboxAckMu: a later read (a reread while the
+	// flush still waits for acks) must not remove an earlier read's
+	// unacknowledged items with its own.
+	outboxAckMu sync.Mutex
+	outboxReads []*outboxAck // reads whose acknowledgement has not run, oldest first
+	outboxBad   int64        // the lowest Seq this socket did not deliver (0: none yet)
 }
 
 // handshake upgrades nc and starts watching it.

@@ -35,6 +35,9 @@ func (c *conn) writeOutbox() {
 		return
 	}
 	a := &outboxAck{c: c, bad: math.MaxInt64}
+	c.outboxAckMu.Lock()
+	c.outboxReads = append(c.outboxReads, a)
+	c.outboxAckMu.Unlock()
 	var prev <-chan struct{}
 	for _, it := range items {
 		if prev != nil && c.queuedBytes() > c.srv.cfg.MaxOutboundBytes/2 {
@@ -89,6 +92,7 @@ type outboxAck struct {
 	bad     int64   // the lowest Seq not delivered (MaxInt64: none)
 	broken  bool    // an item was not written (not merely not acked)
 	all     bool    // every item is queued
+	settled bool    // every item is queued and done
 }
 
 // queue adds the item seq. It returns the delivered that reports whether
@@ -147,16 +151,51 @@ func (a *outboxAck) settleLocked() (after func()) {
 	if !a.all || a.pending > 0 {
 		return nil
 	}
-	written := 0
-	for written < len(a.seqs) && a.seqs[written] < a.bad {
-		written++
-	}
 	a.all = false // once
-	var upTo int64
-	if written > 0 {
-		upTo = a.seqs[written-1]
+	a.settled = true
+	return a.c.settleReads
+}
+
+// settleReads acknowledges the settled reads of this socket in read order,
+// each up to the last of its items before the first item this socket did
+// not deliver, in that read or an earlier one. Removing up to a Seq
+// removes every item before it: a reread whose items were written while
+// the flush before it still waited for the phone's acks must not take the
+// flush's items with it (a phone whose network died would lose them).
+func (c *conn) settleReads() {
+	type ack struct {
+		a       *outboxAck
+		written int
+		upTo    int64
 	}
-	return func() { a.acknowledge(written, upTo) }
+	var acks []ack
+	c.outboxAckMu.Lock()
+	for len(c.outboxReads) > 0 {
+		a := c.outboxReads[0]
+		a.mu.Lock()
+		settled, bad, seqs := a.settled, a.bad, a.seqs
+		a.mu.Unlock()
+		if !settled {
+			break
+		}
+		c.outboxReads = c.outboxReads[1:]
+		if c.outboxBad == 0 || bad < c.outboxBad {
+			c.outboxBad = bad
+		}
+		written := 0
+		for written < len(seqs) && seqs[written] < c.outboxBad {
+			written++
+		}
+		var upTo int64
+		if written > 0 {
+			upTo = seqs[written-1]
+		}
+		acks = append(acks, ack{a, written, upTo})
+	}
+	c.outboxAckMu.Unlock()
+	for _, x := range acks {
+		x.a.acknowledge(x.written, x.upTo)
+	}
 }
 
 // acknowledge removes the written items of the read, up to the Seq upTo,

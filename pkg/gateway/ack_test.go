@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"context"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -9,10 +10,13 @@ import (
 
 	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/agent"
+	"github.com/hermes-mobile/gateway/pkg/bus"
 	"github.com/hermes-mobile/gateway/pkg/client"
 	"github.com/hermes-mobile/gateway/pkg/dispatch"
 	"github.com/hermes-mobile/gateway/pkg/gateway"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
+	"github.com/hermes-mobile/gateway/pkg/store"
+	"github.com/hermes-mobile/gateway/pkg/telemetry"
 	"github.com/hermes-mobile/gateway/pkg/wire"
 )
 
@@ -384,5 +388,91 @@ func TestDeliverFramesPipelineAcrossTargets(t *testing.T) {
 	}
 	if f := next(); f.T() != protocol.TypeDelivered || f.Str("id") != "held" || f.Str("device") != "tel-slow" {
 		t.Fatalf("the sender got %s, want delivered{held, tel-slow} after the ack", f)
+	}
+}
+
+// TestAckRereadKeepsTheUnackedFlush: a phone known to ack gets the outbox
+// flushed right after ready and does not ack it (its network died); then
+// the router files another item and the edge reads the outbox again. The
+// second read's item, written (not one that waits for an ack), must not
+// remove the flush's unacknowledged item with it: on the phone's next
+// socket the flushed message comes again. (Found by the fault test's
+// silent-network fault: removing up to the reread's item took the flush's
+// answers with it.)
+func TestAckRereadKeepsTheUnackedFlush(t *testing.T) {
+	t.Parallel()
+	tel := newTelemetry(t, telemetry.Config{ServiceName: "hermes-edge"})
+	n := startNode(t, func(cfg *gateway.Config) {
+		cfg.Telemetry = tel
+		cfg.Agent = agent.Func(func(ctx context.Context, ev wire.Event, out agent.Output) error {
+			return out.Message(ctx, "r-"+ev.ID, ev.Text, false, true)
+		})
+		cfg.Edge.AckWait = 2 * time.Second
+	})
+	srv := httptest.NewServer(tel.Handler())
+	t.Cleanup(srv.Close)
+	unacked := func() float64 {
+		sum := 0.0
+		for k, v := range scrapeMetrics(t, srv.URL+"/metrics") {
+			if strings.HasPrefix(k, "hermes_deliveries_unacked") {
+				sum += v
+			}
+		}
+		return sum
+	}
+	const dev = "tel-reread"
+
+	// Socket 1: the phone acks r-m1 (the store learns it acks), then
+	// leaves with r-m2 unacked: r-m2 waits in the outbox.
+	c1, _ := n.connect(t, dev)
+	if err := c1.Text("m1", "first"); err != nil {
+		t.Fatal(err)
+	}
+	ackRead(t, c1, "r-m1")
+	if err := c1.Ack("r-m1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c1.Text("m2", "second"); err != nil {
+		t.Fatal(err)
+	}
+	ackRead(t, c1, "r-m2")
+	c1.CloseNow()
+	waitOutboxItems(t, n, dev, 1)
+	base := unacked()
+
+	// Socket 2: the flush writes r-m2, which the phone never acks. An item
+	// that needs no ack (a message's first part) is filed, and the edge
+	// told to read the outbox again, as the router does.
+	c2, _ := n.connect(t, dev)
+	if got := ackRead(t, c2, "r-m2"); got != "second" {
+		t.Fatalf("r-m2 from the outbox = %q", got)
+	}
+	item, err := wire.Marshal(wire.Output{Op: wire.OpMessage, Device: dev, ID: "r-x", Text: "part"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Store.PushOutbox(testCtx(t), dev, item, store.OutboxLimits{MaxItems: 256, TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	nudge, _ := wire.Marshal(wire.Control{Op: wire.OpOutbox, Device: dev})
+	if err := n.Bus.Publish(testCtx(t), bus.DeviceSubject(dev), nudge, nil); err != nil {
+		t.Fatal(err)
+	}
+	if f := nextMessage(t, c2); f.Str("id") != "r-x" {
+		t.Fatalf("after the reread: %s, want r-x", f)
+	}
+	// r-m2's ack wait ends unacked; the reread's item was written long
+	// before, so its acknowledgement has run by now.
+	testsvc.WaitFor(t, 10*time.Second, "r-m2's ack wait to end unacked on socket 2", func() bool { return unacked() > base })
+	c2.CloseNow()
+	waitOffline(t, n, dev)
+
+	// Socket 3: r-m2 again, first.
+	c3, _ := n.connect(t, dev)
+	if err := c3.Text("m3", "third"); err != nil {
+		t.Fatal(err)
+	}
+	if f := nextMessage(t, c3); f.Str("id") != "r-m2" || f.Str("text") != "second" {
+		t.Fatalf("socket 3's first message is %s, want r-m2 again: it was never acked on socket 2", f)
 	}
 }
