@@ -5,6 +5,7 @@ package gateway_test
 // earlier versions, and delivered when the phone comes back.
 
 import (
+	"bytes"
 	"context"
 	"strings"
 	"testing"
@@ -84,5 +85,53 @@ func TestKeptForADay(t *testing.T) {
 	clk.Advance(time.Millisecond)
 	if items, err := n.Store.PeekOutbox(testCtx(t), devs[1], 0); err != nil || len(items) != 0 {
 		t.Fatalf("%s's outbox a day after the answer: %d items (%v), want none", devs[1], len(items), err)
+	}
+}
+
+// TestMediaKeptWithItsOutboxItem: a file the agent sends to a sleeping
+// phone is kept by reference, and its blob lives as long as the outbox
+// item (a day), not the 15 minutes of a blob: the phone that wakes an hour
+// later gets the file's bytes.
+func TestMediaKeptWithItsOutboxItem(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Now())
+	asleep := make(chan struct{})
+	answered := make(chan error, 1)
+	file := bytes.Repeat([]byte("png!"), 1000)
+	n := startNode(t, func(cfg *gateway.Config) {
+		cfg.Clock = clk
+		cfg.RouterCfg.JournalLease, cfg.Edge.OwnerTTL = 72*time.Hour, 72*time.Hour
+		cfg.Agent = agent.Func(func(ctx context.Context, ev wire.Event, out agent.Output) error {
+			if ev.Text != "picture" {
+				return nil
+			}
+			<-asleep
+			err := out.Media(ctx, agent.Media{ID: "pic-1", Kind: "image", Mime: "image/png", Filename: "p.png", Data: file})
+			answered <- err
+			return err
+		})
+	})
+	const dev = "tel-sleep-media"
+	c, _ := n.connect(t, dev)
+	if err := c.Text("q-1", "picture"); err != nil {
+		t.Fatal(err)
+	}
+	n.agent.waitFor(t, func(ev wire.Event) bool { return ev.ID == "q-1" })
+	c.CloseNow()
+	waitOffline(t, n, dev)
+	close(asleep)
+	if err := <-answered; err != nil {
+		t.Fatalf("the file to a sleeping phone: %v", err)
+	}
+	clk.Advance(time.Hour) // the blob's own 15 minutes are long past
+	c, _ = n.connect(t, dev)
+	ctx, cancel := context.WithTimeout(testCtx(t), 10*time.Second)
+	defer cancel()
+	_, data, err := c.CollectMedia(ctx, "pic-1")
+	if err != nil {
+		t.Fatalf("the kept file an hour later: %v", err)
+	}
+	if !bytes.Equal(data, file) {
+		t.Fatalf("the kept file has %d bytes, want the %d sent", len(data), len(file))
 	}
 }
