@@ -30,6 +30,12 @@ func (e *envFlag) String() string {
 	return e.Value.String()
 }
 
+// IsBoolFlag passes a Bool's bareness on to the flag package.
+func (e *envFlag) IsBoolFlag() bool {
+	b, ok := e.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
 func register(fs *flag.FlagSet, v flag.Value, name, env, usage string) {
 	fs.Var(&envFlag{v, env}, name, usage+" ($"+env+")")
 }
@@ -136,18 +142,24 @@ func MiB[T ~int | ~int64](fs *flag.FlagSet, p *T, name, env string, def T, usage
 }
 
 // Bool registers a flag that is true for 1, t, true (any case) and false
-// for 0, f, false, falling back to env.
+// for 0, f, false, falling back to env; on the command line the bare flag
+// means true.
 func Bool(fs *flag.FlagSet, p *bool, name, env string, def bool, usage string) {
 	*p = def
-	register(fs, funcValue{func(s string) error {
+	register(fs, boolValue{funcValue{func(s string) error {
 		b, err := strconv.ParseBool(s)
 		if err != nil {
 			return fmt.Errorf("%q: want true or false", s)
 		}
 		*p = b
 		return nil
-	}, func() string { return strconv.FormatBool(*p) }}, name, env, usage)
+	}, func() string { return strconv.FormatBool(*p) }}}, name, env, usage)
 }
+
+// boolValue lets the flag package take a bare -name as true.
+type boolValue struct{ funcValue }
+
+func (boolValue) IsBoolFlag() bool { return true }
 
 // Int registers a positive whole-number flag that falls back to env.
 func Int(fs *flag.FlagSet, p *int, name, env string, def int, usage string) {

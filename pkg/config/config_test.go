@@ -39,3 +39,29 @@ func TestParseReportsEveryBadVariable(t *testing.T) {
 		t.Errorf("other = %v, name = %q; want the flag's 7s and the variable's from-env", other, name)
 	}
 }
+
+// TestBool: the variable's true and false, a bad value named, and the bare
+// flag as true beating the variable.
+func TestBool(t *testing.T) {
+	for _, tc := range []struct {
+		env  string
+		args []string
+		want bool
+		bad  bool
+	}{
+		{"true", nil, true, false},
+		{"0", nil, false, false},
+		{"yes", nil, false, true},
+		{"false", []string{"-on"}, true, false},
+		{"true", []string{"-on=false"}, false, false},
+	} {
+		t.Setenv("CFG_TEST_ON", tc.env)
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		var on bool
+		Bool(fs, &on, "on", "CFG_TEST_ON", false, "")
+		err := Parse(fs, tc.args)
+		if (err != nil) != tc.bad || (!tc.bad && on != tc.want) {
+			t.Errorf("env %q args %q: %v, %v; want %v (error %v)", tc.env, tc.args, on, err, tc.want, tc.bad)
+		}
+	}
+}
