@@ -415,7 +415,10 @@ func unavailable(err error) bool {
 	return redis.IsLoadingError(err) || redis.IsReadOnlyError(err) ||
 		redis.IsMasterDownError(err) || redis.IsClusterDownError(err) ||
 		redis.IsTryAgainError(err) || redis.IsNoReplicasError(err) ||
-		redis.IsMaxClientsError(err) || redis.HasErrorPrefix(err, "BUSY")
+		redis.IsMaxClientsError(err) || redis.HasErrorPrefix(err, "BUSY") ||
+		// A cluster client gives MOVED or ASK back once its redirects ran
+		// out while a failover moved the slot: a retry finds the new map.
+		redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")
 }
 
 // replyInt reads element i of a script's array reply as an int64.
