@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -487,22 +485,7 @@ func newTelemetry(t *testing.T) *telemetry.Telemetry {
 // samples scrapes tel's /metrics: sample name{labels} → value.
 func samples(t *testing.T, tel *telemetry.Telemetry) map[string]float64 {
 	t.Helper()
-	rec := httptest.NewRecorder()
-	tel.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-	out := make(map[string]float64)
-	for line := range strings.Lines(rec.Body.String()) {
-		line = strings.TrimSpace(line)
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			t.Fatalf("unreadable sample %q", line)
-		}
-		out[line[:i]] = v
-	}
-	return out
+	return testsvc.Samples(t, tel.Handler())
 }
 
 // TestOpenAIMaxAnswer: an answer of exactly MaxAnswer bytes is whole; one
@@ -536,28 +519,34 @@ func TestOpenAIMaxAnswer(t *testing.T) {
 }
 
 // TestOpenAITypingWhileWaiting: typing repeats until the first delta, so the
-// avatar stays thinking through a slow start.
+// avatar stays thinking through a slow start: an upstream that answers only
+// once it has seen three typing calls gets its answer through.
 func TestOpenAITypingWhileWaiting(t *testing.T) {
+	out := &recOutput{}
+	typing := func() int {
+		n := 0
+		for _, c := range out.Calls() {
+			if c.op == "message" {
+				break
+			}
+			if c.op == "typing" {
+				n++
+			}
+		}
+		return n
+	}
 	f := fakellm.New(t, func(w http.ResponseWriter, r *http.Request, _ int) {
-		time.Sleep(350 * time.Millisecond)
+		if !testsvc.Eventually(5*time.Second, func() bool { return typing() >= 3 }) {
+			t.Errorf("%d typing calls while the upstream kept the first delta back, with TypingEvery 100 ms; want at least 3", typing())
+		}
 		fakellm.Stream(w, r, 0, "late")
 	})
 	a := newOpenAI(t, f, newMemstore(t), func(c *agent.OpenAIConfig) { c.TypingEvery = 100 * time.Millisecond })
-	out := &recOutput{}
 	if err := a.Handle(t.Context(), textEvent("mobile:tel-1", "m", "hi"), out); err != nil {
 		t.Fatal(err)
 	}
-	n := 0
-	for _, c := range out.Calls() {
-		if c.op == "message" {
-			break
-		}
-		if c.op == "typing" {
-			n++
-		}
-	}
-	if n < 3 {
-		t.Errorf("%d typing calls before the first delta after 350 ms with TypingEvery 100 ms, want at least 3", n)
+	if n := typing(); n < 3 {
+		t.Errorf("%d typing calls before the first delta, want at least 3", n)
 	}
 }
 

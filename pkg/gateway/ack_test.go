@@ -57,16 +57,13 @@ func ackNode(t *testing.T, mutate func(*gateway.Config)) (n *node, handled func(
 // waitOutboxItems waits until the device's outbox holds want items.
 func waitOutboxItems(t *testing.T, n *node, device string, want int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		items, err := n.Store.PeekOutbox(testCtx(t), device, 0)
-		if err == nil && len(items) == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the outbox holds %d items (%v), want %d", len(items), err, want)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var items []store.OutboxItem
+	var err error
+	if !testsvc.Eventually(10*time.Second, func() bool {
+		items, err = n.Store.PeekOutbox(testCtx(t), device, 0)
+		return err == nil && len(items) == want
+	}) {
+		t.Fatalf("the outbox holds %d items (%v), want %d", len(items), err, want)
 	}
 }
 
@@ -413,7 +410,7 @@ func TestAckRereadKeepsTheUnackedFlush(t *testing.T) {
 	t.Cleanup(srv.Close)
 	unacked := func() float64 {
 		sum := 0.0
-		for k, v := range scrapeMetrics(t, srv.URL+"/metrics") {
+		for k, v := range testsvc.Scrape(t, srv.URL+"/metrics") {
 			if strings.HasPrefix(k, "hermes_deliveries_unacked") {
 				sum += v
 			}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gobwas/ws/wsutil"
 
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/client"
 	"github.com/hermes-mobile/gateway/pkg/gateway"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
@@ -123,13 +124,7 @@ func mdUploadCharge(id, kind string) int {
 // bound.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("still waiting for %s after 20 s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testsvc.WaitFor(t, 20*time.Second, what, cond)
 }
 
 // TestQueueBudget: with MaxQueuedBytes 2 MiB and an hour's write timeout,

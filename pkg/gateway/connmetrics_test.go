@@ -28,6 +28,7 @@ import (
 	"github.com/gobwas/ws/wsutil"
 	"golang.org/x/sys/unix"
 
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/edge"
 	"github.com/hermes-mobile/gateway/pkg/gateway"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
@@ -107,22 +108,6 @@ func awaitClose(t *testing.T, nc net.Conn) ws.StatusCode {
 	}
 }
 
-// waitGauge scrapes until sample equals want.
-func waitGauge(t *testing.T, url, sample string, want float64) map[string]float64 {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		m := scrapeMetrics(t, url)
-		if m[sample] == want {
-			return m
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s = %v, want %v", sample, m[sample], want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func closes(code, by string) string {
 	return `hermes_closes_total{by="` + by + `",code="` + code + `"}`
 }
@@ -134,7 +119,7 @@ func closes(code, by string) string {
 // shows in hermes_draining until the edge is closed.
 func TestCloseCodesAndDurations(t *testing.T) {
 	n, url, _ := metricsNode(t, nil)
-	fresh := scrapeMetrics(t, url)
+	fresh := testsvc.Scrape(t, url)
 	for _, s := range []string{closes("1000", "peer"), closes("1006", "edge"), closes("other", "peer"),
 		`hermes_slow_reader_closes_total{reason="queue_full"}`, `hermes_accept_failures_total{stage="upgrade"}`, "hermes_draining"} {
 		if v, ok := fresh[s]; !ok || v != 0 {
@@ -157,8 +142,8 @@ func TestCloseCodesAndDurations(t *testing.T) {
 	if code := awaitClose(t, old); code != ws.StatusNormalClosure {
 		t.Fatalf("the replaced socket got close %d, want 1000", code)
 	}
-	waitGauge(t, url, "hermes_connections", 1)
-	m := waitMetric(t, url, "hermes_connection_duration_seconds_count", 6)
+	testsvc.WaitMetric(t, 10*time.Second, url, "hermes_connections", testsvc.Equals(1))
+	m := testsvc.WaitMetric(t, 10*time.Second, url, "hermes_connection_duration_seconds_count", testsvc.AtLeast(6))
 	for s, want := range map[string]float64{
 		closes("1000", "peer"):                     1,
 		closes("other", "peer"):                    1, // 4001 is no code the edge knows
@@ -192,14 +177,14 @@ func TestCloseCodesAndDurations(t *testing.T) {
 	if code := <-got; code != ws.StatusGoingAway {
 		t.Errorf("the drain closed with %d, want 1001", code)
 	}
-	m = scrapeMetrics(t, url)
+	m = testsvc.Scrape(t, url)
 	if m["hermes_draining"] != 1 || m[closes("1001", "edge")] != 2 { // the device's second socket and the last phone
 		t.Errorf("after the drain: hermes_draining = %v, closes 1001 by edge = %v; want 1 and 2", m["hermes_draining"], m[closes("1001", "edge")])
 	}
 	if err := n.Edge.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if v := scrapeMetrics(t, url)["hermes_draining"]; v != 0 {
+	if v := testsvc.Scrape(t, url)["hermes_draining"]; v != 0 {
 		t.Errorf("a closed edge still reports hermes_draining %v", v)
 	}
 }
@@ -228,7 +213,7 @@ func TestSlowReaderCloses(t *testing.T) {
 				"mime": "application/octet-stream", "filename": "big.bin"}, mdBytes(mdMax, 3))); err != nil {
 				t.Fatalf("upload: %v", err)
 			}
-			m := waitMetric(t, url, `hermes_slow_reader_closes_total{reason="`+tc.reason+`"}`, 1)
+			m := testsvc.WaitMetric(t, 10*time.Second, url, `hermes_slow_reader_closes_total{reason="`+tc.reason+`"}`, testsvc.AtLeast(1))
 			for s, want := range map[string]float64{
 				`hermes_slow_reader_closes_total{reason="queue_full"}`:    0,
 				`hermes_slow_reader_closes_total{reason="write_stalled"}`: 0,
@@ -272,7 +257,7 @@ func TestUpgradeFailures(t *testing.T) {
 	if answer := roundTrip(""); answer != "" {
 		t.Fatalf("a connection that sent nothing got %q", answer)
 	}
-	if v := scrapeMetrics(t, url)[`hermes_accept_failures_total{stage="upgrade"}`]; v != 0 {
+	if v := testsvc.Scrape(t, url)[`hermes_accept_failures_total{stage="upgrade"}`]; v != 0 {
 		t.Fatalf("a bare TCP check counted as a failed upgrade: %v", v)
 	}
 	for _, req := range []string{
@@ -283,7 +268,7 @@ func TestUpgradeFailures(t *testing.T) {
 			t.Errorf("%q was answered %q, want a 4xx", req, answer)
 		}
 	}
-	m := scrapeMetrics(t, url)
+	m := testsvc.Scrape(t, url)
 	if m[`hermes_accept_failures_total{stage="upgrade"}`] != 2 || m[`hermes_accept_failures_total{stage="accept"}`] != 0 {
 		t.Errorf("accept failures: upgrade %v, accept %v; want 2 and 0",
 			m[`hermes_accept_failures_total{stage="upgrade"}`], m[`hermes_accept_failures_total{stage="accept"}`])

@@ -15,10 +15,10 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/agent"
 	"github.com/hermes-mobile/gateway/pkg/client"
 	"github.com/hermes-mobile/gateway/pkg/edge"
@@ -647,7 +647,7 @@ func TestDeliverOnlyTheNamedForwardingHeader(t *testing.T) {
 // host nobody named) log one warning per process, not one per connection;
 // a connection without them logs none.
 func TestForwardingHeaderFromUntrustedLoopbackWarnsOnce(t *testing.T) {
-	var logs lockedBuffer
+	var logs testsvc.Buffer
 	g, err := gateway.Start(context.Background(), gateway.Config{
 		Listen: "127.0.0.1:0", Router: true, Agent: agent.Demo{},
 		Edge: edge.Config{Auth: edge.AuthConfig{Token: testToken}},
@@ -667,24 +667,6 @@ func TestForwardingHeaderFromUntrustedLoopbackWarnsOnce(t *testing.T) {
 	if got := strings.Count(logs.String(), warning); got != 1 {
 		t.Fatalf("%d warnings about forwarding headers from an untrusted loopback peer, want 1:\n%s", got, logs.String())
 	}
-}
-
-// lockedBuffer is a log sink safe for concurrent writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func TestDeliverAllowedForXFFLoopbackThroughProxy(t *testing.T) {

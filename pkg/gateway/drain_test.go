@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/bus"
 	"github.com/hermes-mobile/gateway/pkg/client"
 	"github.com/hermes-mobile/gateway/pkg/gateway"
@@ -192,15 +193,11 @@ func TestOutboxReadAgain(t *testing.T) {
 		t.Fatalf("the phone got %q, %v; want the outbox item", text, err)
 	}
 	// Written, so acknowledged: the item leaves the outbox.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		left, err := n.Store.PeekOutbox(testCtx(t), "tel-1", 0)
-		if err == nil && len(left) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("outbox after the nudge: %d items, %v; want it empty", len(left), err)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var left []store.OutboxItem
+	if !testsvc.Eventually(5*time.Second, func() bool {
+		left, err = n.Store.PeekOutbox(testCtx(t), "tel-1", 0)
+		return err == nil && len(left) == 0
+	}) {
+		t.Fatalf("outbox after the nudge: %d items, %v; want it empty", len(left), err)
 	}
 }

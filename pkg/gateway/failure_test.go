@@ -12,23 +12,15 @@ package gateway_test
 // fail when CI is set.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"slices"
-	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -42,9 +34,6 @@ import (
 )
 
 const (
-	flRedisBin = "/usr/bin/redis-server"
-	flNATSBin  = "/usr/sbin/nats-server"
-
 	// flOpBound is how soon a phone must hear that its frame failed: the
 	// edge's op timeout (5 s) plus slack.
 	flOpBound = 6 * time.Second
@@ -54,254 +43,23 @@ const (
 
 // ---- private servers ----
 
-// flServer is a redis-server or nats-server child process on a fixed
-// loopback port, so it can be stopped and started again at the same address.
-type flServer struct {
-	t     *testing.T
-	name  string
-	bin   string
-	args  func(port int) []string
-	ready func(addr string) error
-	port  int
-
-	mu   sync.Mutex
-	proc *flProc
-	out  flOutput
-}
-
-// flProc is one run of the server.
-type flProc struct {
-	cmd  *exec.Cmd
-	done chan struct{} // closed when the process has exited
-}
-
-// flBin returns the server binary at path, or of the same name on PATH. When
-// there is none the test is skipped, or fails when CI is set.
-func flBin(t *testing.T, path string) string {
+// flMust fails t on err, as a server that does not come back, freeze or
+// thaw leaves nothing to test.
+func flMust(t *testing.T, err error) {
 	t.Helper()
-	if fi, err := os.Stat(path); err == nil && !fi.IsDir() {
-		return path
-	}
-	if p, err := exec.LookPath(filepath.Base(path)); err == nil {
-		return p
-	}
-	msg := fmt.Sprintf("the failure tests start their own %s: it is neither at %s nor on PATH", filepath.Base(path), path)
-	if os.Getenv("CI") != "" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-	return ""
-}
-
-// flStartRedis starts a private redis-server without persistence: a
-// restarted one is empty.
-func flStartRedis(t *testing.T) *flServer { return flStartRedisWith(t, "--appendonly", "no") }
-
-// flStartRedisDurable starts a Redis that keeps every write on disk
-// (AOF, fsync always), so a restart after a kill loses nothing.
-func flStartRedisDurable(t *testing.T) *flServer {
-	return flStartRedisWith(t, "--appendonly", "yes", "--appendfsync", "always")
-}
-
-func flStartRedisWith(t *testing.T, persistence ...string) *flServer {
-	dir := t.TempDir()
-	s := &flServer{t: t, name: "redis-server", bin: flBin(t, flRedisBin), ready: flRedisPing,
-		args: func(port int) []string {
-			return append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-				"--save", "", "--dir", dir}, persistence...)
-		}}
-	s.init()
-	return s
-}
-
-// flStartNATS starts a private nats-server.
-func flStartNATS(t *testing.T) *flServer {
-	s := &flServer{t: t, name: "nats-server", bin: flBin(t, flNATSBin), ready: flNATSInfo,
-		args: func(port int) []string { return []string{"-a", "127.0.0.1", "-p", strconv.Itoa(port)} }}
-	s.init()
-	return s
-}
-
-func (s *flServer) init() {
-	s.t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		s.t.Fatal(err)
+		t.Fatal(err)
 	}
-	s.port = ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	s.t.Cleanup(func() {
-		s.stop()
-		if s.t.Failed() {
-			s.t.Logf("%s output:\n%s", s.name, s.out.tail(4000))
-		}
-	})
-	s.start()
-}
-
-func (s *flServer) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
-
-func (s *flServer) redisURL() string { return "redis://" + s.addr() }
-
-func (s *flServer) natsURL() string { return "nats://" + s.addr() }
-
-// start runs the server on its port and waits until it answers.
-func (s *flServer) start() {
-	s.t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.proc != nil {
-		s.t.Fatalf("%s is already running", s.name)
-	}
-	cmd := exec.Command(s.bin, s.args(s.port)...)
-	cmd.Stdout, cmd.Stderr = &s.out, &s.out
-	if err := cmd.Start(); err != nil {
-		s.t.Fatalf("start %s: %v", s.name, err)
-	}
-	p := &flProc{cmd: cmd, done: make(chan struct{})}
-	go func() {
-		cmd.Wait()
-		close(p.done)
-	}()
-	s.proc = p
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		err := s.ready(s.addr())
-		if err == nil {
-			return
-		}
-		select {
-		case <-p.done:
-			s.t.Fatalf("%s on %s exited at start: %v\n%s", s.name, s.addr(), cmd.ProcessState, s.out.tail(2000))
-		default:
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("%s on %s not ready: %v\n%s", s.name, s.addr(), err, s.out.tail(2000))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// stop kills the server (SIGKILL: a crash, nothing is flushed) and waits
-// for it. It is idempotent.
-func (s *flServer) stop() {
-	s.mu.Lock()
-	p := s.proc
-	s.proc = nil
-	s.mu.Unlock()
-	if p == nil {
-		return
-	}
-	p.cmd.Process.Kill()
-	<-p.done
-}
-
-// restart starts the stopped server again on the same port.
-func (s *flServer) restart() {
-	s.t.Helper()
-	s.stop()
-	s.start()
-}
-
-// freeze stops the process without killing it (SIGSTOP): it keeps its
-// sockets open but answers nothing, as a hung server or a partition would.
-// It returns once the process is stopped.
-func (s *flServer) freeze() {
-	s.t.Helper()
-	s.signal(syscall.SIGSTOP)
-	s.mu.Lock()
-	pid := s.proc.cmd.Process.Pid
-	s.mu.Unlock()
-	if err := testsvc.WaitStopped(pid); err != nil {
-		s.t.Fatalf("freezing %s: %v", s.name, err)
-	}
-}
-
-// thaw resumes a frozen server.
-func (s *flServer) thaw() { s.signal(syscall.SIGCONT) }
-
-func (s *flServer) signal(sig syscall.Signal) {
-	s.t.Helper()
-	s.mu.Lock()
-	p := s.proc
-	s.mu.Unlock()
-	if p == nil {
-		s.t.Fatalf("%s is not running", s.name)
-	}
-	if err := p.cmd.Process.Signal(sig); err != nil {
-		s.t.Fatalf("signal %s: %v", s.name, err)
-	}
-}
-
-// flRedisPing checks that a Redis answers PING, without a client library.
-func flRedisPing(addr string) error {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(time.Second))
-	if _, err := c.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
-		return err
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil {
-		return err
-	}
-	if line != "+PONG\r\n" {
-		return fmt.Errorf("PING answered %q", strings.TrimSpace(line))
-	}
-	return nil
-}
-
-// flNATSInfo checks that a NATS server greets with INFO.
-func flNATSInfo(addr string) error {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(time.Second))
-	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil {
-		return err
-	}
-	if !strings.HasPrefix(line, "INFO ") {
-		return fmt.Errorf("greeting %q", strings.TrimSpace(line))
-	}
-	return nil
-}
-
-// flOutput collects a server's output.
-type flOutput struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (o *flOutput) Write(p []byte) (int, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.b.Write(p)
-}
-
-func (o *flOutput) tail(n int) string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	s := o.b.String()
-	if len(s) > n {
-		s = "…" + s[len(s)-n:]
-	}
-	return s
 }
 
 // flDeps is a private Redis and NATS for one test.
 type flDeps struct {
-	redis, nats *flServer
+	redis, nats *testsvc.Server
 }
 
 func flStartDeps(t *testing.T) *flDeps {
 	t.Helper()
-	return &flDeps{redis: flStartRedis(t), nats: flStartNATS(t)}
+	return &flDeps{redis: testsvc.StartRedis(t), nats: testsvc.StartNATS(t)}
 }
 
 // flNode is a node of a failure test; with a router, its agent is tracked so
@@ -317,7 +75,7 @@ func (d *flDeps) node(t *testing.T, router bool, mutate func(*gateway.Config)) *
 	t.Helper()
 	var tr *flTracked
 	n := startNode(t, func(cfg *gateway.Config) {
-		cfg.NATSURL, cfg.RedisURL, cfg.Router = d.nats.natsURL(), d.redis.redisURL(), router
+		cfg.NATSURL, cfg.RedisURL, cfg.Router = d.nats.URL(), d.redis.URL(), router
 		cfg.Agent = agent.Demo{}
 		if mutate != nil {
 			mutate(cfg)
@@ -347,17 +105,9 @@ func (a *flTracked) Handle(ctx context.Context, ev wire.Event, out agent.Output)
 // subject of TestFailureDeliveryInFlightWhenNATSDies, not of the others.
 func (n *flNode) quiesce(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		got, done := len(n.agent.Events()), int(n.tracked.done.Load())
-		if got == done {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the agent still handles %d of %d events after 10 s", got-done, got)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testsvc.WaitFor(t, 10*time.Second, "the agent to have handled every event it got", func() bool {
+		return len(n.agent.Events()) == int(n.tracked.done.Load())
+	})
 }
 
 // ---- phones ----
@@ -406,7 +156,7 @@ func flConnectWithin(t *testing.T, n *flNode, device string, within time.Duratio
 		if !errors.As(err, &se) || se.Code != protocol.CodeInternalError || !se.Fatal {
 			return nil, fmt.Errorf("hello refused with %v, want ready or a fatal internal_error", err)
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // a retrying phone\'s pace, not a wait for a state
 	}
 	return nil, fmt.Errorf("no ready within %v; last answer: %v", within, last)
 }
@@ -533,7 +283,7 @@ func (p *flPhone) echo(id, text string, within time.Duration) (time.Duration, er
 			if se.Code != protocol.CodeInternalError || se.Fatal {
 				return time.Since(start), fmt.Errorf("unexpected %s; the phone saw: %s", flDescribe(f), p.history())
 			}
-			time.Sleep(200 * time.Millisecond)
+			time.Sleep(200 * time.Millisecond) // a retrying phone\'s pace, not a wait for a state
 			if err := send(); err != nil {
 				return time.Since(start), err
 			}
@@ -657,16 +407,13 @@ func flWaitConns(t *testing.T, n *flNode, what string, phones ...*flPhone) {
 // bus.ErrUnavailable (down), probing with a publish.
 func flWaitBus(t *testing.T, n *flNode, up bool, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
 	var err error
-	for time.Now().Before(deadline) {
+	if !testsvc.Eventually(within, func() bool {
 		err = n.Bus.Publish(context.Background(), "hermes.test.probe", []byte("x"), nil)
-		if up && err == nil || !up && errors.Is(err, bus.ErrUnavailable) {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+		return up && err == nil || !up && errors.Is(err, bus.ErrUnavailable)
+	}) {
+		t.Fatalf("the node's bus did not become up=%v within %v: last publish: %v", up, testsvc.Slack(within), err)
 	}
-	t.Fatalf("the node's bus did not become up=%v within %v: last publish: %v", up, within, err)
 }
 
 // openCard asks the demo for a slash_confirm card and returns its id.
@@ -740,7 +487,7 @@ func (p *flPhone) resolveCard(id, option, want string, within time.Duration) err
 			if se.Code != protocol.CodeInternalError || se.Fatal {
 				return fmt.Errorf("unexpected %s; the phone saw: %s", flDescribe(f), p.history())
 			}
-			time.Sleep(200 * time.Millisecond)
+			time.Sleep(200 * time.Millisecond) // a retrying phone\'s pace, not a wait for a state
 			if err := p.Answer(id, option, ""); err != nil {
 				return err
 			}
@@ -767,7 +514,7 @@ func TestFailureRedisRestart(t *testing.T) {
 	}
 	n.quiesce(t)
 
-	d.redis.stop()
+	d.redis.Kill()
 	sent := time.Now()
 	if err := p.Text("r-1", "while redis is down"); err != nil {
 		t.Fatal(err)
@@ -797,7 +544,7 @@ func TestFailureRedisRestart(t *testing.T) {
 	q.CloseNow()
 	flWaitConns(t, n, "during the Redis outage", p)
 
-	d.redis.restart()
+	flMust(t, d.redis.Restart())
 	back := time.Now()
 	q2, err := flConnectWithin(t, n, "tel-redis-new", flRecover)
 	if err != nil {
@@ -836,13 +583,13 @@ func TestFailureRedisLosesJournal(t *testing.T) {
 	n.agent.waitFor(t, func(ev wire.Event) bool { return ev.ID == "j-1" })
 	p.expectPong("ping before the outage") // the text was taken
 
-	d.redis.stop()
+	d.redis.Kill()
 	close(gate.open)
 	if err := <-gate.handled; err != nil {
 		t.Fatalf("the agent's call: %v", err)
 	}
 	// The router now fails to read the journal and retries.
-	d.redis.restart()
+	flMust(t, d.redis.Restart())
 	if took, err := p.echo("j-2", "after the outage", flRecover); err != nil {
 		t.Errorf("the text sent after Redis came back empty was never answered: %v", err)
 	} else {
@@ -900,7 +647,7 @@ func TestFailureNATSRestart(t *testing.T) {
 	p.expectPong("ping before the outage")    // the edges have handled all
 	cron.expectPong("ping before the outage") // frames before (and their acks)
 
-	d.nats.stop()
+	d.nats.Kill()
 	flWaitBus(t, a, false, 5*time.Second) // a request already in flight is TestFailureNATSHungThenRestarted's case
 	flWaitBus(t, b, false, 5*time.Second)
 	sent := time.Now()
@@ -931,7 +678,7 @@ func TestFailureNATSRestart(t *testing.T) {
 		t.Logf("hello while NATS is down: ready")
 	}
 
-	d.nats.restart()
+	flMust(t, d.nats.Restart())
 	back := time.Now()
 	if took, err := p.echo("n-1", "while nats is down", flRecover); err != nil {
 		t.Errorf("after NATS came back, the resent text: %v", err)
@@ -954,7 +701,7 @@ func TestFailureNATSRestart(t *testing.T) {
 		f, err := cron.next(flOpBound)
 		if err != nil || f.T() != protocol.TypeDelivered || f.Str("id") != id {
 			t.Logf("deliver after NATS came back: %s (%v)", flDescribe(f), err)
-			time.Sleep(200 * time.Millisecond)
+			time.Sleep(200 * time.Millisecond) // a retrying phone\'s pace, not a wait for a state
 			continue
 		}
 		delivered = p.waitMessage(text, 2*time.Second) == nil
@@ -982,9 +729,27 @@ func TestFailureNATSRestart(t *testing.T) {
 type flGate struct {
 	open    chan struct{}
 	handled chan error
+	sending chan struct{} // a held text's answer is being sent (Message called)
 }
 
-func newFlGate() *flGate { return &flGate{open: make(chan struct{}), handled: make(chan error, 16)} }
+func newFlGate() *flGate {
+	return &flGate{open: make(chan struct{}), handled: make(chan error, 16), sending: make(chan struct{}, 16)}
+}
+
+// flSending is an agent.Output that tells the gate when a message starts
+// on its way.
+type flSending struct {
+	agent.Output
+	sending chan<- struct{}
+}
+
+func (o flSending) Message(ctx context.Context, id, text string, edit, final bool) error {
+	select {
+	case o.sending <- struct{}{}:
+	default: // nobody waits for more than the first
+	}
+	return o.Output.Message(ctx, id, text, edit, final)
+}
 
 func (g *flGate) Handle(ctx context.Context, ev wire.Event, out agent.Output) error {
 	slow, quiet := strings.HasPrefix(ev.Text, "slow:"), strings.HasPrefix(ev.Text, "quiet:")
@@ -998,7 +763,7 @@ func (g *flGate) Handle(ctx context.Context, ev wire.Event, out agent.Output) er
 			g.handled <- nil
 			return nil
 		}
-		err := agent.Demo{}.Handle(ctx, ev, out)
+		err := agent.Demo{}.Handle(ctx, ev, flSending{out, g.sending})
 		g.handled <- err
 		return err
 	}
@@ -1022,7 +787,7 @@ func TestFailureReplyDuringNATSOutage(t *testing.T) {
 	// was taken (the router's acknowledgement came), not refused.
 	p.expectPong("ping before the outage")
 
-	d.nats.stop()
+	d.nats.Kill()
 	flWaitBus(t, n, false, 5*time.Second)
 	close(gate.open)
 	select {
@@ -1031,7 +796,7 @@ func TestFailureReplyDuringNATSOutage(t *testing.T) {
 	case <-time.After(time.Second):
 		t.Logf("the agent answered while NATS was down; its Output is still waiting after 1 s")
 	}
-	d.nats.restart()
+	flMust(t, d.nats.Restart())
 	flWaitBus(t, n, true, flRecover)
 
 	const want = "You said: slow: think about it"
@@ -1058,7 +823,7 @@ func TestFailureReplyDuringNATSOutage(t *testing.T) {
 // it tries both again until Redis is back, and the phone gets the answer.
 func TestFailureReplyDuringRedisOutage(t *testing.T) {
 	t.Parallel()
-	d := &flDeps{redis: flStartRedisDurable(t), nats: flStartNATS(t)}
+	d := &flDeps{redis: testsvc.StartRedis(t, "--appendonly", "yes", "--appendfsync", "always"), nats: testsvc.StartNATS(t)}
 	gate := newFlGate()
 	const retryFor = 500 * time.Millisecond
 	n := d.node(t, true, func(cfg *gateway.Config) { cfg.Agent, cfg.RouterCfg.RetryFor = gate, retryFor })
@@ -1069,7 +834,7 @@ func TestFailureReplyDuringRedisOutage(t *testing.T) {
 	n.agent.waitFor(t, func(ev wire.Event) bool { return ev.ID == "r-1" })
 	p.expectPong("ping before the outage") // the text was taken
 
-	d.redis.stop()
+	d.redis.Kill()
 	close(gate.open)
 	// Past the router's retries of the delivery, the answer can be kept
 	// nowhere; the agent's Output must keep trying instead of failing.
@@ -1078,7 +843,7 @@ func TestFailureReplyDuringRedisOutage(t *testing.T) {
 		t.Fatalf("the agent's answer returned %v while Redis was down: an answer that could not be kept is dropped", err)
 	case <-time.After(retryFor + 3*time.Second):
 	}
-	d.redis.restart()
+	flMust(t, d.redis.Restart())
 
 	const want = "You said: slow: keep this"
 	if err := p.waitMessage(want, flRecover+5*time.Second); err != nil {
@@ -1105,11 +870,11 @@ func TestFailureDeliveryInFlightWhenNATSDies(t *testing.T) {
 	n.agent.waitFor(t, func(ev wire.Event) bool { return ev.ID == "f-1" })
 	p.expectPong("ping before the outage") // the text was taken, not refused
 
-	d.nats.freeze()
-	close(gate.open)                   // the agent's first output goes to the frozen server
-	time.Sleep(300 * time.Millisecond) // time to write it; nothing to observe
+	flMust(t, d.nats.Freeze())
+	close(gate.open) // the agent's first output goes to the frozen server
+	testsvc.WaitChan(t, 5*time.Second, "the agent's answer to be on its way to the frozen server", gate.sending)
 
-	d.nats.restart()
+	flMust(t, d.nats.Restart())
 	back := time.Now()
 	flWaitBus(t, n, true, flRecover)
 	if err := p.Text("f-2", "after the outage"); err != nil {
@@ -1151,14 +916,14 @@ func TestFailureNATSHungThenRestarted(t *testing.T) {
 	}
 	n.quiesce(t)
 
-	d.nats.freeze()
+	flMust(t, d.nats.Freeze())
 	sent := time.Now()
 	if err := p.Text("h-1", "while nats hangs"); err != nil {
 		t.Fatal(err)
 	}
 	p.expectRetryable("text while NATS hangs", sent)
 	p.expectPong("ping while NATS hangs")
-	d.nats.restart() // SIGKILL works on a stopped process; what it held is gone
+	flMust(t, d.nats.Restart()) // SIGKILL works on a stopped process; what it held is gone
 
 	if took, err := p.echo("h-1", "while nats hangs", flRecover); err != nil {
 		t.Errorf("after NATS was restarted, the resent text (the id the edge told the phone to send again): %v", err)
@@ -1180,9 +945,9 @@ func TestFailureCardAnswerWhileNATSHangs(t *testing.T) {
 	card := p.openCard("k-0", "Deploy now")
 	n.quiesce(t)
 
-	d.nats.freeze()
+	flMust(t, d.nats.Freeze())
 	p.answerUnreachable("card answer while NATS hangs", card, protocol.OptionOnce)
-	d.nats.restart()
+	flMust(t, d.nats.Restart())
 	if err := p.resolveCard(card, protocol.OptionOnce, "slash_confirm resolved: once", flRecover); err != nil {
 		t.Errorf("after NATS was restarted, answering the card again: %v", err)
 	}
@@ -1203,14 +968,14 @@ func TestFailureRedisHung(t *testing.T) {
 	}
 	n.quiesce(t)
 
-	d.redis.freeze()
+	flMust(t, d.redis.Freeze())
 	sent := time.Now()
 	if err := p.Text("z-1", "while redis hangs"); err != nil {
 		t.Fatal(err)
 	}
 	p.expectRetryable("text while Redis hangs", sent)
 	p.expectPong("ping while Redis hangs")
-	d.redis.thaw()
+	flMust(t, d.redis.Thaw())
 
 	if took, err := p.echo("z-1", "while redis hangs", flRecover); err != nil {
 		t.Errorf("after Redis answered again, the resent text (the id the edge told the phone to send again): %v", err)
@@ -1238,14 +1003,14 @@ func TestFailureOrphanedClaim(t *testing.T) {
 	}
 	n.quiesce(t)
 
-	d.redis.freeze()
+	flMust(t, d.redis.Freeze())
 	sent := time.Now()
 	if err := p.Text("o-1", "claimed while redis hangs"); err != nil {
 		t.Fatal(err)
 	}
 	p.expectRetryable("text while Redis hangs", sent)
 	p.CloseNow() // the app reconnects
-	d.redis.thaw()
+	flMust(t, d.redis.Thaw())
 
 	p2, err := flConnectWithin(t, n, "tel-orphan", flRecover)
 	if err != nil {
@@ -1277,12 +1042,12 @@ func TestFailureOutagesLeakNothing(t *testing.T) {
 	base := flSettledGoroutines()
 
 	const texts, hellos = 20, 5
-	outage := func(name string, dep *flServer) {
+	outage := func(name string, dep *testsvc.Server) {
 		n.quiesce(t)
 		for _, p := range phones {
 			p.expectPong("ping before the " + name + " outage")
 		}
-		dep.stop()
+		dep.Kill()
 		if name == "NATS" {
 			flWaitBus(t, n, false, 5*time.Second)
 		}
@@ -1307,7 +1072,7 @@ func TestFailureOutagesLeakNothing(t *testing.T) {
 			q.CloseNow()
 		}
 		phones[1].expectPong("ping during the " + name + " outage")
-		dep.restart()
+		flMust(t, dep.Restart())
 		// Whatever the outage did to the sockets, new ones must work.
 		for i, old := range phones {
 			old.Close()
@@ -1349,7 +1114,7 @@ func TestFailureOutagesLeakNothing(t *testing.T) {
 func flSettledGoroutines() int {
 	last := runtime.NumGoroutine()
 	for range 20 {
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // the sampling interval of a count that has no event to wait for
 		n := runtime.NumGoroutine()
 		if n == last {
 			return n

@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"regexp"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/agent"
 	"github.com/hermes-mobile/gateway/pkg/client"
 	"github.com/hermes-mobile/gateway/pkg/edge"
@@ -457,7 +459,7 @@ func TestHandshakeHelloTimeout(t *testing.T) {
 		c := n.dial(t)
 		hsHello(t, c, testToken, protocol.Device{ID: "tel-in-time"})
 		// Idle for well past the hello timeout: the session must stay.
-		time.Sleep(2 * timeout)
+		time.Sleep(2 * timeout) // the idle time is what is tested: no timer may fire in it
 		if err := c.Err(); err != nil {
 			t.Fatalf("connection ended after a timely hello: %v", err)
 		}
@@ -569,10 +571,7 @@ func hsNode(t testing.TB, mutate func(*gateway.Config)) *node {
 	t.Helper()
 	n := startNode(t, mutate)
 	t.Cleanup(func() {
-		deadline := time.Now().Add(5 * time.Second)
-		for n.Edge.Conns() != 0 && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
+		testsvc.Eventually(5*time.Second, func() bool { return n.Edge.Conns() == 0 }) // judged below
 		if k := n.Edge.Conns(); k != 0 {
 			t.Errorf("%d connections were never released by the edge after the test dropped its sockets", k)
 		}
@@ -583,13 +582,7 @@ func hsNode(t testing.TB, mutate func(*gateway.Config)) *node {
 // hsWaitConns waits until the edge has want open connections.
 func hsWaitConns(t testing.TB, n *node, want int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for n.Edge.Conns() != want {
-		if time.Now().After(deadline) {
-			t.Fatalf("edge has %d connections, want %d", n.Edge.Conns(), want)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testsvc.WaitFor(t, 5*time.Second, fmt.Sprintf("the edge to have %d open connections", want), func() bool { return n.Edge.Conns() == want })
 }
 
 // TestHandshakeTokenInURLIgnored: ?token= is not accepted; only hello.token

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/agent"
 	"github.com/hermes-mobile/gateway/pkg/client"
 	"github.com/hermes-mobile/gateway/pkg/edge"
@@ -63,39 +64,9 @@ func startNode(t testing.TB, mutate func(*gateway.Config)) *node {
 	return &node{Gateway: g, agent: rec}
 }
 
-// testLogger writes the node's logs to t.Log, so a failing test shows them.
-// Lines logged once the test has ended (by goroutines the node leaves
-// behind, such as a closed connection's clean-up) are dropped: t.Log then
-// races with the test's end.
-func testLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(newTWriter(t), &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-// newTWriter is an io.Writer to t.Log until t ends.
-func newTWriter(t testing.TB) *tWriter {
-	w := &tWriter{t: t}
-	t.Cleanup(func() {
-		w.mu.Lock()
-		w.ended = true
-		w.mu.Unlock()
-	})
-	return w
-}
-
-type tWriter struct {
-	t     testing.TB
-	mu    sync.Mutex
-	ended bool
-}
-
-func (w *tWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.ended {
-		w.t.Log(string(p))
-	}
-	return len(p), nil
-}
+// testLogger writes the node's logs to t.Log, so a failing test shows
+// them, until the test ends (testsvc.LogWriter says why not after).
+func testLogger(t testing.TB) *slog.Logger { return testsvc.Logger(t) }
 
 // testCtx is a context that ends with the test or after 20 s.
 func testCtx(t testing.TB) context.Context {

@@ -18,6 +18,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/agent"
 	"github.com/hermes-mobile/gateway/pkg/client"
 	"github.com/hermes-mobile/gateway/pkg/gateway"
@@ -823,17 +824,8 @@ func TestUploadFreedOnDisconnect(t *testing.T) {
 		t.Fatalf("%d bytes buffered, want %d", got, mdMiB+1000)
 	}
 	c.CloseNow()
-	deadline := time.Now().Add(3 * time.Second)
-	for {
-		got := mdUploadBytes(t, n, dev)
-		if got == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d bytes still buffered 3 s after the device disconnected", got)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testsvc.WaitFor(t, 3*time.Second, "the upload's buffered bytes to be freed after the device disconnected",
+		func() bool { return mdUploadBytes(t, n, dev) == 0 })
 }
 
 // TestMediaDedup: a media id is delivered once: a single-frame file resent,

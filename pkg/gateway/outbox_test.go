@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/agent"
 	"github.com/hermes-mobile/gateway/pkg/client"
 	"github.com/hermes-mobile/gateway/pkg/gateway"
@@ -82,16 +83,12 @@ func bigItemText(i int) string {
 // waitOffline waits until the device has no owner: its socket is gone.
 func waitOffline(t *testing.T, n *node, device string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		_, err := n.Store.DeviceOwner(testCtx(t), device)
-		if errors.Is(err, store.ErrNotFound) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s still has an owner 10 s after its socket closed (%v)", device, err)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var err error
+	if !testsvc.Eventually(10*time.Second, func() bool {
+		_, err = n.Store.DeviceOwner(testCtx(t), device)
+		return errors.Is(err, store.ErrNotFound)
+	}) {
+		t.Fatalf("%s still has an owner 10 s after its socket closed (%v)", device, err)
 	}
 }
 
@@ -116,16 +113,13 @@ func wantOutboxItems(t *testing.T, n *node, device string, want int) {
 // waitOutboxEmpty waits for the acknowledgement of a completed flush.
 func waitOutboxEmpty(t *testing.T, n *node, device string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		items, err := n.Store.PeekOutbox(testCtx(t), device, 0)
-		if err == nil && len(items) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the outbox still holds %d items (%v) 10 s after the phone read them all", len(items), err)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var items []store.OutboxItem
+	var err error
+	if !testsvc.Eventually(10*time.Second, func() bool {
+		items, err = n.Store.PeekOutbox(testCtx(t), device, 0)
+		return err == nil && len(items) == 0
+	}) {
+		t.Fatalf("the outbox still holds %d items (%v) 10 s after the phone read them all", len(items), err)
 	}
 }
 

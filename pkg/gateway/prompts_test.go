@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/client"
 	"github.com/hermes-mobile/gateway/pkg/clock"
 	"github.com/hermes-mobile/gateway/pkg/gateway"
@@ -41,10 +42,7 @@ func promptsStartNode(t testing.TB, mutate func(*gateway.Config)) *node {
 	// Registered after startNode's cleanup and before any connection's, so
 	// it runs after the connections are dropped and before the node closes.
 	t.Cleanup(func() {
-		deadline := time.Now().Add(5 * time.Second)
-		for n.Edge.Conns() > 0 && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
-		}
+		testsvc.Eventually(5*time.Second, func() bool { return n.Edge.Conns() == 0 })
 	})
 	return n
 }

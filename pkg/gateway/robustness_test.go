@@ -803,7 +803,7 @@ func TestIdleConnectionsCostNoGoroutine(t *testing.T) {
 		// within milliseconds.
 		low := runtime.NumGoroutine()
 		for range 10 {
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // the sampling interval of a count that has no event to wait for
 			low = min(low, runtime.NumGoroutine())
 		}
 		return low

@@ -8,6 +8,7 @@ package gateway_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"syscall"
@@ -18,6 +19,7 @@ import (
 	"github.com/gobwas/ws/wsutil"
 	"golang.org/x/sys/unix"
 
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/gateway"
 )
 
@@ -30,7 +32,7 @@ type srConn struct {
 }
 
 func (c *srConn) Read(p []byte) (int, error) {
-	time.Sleep(c.pause)
+	time.Sleep(c.pause) // the slow reader under test
 	return c.Conn.Read(p[:min(len(p), c.chunk)])
 }
 
@@ -143,13 +145,8 @@ func TestStalledReaderIsCutOff(t *testing.T) {
 		t.Fatalf("upload: %v", err)
 	}
 	// The phone reads nothing more: the edge must let go of it.
-	deadline := time.Now().Add(10 * time.Second)
-	for n.Edge.Conns() > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("a phone that stopped reading is still connected after 10 s (WriteTimeout %v)", writeTimeout)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testsvc.WaitFor(t, 10*time.Second, fmt.Sprintf("the edge to let go of a phone that stopped reading (WriteTimeout %v)", writeTimeout),
+		func() bool { return n.Edge.Conns() == 0 })
 }
 
 // TestStalledReaderIsCutOnTime: a phone with the kernel's default buffers

@@ -5,15 +5,12 @@ package gateway_test
 // that never show a token.
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -39,51 +36,6 @@ func newTelemetry(t *testing.T, cfg telemetry.Config) *telemetry.Telemetry {
 	}
 	t.Cleanup(func() { tel.Shutdown(context.Background()) })
 	return tel
-}
-
-// scrapeMetrics GETs /metrics and returns sample name{labels} → value.
-func scrapeMetrics(t *testing.T, url string) map[string]float64 {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %s", url, resp.Status)
-	}
-	samples := make(map[string]float64)
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			t.Fatalf("unreadable sample %q", line)
-		}
-		samples[line[:i]] = v
-	}
-	return samples
-}
-
-// waitMetric scrapes until sample reaches at least want.
-func waitMetric(t *testing.T, url, sample string, want float64) map[string]float64 {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		m := scrapeMetrics(t, url)
-		if m[sample] >= want {
-			return m
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s = %v, want ≥ %v", sample, m[sample], want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 func TestMetricsOverRealSockets(t *testing.T) {
@@ -120,8 +72,8 @@ func TestMetricsOverRealSockets(t *testing.T) {
 	if err := c.SendRaw([]byte(`{"t":"x-custom"}`)); err != nil {
 		t.Fatal(err)
 	}
-	waitMetric(t, url, "hermes_dedup_hits_total", 1)
-	m := waitMetric(t, url, `hermes_frames_in_total{type="unknown"}`, 1)
+	testsvc.WaitMetric(t, 10*time.Second, url, "hermes_dedup_hits_total", testsvc.AtLeast(1))
+	m := testsvc.WaitMetric(t, 10*time.Second, url, `hermes_frames_in_total{type="unknown"}`, testsvc.AtLeast(1))
 
 	for sample, want := range map[string]float64{
 		`hermes_handshakes_total{result="ok"}`:          1,
@@ -156,13 +108,7 @@ func TestMetricsOverRealSockets(t *testing.T) {
 
 	// The refused socket is gone; closing the good one brings the gauge to 0.
 	c.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for scrapeMetrics(t, url)["hermes_connections"] != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("hermes_connections = %v after every socket closed", scrapeMetrics(t, url)["hermes_connections"])
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testsvc.WaitMetric(t, 5*time.Second, url, "hermes_connections", testsvc.Equals(0))
 }
 
 // TestTraceCrossesTheBus follows one text from the edge through NATS to
@@ -248,7 +194,7 @@ func TestLogsNeverShowTokens(t *testing.T) {
 		wrongToken   = "wrong-token-5be812"
 	)
 	logs := testsvc.NewBuffer()
-	log := slog.New(slog.NewJSONHandler(io.MultiWriter(logs, newTWriter(t)), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	log := slog.New(slog.NewJSONHandler(io.MultiWriter(logs, testsvc.LogWriter(t)), &slog.HandlerOptions{Level: slog.LevelDebug}))
 	cfg := gateway.Config{
 		Listen: "127.0.0.1:0", Router: true,
 		Edge: edge.Config{Auth: edge.AuthConfig{

@@ -235,11 +235,5 @@ func TestEventsManyReaders(t *testing.T) {
 // waitReaders waits until api has n event reads in progress.
 func waitReaders(t *testing.T, api *router.API, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for api.Readers() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d event reads in progress after 10 s, want %d", api.Readers(), n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testsvc.WaitFor(t, 10*time.Second, fmt.Sprintf("%d event reads in progress", n), func() bool { return api.Readers() >= n })
 }

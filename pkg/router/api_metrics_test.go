@@ -1,7 +1,6 @@
 package router_test
 
 import (
-	"bufio"
 	"context"
 	"net/http"
 	"net/http/httptest"
@@ -9,38 +8,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/gateway"
 	"github.com/hermes-mobile/gateway/pkg/telemetry"
 )
-
-// scrape GETs url and returns sample name{labels} → value.
-func scrape(t *testing.T, url string) map[string]float64 {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %s", url, resp.Status)
-	}
-	samples := make(map[string]float64)
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			t.Fatalf("unreadable sample %q", line)
-		}
-		samples[line[:i]] = v
-	}
-	return samples
-}
 
 func requests(route, method, class string) string {
 	return `hermes_http_requests_total{method="` + method + `",route="` + route + `",status_class="` + class + `"}`
@@ -78,7 +49,7 @@ func TestHTTPMetrics(t *testing.T) {
 	t.Cleanup(ms.Close)
 	metrics := ms.URL + "/metrics"
 
-	fresh := scrape(t, metrics)
+	fresh := testsvc.Scrape(t, metrics)
 	for _, s := range []string{
 		requests("/v1/deliver", "POST", "2xx"), requests("/v1/deliver", "POST", "4xx"), requests("/v1/deliver", "POST", "5xx"),
 		requests("/v1/sessions/{session}/prompts/{id}", "DELETE", "2xx"),
@@ -106,7 +77,7 @@ func TestHTTPMetrics(t *testing.T) {
 		t.Fatalf("/readyz of a closed router: %d %s", r.status, r.body)
 	}
 
-	m := scrape(t, metrics)
+	m := testsvc.Scrape(t, metrics)
 	for s, want := range map[string]float64{
 		requests("/healthz", "GET", "2xx"):          2,
 		requests("/healthz", "GET", "4xx"):          0,

@@ -27,7 +27,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -196,30 +195,7 @@ func device(what string) string { return what + "-" + randomHex(4) }
 
 // testLogger writes to t.Log until t ends, and drops what comes later.
 func testLogger(t *testing.T, component string) *slog.Logger {
-	w := &tWriter{t: t}
-	t.Cleanup(w.stop) // registered first: runs last
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug})).With("c", component)
-}
-
-type tWriter struct {
-	mu   sync.Mutex
-	t    *testing.T
-	done bool
-}
-
-func (w *tWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.done {
-		w.t.Log(strings.TrimSuffix(string(p), "\n"))
-	}
-	return len(p), nil
-}
-
-func (w *tWriter) stop() {
-	w.mu.Lock()
-	w.done = true
-	w.mu.Unlock()
+	return testsvc.Logger(t).With("c", component)
 }
 
 // ctxFor is a context that ends with t or after d.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/bus/natsbus"
 	"github.com/hermes-mobile/gateway/pkg/router"
 	"github.com/hermes-mobile/gateway/pkg/store/redisstore"
@@ -74,11 +75,8 @@ func TestJournalEventCostsTwoScripts(t *testing.T) {
 	e.mustSend(t, dev, "e1")
 	rec.waitHandled(t, 10*time.Second, dev+"/e1")
 	logKey := e.prefix + "{journals}:log:" + dev
-	for start := time.Now(); rdb.Exists(t.Context(), logKey).Val() != 0; time.Sleep(5 * time.Millisecond) {
-		if time.Since(start) > 10*time.Second {
-			t.Fatalf("the journal of %s still holds the handled event", dev)
-		}
-	}
+	testsvc.WaitFor(t, 10*time.Second, "the journal of "+dev+" to let go of the handled event",
+		func() bool { return rdb.Exists(t.Context(), logKey).Val() == 0 })
 	if n := count.n.Load(); n != 2 {
 		t.Fatalf("one event cost %d journal scripts, want 2 (append, then remove and release)", n)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -148,7 +147,7 @@ func (r *recorder) Handle(ctx context.Context, ev wire.Event, _ agent.Output) er
 			}
 		}
 	}
-	time.Sleep(r.delay)
+	time.Sleep(r.delay) // the agent's time at work, which the test sets
 	return nil
 }
 
@@ -164,16 +163,14 @@ func (r *recorder) handled() (log, by []string) {
 func (r *recorder) waitHandled(t *testing.T, within time.Duration, want ...string) time.Duration {
 	t.Helper()
 	start := time.Now()
-	for {
-		log, _ := r.handled()
-		if len(log) >= len(want) && slices.Equal(log[len(log)-len(want):], want) {
-			return time.Since(start)
-		}
-		if time.Since(start) > within {
-			t.Fatalf("handled %q, want it to end with %q within %v", log, want, within)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var log []string
+	if !testsvc.Eventually(within, func() bool {
+		log, _ = r.handled()
+		return len(log) >= len(want) && slices.Equal(log[len(log)-len(want):], want)
+	}) {
+		t.Fatalf("handled %q, want it to end with %q within %v", log, want, testsvc.Slack(within))
 	}
+	return time.Since(start)
 }
 
 // TestJournalOrderAcrossRouters: events of one device taken by two routers
@@ -202,17 +199,10 @@ func TestJournalOrderAcrossRouters(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testsvc.WaitFor(t, 20*time.Second, fmt.Sprintf("the routers to handle all %d events", len(want)), func() bool {
 		log, _ := rec.handled()
-		if len(log) == len(want) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("handled %d events, want %d", len(log), len(want))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(log) == len(want)
+	})
 	log, _ := rec.handled()
 	for _, d := range devs {
 		var got, exp []string
@@ -314,11 +304,8 @@ func TestJournalTakeoverAfterLease(t *testing.T) {
 	if m := samplesOf(t, telb); m["hermes_journal_takeovers_total"] != 1 {
 		t.Errorf("router b: hermes_journal_takeovers_total = %v, want 1", m["hermes_journal_takeovers_total"])
 	}
-	for deadline := time.Now().Add(5 * time.Second); samplesOf(t, telb)["hermes_journal_backlog"] != 0; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("router b's hermes_journal_backlog did not return to 0 after it handled the journal")
-		}
-	}
+	testsvc.WaitFor(t, 5*time.Second, "router b's hermes_journal_backlog to return to 0 after it handled the journal",
+		func() bool { return samplesOf(t, telb)["hermes_journal_backlog"] == 0 })
 }
 
 // newTelemetry is a router's telemetry, shut down when t ends.
@@ -335,9 +322,7 @@ func newTelemetry(t *testing.T) *telemetry.Telemetry {
 // samplesOf scrapes tel's /metrics: sample name{labels} → value.
 func samplesOf(t *testing.T, tel *telemetry.Telemetry) map[string]float64 {
 	t.Helper()
-	srv := httptest.NewServer(tel.Handler())
-	defer srv.Close()
-	return scrape(t, srv.URL)
+	return testsvc.Samples(t, tel.Handler())
 }
 
 // TestJournalDropsPoisonEvent: an event whose agent call never returns

@@ -2,11 +2,11 @@ package router
 
 import (
 	"context"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/telemetry"
 )
 
@@ -20,11 +20,7 @@ func TestMetricsSeries(t *testing.T) {
 	}
 	defer tel.Shutdown(context.Background())
 	m := newMetrics(tel.Meter())
-	scrape := func() string {
-		rec := httptest.NewRecorder()
-		tel.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-		return rec.Body.String()
-	}
+	scrape := func() string { return testsvc.MetricsText(t, tel.Handler()) }
 	fresh := scrape()
 	for _, want := range []string{"hermes_outbox_queued_total 0", "hermes_journal_dropped_total 0",
 		"hermes_journal_backlog 0", "hermes_journal_takeovers_total 0"} {
