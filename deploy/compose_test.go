@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 )
 
 // compose is the part of docker-compose.yml the tests check.
@@ -486,14 +488,9 @@ func TestDockerfileVersion(t *testing.T) {
 	if !strings.Contains(ldflags, "-X ") || !strings.Contains(ldflags, version) {
 		t.Fatalf("LDFLAGS %q stamps no ${VERSION}", m[1])
 	}
-	bin := filepath.Join(t.TempDir(), "hermes-edge")
 	// The other flags as acceptedEnv's build, so the packages come from the
 	// build cache and only the link differs.
-	build := exec.Command("go", "build", "-ldflags", ldflags, "-o", bin, "./services/edge")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build -ldflags %q: %v\n%s", ldflags, err, out)
-	}
+	bin := testsvc.Build(t, "services/edge", "-ldflags", ldflags)
 	exe, err := os.ReadFile(bin)
 	if err != nil {
 		t.Fatal(err)

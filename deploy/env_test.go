@@ -3,11 +3,12 @@ package deploy
 import (
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"sort"
 	"sync"
 	"testing"
+
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 )
 
 // root is the repository, seen from this package's directory.
@@ -36,19 +37,11 @@ var (
 func acceptedEnv(t *testing.T) map[string]map[string]bool {
 	t.Helper()
 	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "hermes-deploy-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		defer os.RemoveAll(dir)
 		builtVars = map[string]map[string]bool{}
 		for _, name := range []string{"edge", "router"} {
-			bin := filepath.Join(dir, name)
-			build := exec.Command("go", "build", "-o", bin, "./services/"+name)
-			build.Dir = root
-			if out, err := build.CombinedOutput(); err != nil {
-				buildErr = &cmdError{"go build ./services/" + name, err, out}
+			bin, err := testsvc.BuildBinary("services/" + name)
+			if err != nil {
+				buildErr = err
 				return
 			}
 			// -help prints the flags on stderr and exits 0.

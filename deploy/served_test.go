@@ -1,11 +1,9 @@
 package deploy
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -30,23 +28,16 @@ import (
 func servedMetrics(t *testing.T) map[string]map[string]bool {
 	t.Helper()
 	redisURL, natsURL := testsvc.RedisURL(t), testsvc.NATSURL(t)
-	dir := t.TempDir()
-	for _, name := range []string{"edge", "router"} {
-		build := exec.Command("go", "build", "-o", filepath.Join(dir, name), "./services/"+name)
-		build.Dir = root
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatal(&cmdError{"go build ./services/" + name, err, out})
-		}
-	}
+	edgeBin, routerBin := testsvc.Build(t, "services/edge"), testsvc.Build(t, "services/router")
 	b := make([]byte, 6)
 	rand.Read(b)
 	id := hex.EncodeToString(b)
 	const token = "served-metrics-token"
 	cluster := []string{"NATS_URL=" + natsURL, "NATS_PREFIX=dm" + id + ".", "REDIS_URL=" + redisURL,
 		"REDIS_PREFIX=hermes-deploy:" + id + ":", "MOBILE_ADMIN_LISTEN=127.0.0.1:0", "MOBILE_LOG_LEVEL=info"}
-	routerURL, routerAdmin := runService(t, filepath.Join(dir, "router"), "router listening",
+	routerURL, routerAdmin := runService(t, routerBin, "router listening",
 		append(cluster, "MOBILE_ROUTER_LISTEN=127.0.0.1:0")...)
-	edgeURL, edgeAdmin := runService(t, filepath.Join(dir, "edge"), "gateway listening",
+	edgeURL, edgeAdmin := runService(t, edgeBin, "gateway listening",
 		append(cluster, "MOBILE_LISTEN=127.0.0.1:0", "MOBILE_TOKEN="+token, "MOBILE_ROUTER=off", "MOBILE_DRAIN_WINDOW=1")...)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -86,7 +77,7 @@ func servedMetrics(t *testing.T) map[string]map[string]bool {
 			if time.Now().After(deadline) {
 				t.Fatalf("the %s serves no %s after the phone's text and close", s.service, s.waitFor)
 			}
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(50 * time.Millisecond) // scrape pace
 		}
 	}
 	return served
@@ -134,26 +125,10 @@ func runService(t *testing.T, bin, listening string, env ...string) (url, admin 
 // scrapeNames GETs url and returns the names of its samples.
 func scrapeNames(t *testing.T, url string) map[string]bool {
 	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		body, _ := io.ReadAll(resp.Body)
-		t.Fatalf("GET %s: %s: %s", url, resp.Status, body)
-	}
 	names := map[string]bool{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		if i := strings.IndexAny(line, "{ "); i > 0 {
-			names[line[:i]] = true
-		}
+	for key := range testsvc.Scrape(t, url) {
+		name, _, _ := strings.Cut(key, "{")
+		names[name] = true
 	}
 	return names
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/agent"
 	"github.com/hermes-mobile/gateway/pkg/edge"
 	"github.com/hermes-mobile/gateway/pkg/gateway"
@@ -166,11 +167,8 @@ func TestServerClosesAreCountedByCode(t *testing.T) {
 	if ok, _ := r.connectAll(context.Background(), r.devs, new(Histogram)); ok != 20 {
 		t.Fatalf("%d of 20 connected: %v", ok, r.errs.snapshot())
 	}
-	g.stop() // the edge closes every socket with 1001
-	deadline := time.Now().Add(10 * time.Second)
-	for r.held() > 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	g.stop()                                                                 // the edge closes every socket with 1001
+	testsvc.Eventually(10*time.Second, func() bool { return r.held() == 0 }) // judged below
 	r.closeAll()
 	if errs := r.errs.snapshot(); errs["close:1001"] != 20 || len(errs) != 1 || r.held() != 0 {
 		t.Errorf("errors %v, held %d; want close:1001 = 20 and nothing held", errs, r.held())

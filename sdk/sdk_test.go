@@ -24,6 +24,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 )
 
 const chromium = "/usr/bin/chromium"
@@ -90,28 +92,15 @@ func setup(t *testing.T) string {
 func edge(t *testing.T) string {
 	t.Helper()
 	edgeOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "hermes-sdk-edge-")
-		if err != nil {
+		var err error
+		if edgeBin, err = testsvc.BuildBinary("services/edge"); err != nil {
 			edgeErr = err.Error()
-			return
-		}
-		edgeBin = filepath.Join(dir, "edge")
-		if out, err := run("..", nil, 5*time.Minute, "go", "build", "-o", edgeBin, "./services/edge"); err != nil {
-			edgeErr = "go build ./services/edge: " + err.Error() + "\n" + out
 		}
 	})
 	if edgeErr != "" {
 		t.Fatal(edgeErr)
 	}
 	return edgeBin
-}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if edgeBin != "" {
-		os.RemoveAll(filepath.Dir(edgeBin))
-	}
-	os.Exit(code)
 }
 
 // run runs name args in dir with the test's environment (less the

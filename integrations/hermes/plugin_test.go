@@ -12,7 +12,6 @@ import (
 	"errors"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -35,8 +34,7 @@ func pythonPath() string {
 func TestHermesPlugin(t *testing.T) {
 	needPython(t)
 	redisURL, natsURL := testsvc.RedisURL(t), testsvc.NATSURL(t)
-	bin := t.TempDir()
-	build(t, bin, "edge", "router")
+	edgeBin, routerBin := testsvc.Build(t, "services/edge"), testsvc.Build(t, "services/router")
 
 	id := randomHex(6)
 	agentToken, deliverToken, appToken := "agent-"+randomHex(12), "cron-"+randomHex(12), "app-"+randomHex(12)
@@ -49,12 +47,12 @@ func TestHermesPlugin(t *testing.T) {
 		"MOBILE_PROMPT_TTL=4", // the expiry tests wait for it
 		"MOBILE_ADMIN_LISTEN=off",
 	}
-	routerURL := start(t, "router", filepath.Join(bin, "router"), "router listening", append(common,
+	routerURL := start(t, "router", routerBin, "router listening", append(common,
 		"AGENT=link",
 		"MOBILE_AGENT_TOKENS="+agentToken,
 		"MOBILE_ROUTER_LISTEN=127.0.0.1:0",
 	))
-	edgeURL := start(t, "edge", filepath.Join(bin, "edge"), "gateway listening", append(common,
+	edgeURL := start(t, "edge", edgeBin, "gateway listening", append(common,
 		"MOBILE_TOKEN="+appToken,
 		"MOBILE_ROUTER=off",
 		"MOBILE_LISTEN=127.0.0.1:0",
@@ -103,23 +101,6 @@ func needPython(t *testing.T) {
 		t.Fatal(msg)
 	}
 	t.Skip(msg)
-}
-
-// build compiles services/<name> into dir for each name, without -race: the
-// processes are what is tested.
-func build(t *testing.T, dir string, names ...string) {
-	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
-	}
-	for _, name := range names {
-		cmd := exec.Command(goBin, "build", "-o", filepath.Join(dir, name), "./services/"+name)
-		cmd.Dir = filepath.Join("..", "..")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go build ./services/%s: %v\n%s", name, err, out)
-		}
-	}
 }
 
 // start runs path with env and returns the url of its listening log line;

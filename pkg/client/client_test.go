@@ -19,6 +19,7 @@ import (
 	"github.com/gobwas/ws"
 	"github.com/gobwas/ws/wsutil"
 
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 )
 
@@ -1130,7 +1131,7 @@ func TestConcurrentSendersAndPings(t *testing.T) {
 				if err := ws.WriteFrame(sc, ws.NewPingFrame([]byte(fmt.Sprint("p", i)))); err != nil {
 					return
 				}
-				time.Sleep(100 * time.Microsecond)
+				time.Sleep(100 * time.Microsecond) // the server's ping pace
 			}
 		}()
 		rd := wsutil.NewServerSideReader(sc)
@@ -1201,10 +1202,7 @@ func TestOneGoroutinePerConn(t *testing.T) {
 	settle := func() {
 		// A closed Conn's reader has closed Done but may still be on its way
 		// out of the function.
-		deadline := time.Now().Add(2 * time.Second)
-		for ours() > 0 && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond)
-		}
+		testsvc.Eventually(2*time.Second, func() bool { return ours() == 0 })
 	}
 	settle() // the Conns of earlier tests are all closed
 	before := ours()

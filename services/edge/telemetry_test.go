@@ -104,20 +104,7 @@ func TestRunServesMetricsAndExportsOTLP(t *testing.T) {
 
 	// The phone leaves before the edge stops, so the gauge can be seen at 0.
 	phone.Close()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		resp, err := http.Get(admin + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if strings.Contains(string(b), "hermes_connections 0") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("hermes_connections did not return to 0 after the phone closed")
-		}
-	}
+	testsvc.WaitMetric(t, 5*time.Second, admin+"/metrics", "hermes_connections", testsvc.Equals(0))
 	if err := stop(); err != nil {
 		t.Fatalf("run: %v", err)
 	}

@@ -59,22 +59,10 @@ func TestRunServesMetrics(t *testing.T) {
 	}
 
 	var body string
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		resp, err := http.Get(admin + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("GET /metrics on the admin port: %s", resp.Status)
-		}
-		body = string(b)
-		if strings.Contains(body, "hermes_delivery_latency_seconds_count") || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testsvc.Eventually(10*time.Second, func() bool { // judged below
+		body = testsvc.ScrapeText(t, admin+"/metrics")
+		return strings.Contains(body, "hermes_delivery_latency_seconds_count")
+	})
 	for _, want := range []string{
 		"hermes_delivery_latency_seconds_count ",
 		"go_goroutines ",

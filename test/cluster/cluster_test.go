@@ -156,16 +156,12 @@ func (c *cluster) startProbe(t *testing.T) {
 // tests that are not about it wait here so that they test what they say.
 func (c *cluster) waitReachable(t testing.TB, dev string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		err := c.probe.Send(testCtx(t), wire.Output{Op: "probe", Device: dev})
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: the edge holding it did not answer a delivery within 10 s: %v", dev, err)
-		}
-		time.Sleep(2 * time.Millisecond)
+	var err error
+	if !testsvc.Eventually(10*time.Second, func() bool {
+		err = c.probe.Send(testCtx(t), wire.Output{Op: "probe", Device: dev})
+		return err == nil
+	}) {
+		t.Fatalf("%s: the edge holding it did not answer a delivery within 10 s: %v", dev, err)
 	}
 }
 

@@ -167,7 +167,7 @@ func TestGracefulDrain(t *testing.T) {
 				t.Fatalf("%s: unanswered after 40 s: %v (%s)", p.dev, p.unanswered(), outboxOf(c, p.dev))
 			}
 			p.resendUnanswered(2 * time.Second)
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(50 * time.Millisecond) // the app's resend pace, not a wait for a state
 		}
 	}
 	// Acknowledged deliveries: a marker delivered after all of them comes
@@ -175,15 +175,7 @@ func TestGracefulDrain(t *testing.T) {
 	for _, p := range phones {
 		c.mustDeliver(t, p.dev, "marker", "marker")
 	}
-	deadline = time.Now().Add(30 * time.Second)
-	for _, p := range phones {
-		for p.count("marker") == 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: the marker did not arrive", p.dev)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
+	waitPhones(t, phones, "marker", func(p *drainPhone) bool { return p.count("marker") > 0 })
 	cancel()
 	readers.Wait()
 
@@ -235,14 +227,9 @@ func TestGracefulDrain(t *testing.T) {
 // waitPhones waits until cond holds for every phone.
 func waitPhones(t *testing.T, phones []*drainPhone, what string, cond func(*drainPhone) bool) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(testsvc.Slack(60 * time.Second))
 	for _, p := range phones {
-		for !cond(p) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: no %s within 60 s", p.dev, what)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		testsvc.WaitFor(t, time.Until(deadline), p.dev+": "+what, func() bool { return cond(p) })
 	}
 }
 

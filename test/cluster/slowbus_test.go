@@ -264,7 +264,7 @@ func (l *link) delayCopy(dst io.Writer, src io.Reader) {
 		if failed {
 			continue // drop the rest, so the reader is never stuck
 		}
-		time.Sleep(time.Until(c.at.Add(l.delay)))
+		time.Sleep(time.Until(c.at.Add(l.delay))) // the link's latency under test
 		_, err := dst.Write(c.b)
 		failed = err != nil
 	}

@@ -60,7 +60,7 @@ func TestTakeoverAcrossEdges(t *testing.T) {
 			mu.Lock()
 			results = append(results, r)
 			mu.Unlock()
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(5 * time.Millisecond) // the cron's pace of deliveries through the takeover
 		}
 	}()
 	stopDeliveries := sync.OnceFunc(func() { cancel(); <-stopped })

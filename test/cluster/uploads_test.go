@@ -96,7 +96,7 @@ func acceptedEventually(t *testing.T, conn *client.Conn, id string, size int) {
 		if e.Code != protocol.CodeTooBig || time.Now().After(deadline) {
 			t.Fatalf("upload %s of %d bytes after edge A freed its buffers: %v", id, size, e)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // a refused upload's retry pace
 	}
 }
 

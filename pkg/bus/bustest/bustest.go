@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/bus"
 )
 
@@ -158,20 +159,14 @@ func (e *env) ready(from, to bus.Bus) {
 		if time.Now().After(deadline) {
 			e.t.Fatalf("ready probe: no reply within %s: %v", waitTime, err)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // the probe's pace: each try is itself a wait for the reply
 	}
 }
 
 // waitFor polls cond until it holds, or fails the test after waitTime.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitTime)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", waitTime, what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	testsvc.WaitFor(t, waitTime, what, cond)
 }
 
 func recv(t *testing.T, ch <-chan *bus.Msg) *bus.Msg {
@@ -287,7 +282,7 @@ func testRequestReply(t *testing.T, e *env) {
 	subscribe(t, server, later, func(m *bus.Msg) { pending <- m.Respond })
 	go func() {
 		if respond, ok := <-pending; ok {
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // the answer comes after the handler returned: that is what is tested
 			_ = respond([]byte("late"))
 		}
 	}()
@@ -410,7 +405,7 @@ func testQueueGroup(t *testing.T, e *env) {
 	waitFor(t, "the group and the plain subscriber to get every message", func() bool {
 		return total.Load() >= n && plain.Load() >= n
 	})
-	time.Sleep(quiet)
+	time.Sleep(quiet) // the window in which a message must not come: nothing to wait for
 	if got := total.Load(); got != n {
 		t.Errorf("group handled %d deliveries for %d messages", got, n)
 	}
@@ -446,7 +441,7 @@ func pace(t *testing.T, ctx context.Context, b bus.Bus, subjects []string, count
 						t.Errorf("%s: %d of %d received after %s", subj, received(i), seq, waitTime)
 						return
 					}
-					time.Sleep(100 * time.Microsecond)
+					time.Sleep(100 * time.Microsecond) // the publisher's pace while its window is full
 				}
 				data := binary.BigEndian.AppendUint32(nil, uint32(seq))
 				if err := b.Publish(ctx, subj, data, nil); err != nil {
@@ -599,7 +594,7 @@ func testManySubscriptions(t *testing.T, e *env) {
 			if time.Now().After(deadline) {
 				t.Fatalf("%d of %d delivered after %s", total.Load(), i, waitTime)
 			}
-			time.Sleep(100 * time.Microsecond)
+			time.Sleep(100 * time.Microsecond) // the publisher's pace while 5000 are in flight
 		}
 		publish(t, ctx, pub, subj, nil, nil)
 	}
@@ -609,7 +604,7 @@ func testManySubscriptions(t *testing.T, e *env) {
 	if after-before >= 50 {
 		t.Errorf("goroutines grew by %d (%d to %d) for %d subscriptions, want < 50", after-before, before, after, n)
 	}
-	time.Sleep(quiet)
+	time.Sleep(quiet) // the window in which a message must not come: nothing to wait for
 	for i := range seen {
 		if c := seen[i].Load(); c != 1 {
 			t.Fatalf("%s handled %d times, want once", names[i], c)
@@ -650,7 +645,7 @@ func testClose(t *testing.T, e *env) {
 	}
 	// The closed Bus no longer receives, and others go on.
 	publish(t, ctx, keep, subj, nil, nil)
-	time.Sleep(quiet)
+	time.Sleep(quiet) // the window in which a message must not come: nothing to wait for
 	if n := got.Load(); n != 0 {
 		t.Errorf("closed Bus handled %d messages", n)
 	}

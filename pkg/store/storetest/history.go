@@ -136,10 +136,10 @@ func testHistoryTTL(t *testing.T, s store.Store) {
 	t0 := time.Now()
 	appendHistory(t, s, kept, lim, "old")
 	appendHistory(t, s, gone, lim, "old")
-	time.Sleep(time.Until(t0.Add(time.Second)))
+	time.Sleep(time.Until(t0.Add(time.Second))) // the TTL under test, on the store's clock
 	appendHistory(t, s, kept, lim, "new")
-	time.Sleep(time.Until(t0.Add(2400 * time.Millisecond)))
-	wantHistory(t, s, kept, "old", "new") // old was appended 2.4 s ago, the last append 1.4 s ago
+	time.Sleep(time.Until(t0.Add(2400 * time.Millisecond))) // idem
+	wantHistory(t, s, kept, "old", "new")                   // old was appended 2.4 s ago, the last append 1.4 s ago
 	eventually(t, expiryWait, "the history is forgotten after its TTL", func() bool {
 		return len(getHistory(t, s, gone)) == 0
 	})

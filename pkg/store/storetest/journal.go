@@ -349,7 +349,7 @@ func testJournalTTL(t *testing.T, s store.Store) {
 	lim := jlim
 	lim.TTL = 500 * time.Millisecond
 	appendJ(t, s, dev, "r1", "old", lim)
-	time.Sleep(lim.TTL + 300*time.Millisecond)
+	time.Sleep(lim.TTL + 300*time.Millisecond) // the TTL under test, on the store's clock (Redis's own for redisstore)
 	if !appendJ(t, s, dev, "r2", "new", jlim) {
 		t.Fatal("the lease of a forgotten journal is still held")
 	}
@@ -557,7 +557,7 @@ func testJournalTakeovers(t *testing.T, s store.Store) {
 	head("r3", 0, "a", 1)
 
 	// r3 stops renewing: an append that takes the lease counts too.
-	time.Sleep(lease + 200*time.Millisecond)
+	time.Sleep(lease + 200*time.Millisecond) // the lease's lapse under test, on the store's clock
 	took, err := s.AppendJournal(t.Context(), dev, "r4", []byte("c"), lim)
 	if err != nil || !took.Leased {
 		t.Fatalf("an append did not take the expired lease: %+v, %v", took, err)

@@ -95,8 +95,8 @@ func testTakeExpiredCard(t *testing.T, s store.Store) {
 	expires := time.Now().Add(time.Second)
 	soon := card(t, "soon", dev, expires)
 	putPrompt(t, s, soon)
-	wantTake(t, s, soon, other, store.ErrForbidden) // open until expires
-	time.Sleep(time.Until(expires) + 100*time.Millisecond)
+	wantTake(t, s, soon, other, store.ErrForbidden)        // open until expires
+	time.Sleep(time.Until(expires) + 100*time.Millisecond) // the card's expiry under test, on the wall clock it was given
 	wantTake(t, s, soon, dev, store.ErrNotFound)
 }
 
