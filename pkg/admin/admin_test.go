@@ -218,7 +218,7 @@ func TestHealthzFailsWhenTheBusIsClosedForGood(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("/healthz after the bus closed for good: %d %+v, want 503 naming bus", code, a)
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // poll interval: the loop waits for its condition
 	}
 	s.MarkDraining()
 	if code, _ := get(t, s.URL()+"/healthz"); code != 200 {

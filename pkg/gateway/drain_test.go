@@ -44,7 +44,7 @@ func TestDrainSpreadsCloses(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the edge still accepts connections %v into the drain", time.Since(start))
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // poll interval: the loop waits for its condition
 	}
 
 	closedAt := make([]time.Duration, phones)

@@ -399,7 +399,7 @@ func flWaitConns(t *testing.T, n *flNode, what string, phones ...*flPhone) {
 			t.Errorf("%s: the edge counts %d connections, %d phones are open", what, got, want)
 			return
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // poll interval: the loop waits for its condition
 	}
 }
 
@@ -1106,7 +1106,7 @@ func TestFailureOutagesLeakNothing(t *testing.T) {
 				base, got, texts, hellos, buf.String())
 			break
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // poll interval: the loop waits for its condition
 	}
 }
 

@@ -84,7 +84,7 @@ func TestPagesKeepIdleSocketsOffGoroutines(t *testing.T) {
 			t.Fatalf("%d idle sockets hold %d more goroutines; want fewer than %d", conns, extra, conns/4)
 		}
 		runtime.Gosched()
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // poll interval: the loop waits for its condition
 	}
 }
 

@@ -195,7 +195,7 @@ func TestStalledReaderIsCutOnTime(t *testing.T) {
 		if time.Since(lastAt) > 10*writeTimeout {
 			t.Fatalf("a phone that stopped reading is still connected %v after its last byte arrived", time.Since(lastAt))
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // poll interval: the loop waits for its condition
 	}
 	cut := time.Since(lastAt)
 	t.Logf("cut %v after the last byte arrived (%d bytes unread)", cut, last)

@@ -144,7 +144,7 @@ func TestTraceCrossesTheBus(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("ended spans %v, want all of %v", keys(spans), names)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // poll interval: the loop waits for its condition
 	}
 	root := spans["edge.event"]
 	for i, name := range names {
@@ -310,7 +310,7 @@ func TestEventCarriesTraceParent(t *testing.T) {
 				if span == nil && time.Now().After(deadline) {
 					t.Fatal("no edge.event span ended")
 				}
-				time.Sleep(10 * time.Millisecond)
+				time.Sleep(10 * time.Millisecond) // poll interval: the loop waits for its condition
 			}
 			want := "00-" + span.SpanContext().TraceID().String() + "-" + span.SpanContext().SpanID().String() + "-"
 			if !strings.HasPrefix(ev.TraceParent, want) {

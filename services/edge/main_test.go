@@ -587,7 +587,7 @@ func TestAdminAndDrain(t *testing.T) {
 		if time.Since(begin) > window/4 {
 			t.Fatalf("/readyz %v after shutdown began: %d %v, want 503 draining", time.Since(begin), code, body)
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // poll interval: the loop waits for its condition
 	}
 	// Each phone's close is timed as it comes: the edge closes them in no
 	// particular order, so waiting for one after the other would time the

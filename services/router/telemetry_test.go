@@ -200,7 +200,7 @@ func TestAPIRequestLog(t *testing.T) {
 		{"GET", "other", 404},
 	}
 	var lines []map[string]any
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) { // poll interval: the loop waits for its condition
 		lines = lines[:0]
 		for line := range strings.Lines(logs.String()) {
 			var m map[string]any

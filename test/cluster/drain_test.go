@@ -116,7 +116,7 @@ func TestGracefulDrain(t *testing.T) {
 		if time.Since(sigterm) > drainPrompt {
 			t.Fatalf("D's /readyz is %d %v after SIGTERM, want 503", code, time.Since(sigterm))
 		}
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond) // poll interval: the loop waits for its condition
 	}
 	dHost := hostOf(t, d.url)
 	for {
@@ -128,7 +128,7 @@ func TestGracefulDrain(t *testing.T) {
 		if time.Since(sigterm) > drainPrompt {
 			t.Fatalf("D still accepts connections %v after SIGTERM", time.Since(sigterm))
 		}
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond) // poll interval: the loop waits for its condition
 	}
 
 	select {

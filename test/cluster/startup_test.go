@@ -174,7 +174,7 @@ func TestStartBeforeRedisAndNATS(t *testing.T) {
 
 	// The retries back off to 5 s (Redis) and 2 s (NATS).
 	for _, n := range []*node{edge, router} {
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) { // poll interval: the loop waits for its condition
 			if code, _ := readyz(t, n.admin); code == http.StatusOK {
 				break
 			}

@@ -168,7 +168,7 @@ func TestSweeperRemovesExpired(t *testing.T) {
 			t.Fatalf("not swept: %d keys, %d owners, %d outboxes, %d blob bytes",
 				s.dedup.len(), s.owners.len(), s.outbox.len(), s.blobs.size())
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // poll interval: the loop waits for its condition
 	}
 	// Expired cards wait for TakeExpired: that is how their expiry is reported.
 	recs, err := s.TakeExpired(ctx, clk.Now(), 100)

@@ -229,10 +229,10 @@ func testOutboxTTL(t *testing.T, s store.Store) {
 	push(t, s, gone, "old", 10, ttl)
 	push(t, s, later, "old", 10, ttl)
 	wantOutbox(t, s, gone, "old")
-	time.Sleep(time.Until(t0.Add(time.Second)))
+	time.Sleep(time.Until(t0.Add(time.Second))) // the TTL under test, on the store's clock
 	push(t, s, mixed, "fresh", 10, ttl)
-	time.Sleep(time.Until(t0.Add(ttl + 400*time.Millisecond)))
-	wantOutbox(t, s, mixed, "fresh") // old is 2.4 s old, fresh 1.4 s
+	time.Sleep(time.Until(t0.Add(ttl + 400*time.Millisecond))) // idem
+	wantOutbox(t, s, mixed, "fresh")                           // old is 2.4 s old, fresh 1.4 s
 	wantOutbox(t, s, gone)
 	push(t, s, later, "new", 10, ttl)
 	wantOutbox(t, s, later, "new")

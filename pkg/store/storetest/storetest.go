@@ -112,6 +112,6 @@ func eventually(t *testing.T, wait time.Duration, what string, cond func() bool)
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: still not so after %v", what, wait)
 		}
-		time.Sleep(pollEvery)
+		time.Sleep(pollEvery) // poll interval: the loop waits for its condition
 	}
 }
