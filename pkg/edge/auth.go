@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/hermes-mobile/gateway/pkg/config"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
@@ -66,7 +65,7 @@ func ParseExtraTokens(s string) (map[string]Secret, error) {
 			// The entry may hold a token: name it by position only.
 			return nil, fmt.Errorf("MOBILE_EXTRA_TOKENS: entry %d is not device_id=token", i+1)
 		}
-		if err := checkDeviceID(dev); err != nil {
+		if err := protocol.CheckDeviceID(dev); err != nil {
 			return nil, fmt.Errorf("MOBILE_EXTRA_TOKENS: entry %d: %w", i+1, err)
 		}
 		m[dev] = Secret(tok)
@@ -79,21 +78,12 @@ func ParseExtraTokens(s string) (map[string]Secret, error) {
 func ParseDevices(name, s string) ([]string, error) {
 	var out []string
 	for _, d := range config.List(s) {
-		if err := checkDeviceID(d); err != nil {
+		if err := protocol.CheckDeviceID(d); err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 		out = append(out, d)
 	}
 	return out, nil
-}
-
-// checkDeviceID refuses a configured device id that can never match: hello
-// cuts device ids at protocol.MaxDeviceFieldChars characters.
-func checkDeviceID(id string) error {
-	if n := utf8.RuneCountInString(id); n > protocol.MaxDeviceFieldChars {
-		return fmt.Errorf("device id %.20q… has %d characters; a device id has at most %d", id, n, protocol.MaxDeviceFieldChars)
-	}
-	return nil
 }
 
 // ParsePrefixes parses comma-separated CIDRs or addresses.

@@ -233,8 +233,10 @@ type Server struct {
 	auth   *authenticator
 	poller *poller // nil: every connection gets a reading goroutine
 	sender *dispatch.Dispatcher
-	owners *ownerReads // the fence's and the hello's owner reads, batched
-	tel    edgeTelemetry
+	// deliverer carries out deliver frames, through sender.
+	deliverer *dispatch.Deliverer
+	owners    *ownerReads // the fence's and the hello's owner reads, batched
+	tel       edgeTelemetry
 
 	// Byte budgets of the whole edge; see Config.MaxReadBytes and the rest.
 	reading, queued, uploading budget
@@ -304,6 +306,7 @@ func New(cfg Config, st store.Store, b bus.Bus, log *slog.Logger) *Server {
 		awaiting:       make(map[*conn]time.Duration),
 		start:          time.Now(),
 	}
+	s.deliverer = &dispatch.Deliverer{Dispatcher: s.sender, Blobs: st, BlobTTL: cfg.BlobTTL, HomeDevice: cfg.HomeDevice}
 	if p, err := sharedPoller(); err == nil {
 		s.poller = p
 	}

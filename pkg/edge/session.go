@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"strconv"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/hermes-mobile/gateway/pkg/bus"
 	"github.com/hermes-mobile/gateway/pkg/dispatch"
@@ -504,23 +502,10 @@ func (c *conn) onDeliver(f *protocol.Deliver) {
 		c.sendError(errDeliverForbidden)
 		return
 	}
-	target := strings.TrimPrefix(f.Target, protocol.SessionPrefix)
-	if target == "" {
-		target = c.srv.cfg.HomeDevice
-	}
-	if target == "" {
-		c.sendError(protocol.NewError(protocol.CodeBadFrame, "deliver needs a target: none given and no MOBILE_HOME_DEVICE"))
+	target, err := c.srv.deliverer.Target(f)
+	if err != nil {
+		c.deliverFailed(dispatch.Delivery{ID: f.ID}, err)
 		return
-	}
-	if len(target) > protocol.MaxDeviceFieldChars && utf8.RuneCountInString(target) > protocol.MaxDeviceFieldChars {
-		// No device can have it (hello cuts ids at this length), and it
-		// becomes a bus subject.
-		c.sendError(protocol.NewError(protocol.CodeBadFrame, fmt.Sprintf("deliver target: a device id has at most %d characters", protocol.MaxDeviceFieldChars)))
-		return
-	}
-	id := f.ID
-	if id == "" {
-		id = "d-" + ids.Hex(8)
 	}
 	size := len(f.Text)
 	if f.Media != nil {
@@ -529,51 +514,44 @@ func (c *conn) onDeliver(f *protocol.Deliver) {
 	if c.cron == nil { // made on the first deliver frame: most connections never send one
 		c.cron = newCronQueue()
 	}
-	err := c.cron.push(c.srv.ctx, c.srv.goFunc, target, size, func() { c.deliver(f, id, target) })
+	err = c.cron.push(c.srv.ctx, c.srv.goFunc, target, size, func() { c.deliver(f) })
 	if err != nil { // the edge is closing
-		c.sendError(protocol.NewError(protocol.CodeInternalError, "deliver "+id+": the gateway is shutting down; deliver it again"))
+		c.sendError(protocol.NewError(protocol.CodeInternalError, "deliver "+f.ID+": the gateway is shutting down; deliver it again"))
 	}
 }
 
-// deliver sends deliver frame f, as id, to target, and answers the sender:
-// delivered once the phone has it (and acked it, with "wait":"ack"), or
-// the error, as POST /v1/deliver answers 200 or not.
-func (c *conn) deliver(f *protocol.Deliver, id, target string) {
+// deliver sends deliver frame f through the one delivery path
+// (dispatch.Deliverer, as POST /v1/deliver does) and answers the sender:
+// delivered when the API would answer 200, the error frame otherwise
+// (docs/protocol-notes.md has the table).
+func (c *conn) deliver(f *protocol.Deliver) {
 	ctx, cancel := context.WithTimeout(c.srv.ctx, dispatch.DefaultTimeout)
 	defer cancel()
-	var outs []wire.Output
-	if f.Text != "" {
-		outs = append(outs, wire.Output{Op: wire.OpMessage, Device: target, ID: id, Text: f.Text, Final: true})
+	d, err := c.srv.deliverer.Deliver(ctx, f)
+	if err != nil || d.Outcome != wire.OutcomeDelivered {
+		c.deliverFailed(d, err)
+		return
 	}
-	if m := f.Media; m != nil {
-		key, err := c.srv.store.PutBlob(ctx, m.Data, c.srv.cfg.BlobTTL)
-		if err != nil {
-			c.logger().Warn("storing deliver media failed", "err", err)
-			c.sendError(protocol.NewError(protocol.CodeInternalError, "deliver "+id+": gateway storage unavailable; deliver it again"))
-			return
-		}
-		outs = append(outs, wire.Output{Op: wire.OpMedia, Device: target, ID: id + "-media", Media: &wire.MediaRef{
-			Kind: m.Kind, Mime: m.Mime, Filename: m.Filename, Size: len(m.Data), Blob: key,
-		}})
+	c.send(protocol.AppendDelivered(newFrame(32+len(d.ID)+len(d.Device)), d.ID, d.Device))
+}
+
+// deliverFailed answers a deliver frame that was not delivered: its
+// validation's error, device_offline (no edge holds the device, or it was
+// written but not acknowledged in time: the API's 404 and 202), or
+// internal_error (the store or the bus failed: the API's 5xx).
+func (c *conn) deliverFailed(d dispatch.Delivery, err error) {
+	var perr *protocol.Error
+	switch {
+	case errors.As(err, &perr):
+		c.sendError(perr)
+	case err == nil: // written, not acknowledged in time
+		c.sendError(protocol.NewError(protocol.CodeDeviceOffline, "deliver "+d.ID+": written, but device "+d.Device+" did not acknowledge it in time; deliver again to be sure"))
+	case errors.Is(err, dispatch.ErrOffline):
+		c.sendError(protocol.NewError(protocol.CodeDeviceOffline, "deliver "+d.ID+": device "+d.Device+" is not online"))
+	default:
+		c.logger().Warn("deliver failed", "target", d.Device, "err", err)
+		c.sendError(protocol.NewError(protocol.CodeInternalError, "deliver "+d.ID+" to "+d.Device+" failed; deliver it again"))
 	}
-	for _, out := range outs {
-		out.WaitAck = f.WaitAck
-		acked, err := c.srv.sender.SendAcked(ctx, out)
-		switch {
-		case errors.Is(err, dispatch.ErrNotAcked), err == nil && out.WaitAck && !acked:
-			c.sendError(protocol.NewError(protocol.CodeInternalError, "deliver "+id+": written, but device "+target+" did not acknowledge it; deliver again to be sure"))
-			return
-		case errors.Is(err, dispatch.ErrOffline):
-			c.sendError(protocol.NewError(protocol.CodeDeviceOffline, "deliver "+id+": device "+target+" is not online"))
-			return
-		case err != nil:
-			c.logger().Warn("deliver failed", "target", target, "err", err)
-			c.sendError(protocol.NewError(protocol.CodeInternalError, "deliver "+id+" to "+target+" failed; deliver it again"))
-			return
-		}
-	}
-	// The phone has it (see POST /v1/deliver's 200): say so to the sender.
-	c.send(protocol.AppendDelivered(newFrame(32+len(id)+len(target)), id, target))
 }
 
 // releaseState frees what a closed connection held in the store.

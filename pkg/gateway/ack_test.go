@@ -281,7 +281,8 @@ func TestDeliverFrameDelivered(t *testing.T) {
 // TestDeliverFrameWaitAck: a deliver frame with "wait":"ack" is answered
 // delivered only once the phone acked it, as POST /v1/deliver answers 200
 // only then; written and not acked within AckWait (a phone that never acks)
-// is an error naming the id. A wait other than "ack" is a bad_frame.
+// is device_offline naming the id, as the API's 202 says the phone may not
+// have it. A wait other than "ack" is a bad_frame.
 func TestDeliverFrameWaitAck(t *testing.T) {
 	t.Parallel()
 	n := startNode(t, func(cfg *gateway.Config) { cfg.Edge.AckWait = 500 * time.Millisecond })
@@ -310,8 +311,8 @@ func TestDeliverFrameWaitAck(t *testing.T) {
 
 	deliver("unacked", "ack")
 	ackRead(t, phone, "unacked") // and not acked
-	if f := next(); f.T() != protocol.TypeError || f.Str("code") != string(protocol.CodeInternalError) || !strings.Contains(f.Str("message"), "unacked") {
-		t.Fatalf("the sender got %s, want an internal_error naming unacked: written, not acknowledged", f)
+	if f := next(); f.T() != protocol.TypeError || f.Str("code") != string(protocol.CodeDeviceOffline) || !strings.Contains(f.Str("message"), "unacked") {
+		t.Fatalf("the sender got %s, want a device_offline naming unacked: written, not acknowledged", f)
 	}
 
 	deliver("acked", "ack")

@@ -18,33 +18,26 @@ import (
 // exact name; unknown members are ignored; a repeated member keeps the last
 // value, as the reference implementation's JSON parser does.
 type wire struct {
-	T        string          `json:"t"`
-	ID       string          `json:"id"`
-	Token    string          `json:"token"`
-	Device   *Device         `json:"device"`
-	User     *User           `json:"user"`
-	Text     string          `json:"text"`
-	Format   string          `json:"format"`
-	Data     []byte          `json:"data"`
-	Kind     string          `json:"kind"`
-	Mime     string          `json:"mime"`
-	Filename string          `json:"filename"`
-	Caption  string          `json:"caption"`
-	Part     *int64          `json:"part"`
-	Parts    *int64          `json:"parts"`
-	PromptID string          `json:"prompt_id"`
-	OptionID string          `json:"option_id"`
-	TS       jsontext.Value  `json:"ts"`
-	Target   string          `json:"target"`
-	Media    *wireDeliverAtt `json:"media"`
-	Wait     string          `json:"wait"`
-}
-
-type wireDeliverAtt struct {
-	Kind     string `json:"kind"`
-	Mime     string `json:"mime"`
-	Filename string `json:"filename"`
-	Data     []byte `json:"data"`
+	T        string            `json:"t"`
+	ID       string            `json:"id"`
+	Token    string            `json:"token"`
+	Device   *Device           `json:"device"`
+	User     *User             `json:"user"`
+	Text     string            `json:"text"`
+	Format   string            `json:"format"`
+	Data     []byte            `json:"data"`
+	Kind     string            `json:"kind"`
+	Mime     string            `json:"mime"`
+	Filename string            `json:"filename"`
+	Caption  string            `json:"caption"`
+	Part     *int64            `json:"part"`
+	Parts    *int64            `json:"parts"`
+	PromptID string            `json:"prompt_id"`
+	OptionID string            `json:"option_id"`
+	TS       jsontext.Value    `json:"ts"`
+	Target   string            `json:"target"`
+	Media    *DeliverBodyMedia `json:"media"`
+	Wait     string            `json:"wait"`
 }
 
 var decodeOpts = json.JoinOptions(
@@ -269,32 +262,11 @@ func decodePrompt(w *wire) (ClientFrame, *Error) {
 }
 
 func decodeDeliver(w *wire) (ClientFrame, *Error) {
-	d := &Deliver{ID: Truncate(w.ID, MaxIDChars), Target: w.Target, Text: w.Text}
-	if w.Media != nil {
-		m := w.Media
-		if m.Kind == "" || len(m.Data) == 0 {
-			return nil, NewError(CodeBadFrame, "deliver media needs a kind and data")
-		}
-		m.Kind = strings.ToLower(m.Kind)
-		if !IsMediaOut(m.Kind) {
-			return nil, NewError(CodeUnsupportedFrame, "deliver media kind must be image, voice, video, document or animation")
-		}
-		if len(m.Data) > MaxMediaBytes {
-			return nil, NewError(CodeTooBig, "media file is larger than "+MiB(MaxMediaBytes))
-		}
-		filename := Truncate(m.Filename, MaxFilenameChars)
-		d.Media = &DeliverMedia{Kind: m.Kind, Mime: MimeOf(mimeOf(m.Mime), m.Filename), Filename: filename, Data: m.Data}
-	}
-	if d.Text == "" && d.Media == nil {
-		return nil, NewError(CodeBadFrame, "deliver needs text or media")
-	}
-	if e := checkText("text", d.Text); e != nil {
+	b := DeliverBody{Target: w.Target, ID: w.ID, Text: w.Text, Media: w.Media, Wait: w.Wait}
+	d, e := b.Frame()
+	if e != nil {
 		return nil, e
 	}
-	if w.Wait != "" && w.Wait != "ack" {
-		return nil, NewError(CodeBadFrame, `deliver wait must be "ack" or absent`)
-	}
-	d.WaitAck = w.Wait == "ack"
 	return d, nil
 }
 

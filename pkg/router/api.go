@@ -21,6 +21,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/admin"
 	"github.com/hermes-mobile/gateway/pkg/agent"
 	"github.com/hermes-mobile/gateway/pkg/bus"
+	"github.com/hermes-mobile/gateway/pkg/dispatch"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/telemetry"
@@ -119,10 +120,11 @@ func (c *APIConfig) setDefaults() {
 // agent link (the event log, the agent's output, uploaded files) for an
 // agent outside the gateway. Create it with NewAPI; it is an http.Handler.
 type API struct {
-	r   *Router
-	cfg APIConfig
-	log *slog.Logger
-	mux *http.ServeMux
+	r         *Router
+	cfg       APIConfig
+	deliverer *dispatch.Deliverer // POST /v1/deliver's, with cfg.HomeDevice
+	log       *slog.Logger
+	mux       *http.ServeMux
 
 	// SHA-256 digests of the tokens: compared in constant time, every one
 	// of them, whatever the token presented.
@@ -161,6 +163,7 @@ func NewAPI(r *Router, cfg APIConfig) *API {
 		streams:       make(map[tokens.Digest]int),
 		endpoints:     make(map[string][]string),
 	}
+	a.deliverer = &dispatch.Deliverer{Dispatcher: r.sender, Blobs: r.store, BlobTTL: r.cfg.BlobTTL, HomeDevice: cfg.HomeDevice}
 	a.ctx, a.cancel = context.WithCancel(r.ctx)
 	a.health = a.newHealth()
 	a.routes()

@@ -144,3 +144,26 @@ type Reply struct {
 	// edge's AckWait passed: it may not have it.
 	Unacked bool `json:"unacked,omitzero"`
 }
+
+// Outcome is what became of an Output sent to a device's edge.
+type Outcome string
+
+// Outcomes.
+const (
+	// OutcomeDelivered: the phone has it: it acknowledged it, or it was
+	// written to a phone that does not ack and no ack was asked for.
+	OutcomeDelivered Outcome = "delivered"
+	// OutcomeWritten: written, but the phone did not acknowledge it in
+	// time (it acks, or the output asked for WaitAck): it may not have it.
+	OutcomeWritten Outcome = "written"
+	// OutcomeMoved: the device is held under a newer epoch than the
+	// output's, or its socket is closing; the sender reads the owner
+	// again and resends.
+	OutcomeMoved Outcome = "moved"
+	// OutcomeOffline: the edge could not write it (no socket, a write
+	// that failed).
+	OutcomeOffline Outcome = "offline"
+	// OutcomeGone: the output refers to media that no longer exists;
+	// resending cannot help.
+	OutcomeGone Outcome = "gone"
+)

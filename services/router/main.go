@@ -20,7 +20,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-	"unicode/utf8"
 
 	"github.com/hermes-mobile/gateway/pkg/admin"
 	"github.com/hermes-mobile/gateway/pkg/agent"
@@ -115,9 +114,8 @@ func (f flags) settings() (settings, error) {
 		return s, fmt.Errorf("MOBILE_EVENTS_MAX: %q is not a positive number", f.eventsMax)
 	}
 	s.eventsMax = n
-	if n := utf8.RuneCountInString(f.homeDevice); n > protocol.MaxDeviceFieldChars {
-		// No device can have it: hello cuts device ids there.
-		return s, fmt.Errorf("MOBILE_HOME_DEVICE: a device id has at most %d characters, not %d", protocol.MaxDeviceFieldChars, n)
+	if err := protocol.CheckDeviceID(f.homeDevice); err != nil {
+		return s, fmt.Errorf("MOBILE_HOME_DEVICE: %w", err)
 	}
 	s.api = router.APIConfig{
 		DeliverTokens: config.List(string(f.deliverTokens)),
