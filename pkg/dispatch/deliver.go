@@ -94,9 +94,8 @@ func (d *Deliverer) Deliver(ctx context.Context, f *protocol.Deliver) (Delivery,
 // send sends one output of a delivery; one written but not acknowledged
 // makes the whole delivery written.
 func (d *Deliverer) send(ctx context.Context, dl *Delivery, out wire.Output) error {
-	acked, err := d.Dispatcher.SendAcked(ctx, out)
-	switch {
-	case errors.Is(err, ErrNotAcked), err == nil && out.WaitAck && !acked:
+	err := d.Dispatcher.Send(ctx, out)
+	if errors.Is(err, ErrNotAcked) {
 		dl.Outcome = wire.OutcomeWritten
 		return nil
 	}

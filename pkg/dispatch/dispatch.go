@@ -39,23 +39,17 @@ type Dispatcher struct {
 	Cache   *OwnerCache   // nil: every delivery reads its owner
 }
 
-// Send delivers out to out.Device. It returns nil once the owning edge has
-// written the frames, ErrOffline when no edge has the device, or another
-// error when the store or the bus failed.
-func (d *Dispatcher) Send(ctx context.Context, out wire.Output) error {
-	_, err := d.SendAcked(ctx, out)
-	return err
-}
-
-// SendAcked is Send that also reports whether the phone acknowledged the
-// output (its ack frame): see wire.Output.WaitAck.
-func (d *Dispatcher) SendAcked(ctx context.Context, out wire.Output) (acked bool, err error) {
+// Send delivers out to out.Device. It returns nil once the phone has it
+// (wire.OutcomeDelivered), ErrNotAcked when it was written but not
+// acknowledged in time (wire.OutcomeWritten; see wire.Output.WaitAck),
+// ErrOffline when no edge has the device, ErrGone for media that no
+// longer exists, or another error when the store or the bus failed.
+func (d *Dispatcher) Send(ctx context.Context, out wire.Output) (err error) {
 	// A device that moved between reading its owner and the request is
 	// looked up again; a few rounds cover any realistic reconnect burst.
 	for range 3 {
-		acked, err = d.send(ctx, out)
-		if !errors.Is(err, errMoved) {
-			return acked, err
+		if err = d.send(ctx, out); !errors.Is(err, errMoved) {
+			return err
 		}
 	}
 	return d.send(ctx, out)
@@ -80,7 +74,7 @@ func (d *Dispatcher) Publish(ctx context.Context, out wire.Output) error {
 	return d.Bus.Publish(ctx, bus.DeviceSubject(out.Device), data, nil)
 }
 
-func (d *Dispatcher) send(ctx context.Context, out wire.Output) (acked bool, err error) {
+func (d *Dispatcher) send(ctx context.Context, out wire.Output) (err error) {
 	owner, cached, err := d.owner(ctx, out.Device)
 	defer func() {
 		if err != nil {
@@ -94,13 +88,13 @@ func (d *Dispatcher) send(ctx context.Context, out wire.Output) (acked bool, err
 		// answer; nobody answering means offline.
 		out.Epoch = 0
 	case err != nil:
-		return false, fmt.Errorf("owner of %q: %w", out.Device, err)
+		return fmt.Errorf("owner of %q: %w", out.Device, err)
 	default:
 		out.Epoch, out.Cached = owner.Epoch, cached
 	}
 	data, err := wire.Marshal(out)
 	if err != nil {
-		return false, err
+		return err
 	}
 	timeout := d.Timeout
 	if timeout <= 0 {
@@ -111,26 +105,26 @@ func (d *Dispatcher) send(ctx context.Context, out wire.Output) (acked bool, err
 	reply, err := d.Bus.Request(rctx, bus.DeviceSubject(out.Device), data, nil)
 	switch {
 	case errors.Is(err, bus.ErrNoResponders):
-		return false, ErrOffline
+		return ErrOffline
 	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
 		// The recorded owner did not answer: it died or lost the socket.
-		return false, fmt.Errorf("%w: no edge answered for %q", ErrOffline, out.Device)
+		return fmt.Errorf("%w: no edge answered for %q", ErrOffline, out.Device)
 	case err != nil:
-		return false, err
+		return err
 	}
 	var r wire.Reply
 	if err := wire.Unmarshal(reply, &r); err != nil {
-		return false, fmt.Errorf("bad reply from edge: %w", err)
+		return fmt.Errorf("bad reply from edge: %w", err)
 	}
-	switch {
-	case r.Moved:
-		return false, errMoved
-	case r.Gone:
-		return false, fmt.Errorf("%w: %s", ErrGone, r.Error)
-	case !r.OK:
-		return false, fmt.Errorf("%w: %s", ErrOffline, r.Error)
-	case r.Unacked:
-		return false, ErrNotAcked
+	switch r.Result(out.WaitAck) {
+	case wire.OutcomeDelivered:
+		return nil
+	case wire.OutcomeWritten:
+		return ErrNotAcked
+	case wire.OutcomeMoved:
+		return errMoved
+	case wire.OutcomeGone:
+		return fmt.Errorf("%w: %s", ErrGone, r.Error)
 	}
-	return r.Acked, nil
+	return fmt.Errorf("%w: %s", ErrOffline, r.Error)
 }

@@ -71,7 +71,7 @@ func (s *Server) onDelivery(m *bus.Msg) {
 		// Sent to the socket we took over from, or to one that is closing
 		// (drain, takeover): tell the sender to look again.
 		if m.Respond != nil {
-			data, _ := wire.Marshal(wire.Reply{Moved: true, Error: "device moved"})
+			data, _ := wire.Marshal(wire.OutputReply(wire.OutcomeMoved, "device moved"))
 			_ = m.Respond(data) // lost with the bus: the sender's request times out
 		}
 		return
@@ -87,7 +87,7 @@ func (s *Server) onDelivery(m *bus.Msg) {
 			l := <-looked
 			if l.err == nil && l.owner.Epoch > c.epoch.Load() {
 				s.tel.m.deliveryMoved()
-				data, _ := wire.Marshal(wire.Reply{Moved: true, Error: "device moved"})
+				data, _ := wire.Marshal(wire.OutputReply(wire.OutcomeMoved, "device moved"))
 				_ = m.Respond(data) // lost with the bus: the sender's request times out
 				return
 			}
@@ -104,12 +104,22 @@ func (s *Server) onDelivery(m *bus.Msg) {
 // owner read that fences the write, or nil to read it now.
 func (s *Server) write(c *conn, m *bus.Msg, out wire.Output, looked <-chan ownerResult) {
 	respond := func(acked bool, err error) {
-		r := wire.Reply{OK: err == nil || errors.Is(err, errNotAcked), Acked: acked,
-			Unacked: errors.Is(err, errNotAcked), Gone: errors.Is(err, store.ErrNotFound), Moved: errors.Is(err, errMoved)}
-		if err != nil {
-			r.Error = err.Error()
+		o := wire.OutcomeDelivered
+		switch {
+		case errors.Is(err, errNotAcked), err == nil && out.WaitAck && !acked:
+			o = wire.OutcomeWritten
+		case errors.Is(err, store.ErrNotFound):
+			o = wire.OutcomeGone
+		case errors.Is(err, errMoved):
+			o = wire.OutcomeMoved
+		case err != nil:
+			o = wire.OutcomeOffline
 		}
-		data, _ := wire.Marshal(r)
+		errText := ""
+		if err != nil {
+			errText = err.Error()
+		}
+		data, _ := wire.Marshal(wire.OutputReply(o, errText))
 		if m.Respond != nil {
 			_ = m.Respond(data) // lost with the bus: the sender's request times out
 		}
@@ -163,7 +173,7 @@ func (s *Server) answerNoSocket(m *bus.Msg, out wire.Output) {
 	}
 	r := wire.Reply{Error: "device not connected"}
 	if c != nil || err == nil && (owner.Edge != s.cfg.ID || owner.Epoch != out.Epoch) {
-		r = wire.Reply{Moved: true, Error: "device moved"}
+		r = wire.OutputReply(wire.OutcomeMoved, "device moved")
 	}
 	data, _ := wire.Marshal(r)
 	_ = m.Respond(data) // a sender that went away needs no answer

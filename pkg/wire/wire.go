@@ -126,23 +126,54 @@ type PromptDone struct {
 	Expired  bool   `json:"expired,omitzero"`
 }
 
-// Reply answers an Output or an Event request.
+// Reply answers an Output or an Event request. An Output's answer is its
+// Outcome; an Event's is OK (the router took it).
 type Reply struct {
-	OK    bool   `json:"ok"`
-	Error string `json:"error,omitempty"`
-	// Moved: this edge holds the device under a newer epoch than the
-	// output's, or its socket of the device is closing; the sender reads
-	// the owner again and resends.
-	Moved bool `json:"moved,omitzero"`
-	// Gone: the output refers to media that no longer exists; resending
-	// cannot help.
-	Gone bool `json:"gone,omitzero"`
-	// Acked: the phone acknowledged the output (its ack frame).
-	Acked bool `json:"acked,omitzero"`
-	// Unacked (with OK): written, but the phone, which acknowledges what
-	// it displays, did not acknowledge it before its socket closed or the
-	// edge's AckWait passed: it may not have it.
-	Unacked bool `json:"unacked,omitzero"`
+	Outcome Outcome `json:"outcome,omitempty"`
+	OK      bool    `json:"ok"`
+	Error   string  `json:"error,omitempty"`
+
+	// The booleans the Outcome replaced. OutputReply still writes them
+	// and Result reads them when Outcome is absent, so that edges and
+	// routers of the release before Outcome and of this one understand
+	// each other during a rolling upgrade (docs/operations.md). The
+	// release after this one drops them.
+	Moved   bool `json:"moved,omitzero"`   // OutcomeMoved
+	Gone    bool `json:"gone,omitzero"`    // OutcomeGone
+	Acked   bool `json:"acked,omitzero"`   // OutcomeDelivered
+	Unacked bool `json:"unacked,omitzero"` // OutcomeWritten (with OK)
+}
+
+// OutputReply is the answer to an Output that came to o; errText says
+// why, for the outcomes that are not delivered.
+func OutputReply(o Outcome, errText string) Reply {
+	return Reply{
+		Outcome: o, Error: errText,
+		OK:    o == OutcomeDelivered || o == OutcomeWritten,
+		Moved: o == OutcomeMoved, Gone: o == OutcomeGone,
+		Acked: o == OutcomeDelivered, Unacked: o == OutcomeWritten,
+	}
+}
+
+// Result is what became of the Output r answers: its Outcome, or, from an
+// edge of the release before Outcome, what its booleans say. waitAck is
+// the Output's WaitAck: such an edge answered ok without acked when the
+// phone did not acknowledge an Output that asked for it.
+func (r Reply) Result(waitAck bool) Outcome {
+	if r.Outcome != "" {
+		return r.Outcome
+	}
+	switch {
+	case r.Moved:
+		return OutcomeMoved
+	case r.Gone:
+		return OutcomeGone
+	case !r.OK:
+		return OutcomeOffline
+	case r.Unacked, waitAck && !r.Acked:
+		return OutcomeWritten
+	}
+	return OutcomeDelivered
 }
 
 // Outcome is what became of an Output sent to a device's edge.
