@@ -18,27 +18,30 @@ import (
 // exact name; unknown members are ignored; a repeated member keeps the last
 // value, as the reference implementation's JSON parser does.
 type wire struct {
-	T        string            `json:"t"`
-	ID       string            `json:"id"`
-	Token    string            `json:"token"`
-	Device   *Device           `json:"device"`
-	User     *User             `json:"user"`
-	Text     string            `json:"text"`
-	Format   string            `json:"format"`
-	Data     []byte            `json:"data"`
-	Kind     string            `json:"kind"`
-	Mime     string            `json:"mime"`
-	Filename string            `json:"filename"`
-	Caption  string            `json:"caption"`
-	Part     *int64            `json:"part"`
-	Parts    *int64            `json:"parts"`
-	PromptID string            `json:"prompt_id"`
-	OptionID string            `json:"option_id"`
-	TS       jsontext.Value    `json:"ts"`
-	Target   string            `json:"target"`
-	Media    *DeliverBodyMedia `json:"media"`
-	Wait     string            `json:"wait"`
+	T        string          `json:"t"`
+	ID       string          `json:"id"`
+	Token    string          `json:"token"`
+	Device   *Device         `json:"device"`
+	User     *User           `json:"user"`
+	Text     string          `json:"text"`
+	Format   string          `json:"format"`
+	Data     []byte          `json:"data"`
+	Kind     string          `json:"kind"`
+	Mime     string          `json:"mime"`
+	Filename string          `json:"filename"`
+	Caption  string          `json:"caption"`
+	Part     *int64          `json:"part"`
+	Parts    *int64          `json:"parts"`
+	PromptID string          `json:"prompt_id"`
+	OptionID string          `json:"option_id"`
+	TS       jsontext.Value  `json:"ts"`
+	Target   string          `json:"target"`
+	Media    *wireDeliverAtt `json:"media"`
+	Wait     string          `json:"wait"`
 }
+
+// wireDeliverAtt is a deliver frame's media: DeliverBody's.
+type wireDeliverAtt = DeliverBodyMedia
 
 var decodeOpts = json.JoinOptions(
 	jsontext.AllowDuplicateNames(true),

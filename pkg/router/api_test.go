@@ -59,6 +59,8 @@ type env struct {
 	store  store.Store // the router's
 	api    *router.API
 	url    string // of the API
+
+	redisURL, redisPrefix string // the cluster variant's Redis and key prefix
 }
 
 // apiConfig is the API configuration of the tests; mutate adjusts it.
@@ -150,7 +152,7 @@ func startCluster(t *testing.T, cfg router.APIConfig) *env {
 		t.Fatalf("router: %v", err)
 	}
 	t.Cleanup(func() { r.Close() })
-	return serve(t, &env{node: g, router: r, store: st}, cfg)
+	return serve(t, &env{node: g, router: r, store: st, redisURL: redisURL, redisPrefix: prefix}, cfg)
 }
 
 // serve serves the API of e.router on a loopback port until t ends.
@@ -208,7 +210,13 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 // phone connects a phone to the node as dev.
 func (e *env) phone(t *testing.T, dev string) *client.Conn {
 	t.Helper()
-	c, err := client.Dial(ctxFor(t, 10*time.Second), e.node.URL(), client.Options{Timeout: 5 * time.Second})
+	return e.phoneWith(t, dev, client.Options{Timeout: 5 * time.Second})
+}
+
+// phoneWith is phone with the client's options.
+func (e *env) phoneWith(t *testing.T, dev string, opts client.Options) *client.Conn {
+	t.Helper()
+	c, err := client.Dial(ctxFor(t, 10*time.Second), e.node.URL(), opts)
 	if err != nil {
 		t.Fatalf("dial: %v", err)
 	}
