@@ -70,7 +70,16 @@ const (
 	// QueueRouters is the queue group of routers on InboundSubject.
 	QueueRouters = "routers"
 	devicePrefix = "hermes.dev."
+	edgePrefix   = "hermes.edge."
 )
+
+// EdgeSubject is where an edge takes a wire.Batch: the outputs for devices
+// its owner records name it for, in one request. An edge of a release
+// before batches does not subscribe to it, so a request to it has no
+// responders.
+func EdgeSubject(edge string) string {
+	return edgePrefix + EscapeToken(edge)
+}
 
 // DeviceSubject is where frames for a device go: the edge that owns the
 // device subscribes to it. The device id is escaped so any id is one token.

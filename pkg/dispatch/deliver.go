@@ -61,7 +61,7 @@ func (d *Deliverer) Deliver(ctx context.Context, f *protocol.Deliver) (Delivery,
 	}
 	reached := false // an edge wrote something of f to the device
 	if f.Text != "" {
-		if err := d.send(ctx, &dl, wire.Output{Op: wire.OpMessage, Device: dl.Device, ID: dl.ID, Text: f.Text, Final: true, WaitAck: f.WaitAck}); err != nil {
+		if err := d.send(ctx, &dl, messageOutput(dl, f)); err != nil {
 			return dl, err
 		}
 		reached = true
@@ -94,7 +94,17 @@ func (d *Deliverer) Deliver(ctx context.Context, f *protocol.Deliver) (Delivery,
 // send sends one output of a delivery; one written but not acknowledged
 // makes the whole delivery written.
 func (d *Deliverer) send(ctx context.Context, dl *Delivery, out wire.Output) error {
-	err := d.Dispatcher.Send(ctx, out)
+	return dl.settle(d.Dispatcher.Send(ctx, out))
+}
+
+// messageOutput is the output of f's text, for dl's device.
+func messageOutput(dl Delivery, f *protocol.Deliver) wire.Output {
+	return wire.Output{Op: wire.OpMessage, Device: dl.Device, ID: dl.ID, Text: f.Text, Final: true, WaitAck: f.WaitAck}
+}
+
+// settle takes the answer err to one output of dl: written but not
+// acknowledged makes the whole delivery written.
+func (dl *Delivery) settle(err error) error {
 	if errors.Is(err, ErrNotAcked) {
 		dl.Outcome = wire.OutcomeWritten
 		return nil

@@ -116,7 +116,13 @@ func (d *Dispatcher) send(ctx context.Context, out wire.Output) (err error) {
 	if err := wire.Unmarshal(reply, &r); err != nil {
 		return fmt.Errorf("bad reply from edge: %w", err)
 	}
-	switch r.Result(out.WaitAck) {
+	return replyErr(r, out.WaitAck)
+}
+
+// replyErr is what Send returns for an edge's answer r to an Output (its
+// WaitAck is waitAck), or errMoved to look the owner up again.
+func replyErr(r wire.Reply, waitAck bool) error {
+	switch r.Result(waitAck) {
 	case wire.OutcomeDelivered:
 		return nil
 	case wire.OutcomeWritten:

@@ -235,7 +235,8 @@ type Server struct {
 	sender *dispatch.Dispatcher
 	// deliverer carries out deliver frames, through sender.
 	deliverer *dispatch.Deliverer
-	owners    *ownerReads // the fence's and the hello's owner reads, batched
+	owners    *ownerReads      // the fence's and the hello's owner reads, batched
+	batchSub  bus.Subscription // this edge's subject (wire.Batch); nil if it failed
 	tel       edgeTelemetry
 
 	// Byte budgets of the whole edge; see Config.MaxReadBytes and the rest.
@@ -313,6 +314,14 @@ func New(cfg Config, st store.Store, b bus.Bus, log *slog.Logger) *Server {
 	s.stopBudgets = s.tel.m.observeBudgets([len(budgetNames)]*budget{&s.reading, &s.queued, &s.uploading, &s.helloBytes})
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.owners = newOwnerReads(s.ctx, st, cfg.OpTimeout, s.goFunc)
+	if b != nil { // nil in tests of the edge alone
+		if sub, err := b.Subscribe(bus.EdgeSubject(cfg.ID), s.onBatch); err != nil {
+			// Senders get no responders and send each output on its device's subject.
+			s.log.Warn("no subscription to the edge's subject; batches go device by device", "err", err)
+		} else {
+			s.batchSub = sub
+		}
+	}
 	s.goFunc(s.heartbeat)
 	s.goFunc(s.keepalive)
 	s.goFunc(s.helloSweep)
@@ -431,6 +440,9 @@ func (s *Server) Close() error {
 		s.tel.m.setDraining(-1) // closed: no longer draining
 	}
 	s.closePages()
+	if s.batchSub != nil {
+		_ = s.batchSub.Unsubscribe() // a batch that still comes finds its sockets closing: "moved"
+	}
 	for _, c := range conns {
 		c.closeWith(closeGoingAway, "server shutting down", nil)
 	}

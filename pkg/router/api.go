@@ -42,6 +42,14 @@ type APIConfig struct {
 	// MaxBodyBytes bounds a request body (12 MiB: an 8 MiB file in base64
 	// with its fields); a larger one gets 413 too_big.
 	MaxBodyBytes int64
+	// MaxBatchBytes bounds the body of POST /v1/deliver/batch (16 MiB:
+	// 1,000 texts of 16 KiB, or a file and its texts); a larger one gets
+	// 413 too_big.
+	MaxBatchBytes int64
+	// MaxBatchItems bounds the deliveries of one POST /v1/deliver/batch
+	// (1,000); more get 413 too_big. The router holds a batch's deliveries
+	// and results until the last is answered.
+	MaxBatchItems int
 	// KeepAlive is how long an event stream stays silent before it gets a
 	// comment line (15 s), so proxies and clients see it is alive.
 	KeepAlive time.Duration
@@ -83,6 +91,12 @@ type APIConfig struct {
 func (c *APIConfig) setDefaults() {
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = 12 << 20
+	}
+	if c.MaxBatchBytes <= 0 {
+		c.MaxBatchBytes = 16 << 20
+	}
+	if c.MaxBatchItems <= 0 {
+		c.MaxBatchItems = 1000
 	}
 	if c.KeepAlive <= 0 {
 		c.KeepAlive = 15 * time.Second
@@ -192,6 +206,7 @@ const (
 
 func (a *API) routes() {
 	a.handle("POST", "/v1/deliver", deliverOnly, a.deliver)
+	a.handle("POST", "/v1/deliver/batch", deliverOnly, a.deliverBatch)
 	a.handle("POST", "/v1/sessions/{session}/messages", agentOnly, a.postMessage)
 	a.handle("POST", "/v1/sessions/{session}/media", agentOnly, a.postMedia)
 	a.handle("POST", "/v1/sessions/{session}/prompts", agentOnly, a.postPrompt)
@@ -354,23 +369,13 @@ func unsupported(format string, args ...any) *apiError {
 // otherwise; its text is logged, not sent.
 func (a *API) fail(w http.ResponseWriter, req *http.Request, err error) {
 	var e *apiError
-	if !errors.As(err, &e) {
-		if req.Context().Err() != nil {
-			a.log.Debug("request ended by the client", "method", req.Method, "path", req.URL.Path, "err", err)
-			return
-		}
-		switch {
-		case errors.Is(err, store.ErrBadCursor):
-			e = badFrame("the cursor is not one the event log hands out")
-		case errors.Is(err, store.ErrUnavailable), errors.Is(err, bus.ErrUnavailable),
-			errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled): // the API closing
-			a.log.Warn("request failed", "method", req.Method, "path", req.URL.Path, "err", err)
-			w.Header().Set("Retry-After", "1")
-			e = apiErr(http.StatusServiceUnavailable, protocol.CodeInternalError, "the gateway's store or bus cannot be reached right now; retry")
-		default:
-			a.log.Error("request failed", "method", req.Method, "path", req.URL.Path, "err", err)
-			e = apiErr(http.StatusInternalServerError, protocol.CodeInternalError, "the gateway failed; retry later")
-		}
+	if !errors.As(err, &e) && req.Context().Err() != nil {
+		a.log.Debug("request ended by the client", "method", req.Method, "path", req.URL.Path, "err", err)
+		return
+	}
+	e = a.answerFor(req, err)
+	if e.status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
 	}
 	if e.status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="hermes"`)
@@ -382,6 +387,27 @@ func (a *API) fail(w http.ResponseWriter, req *http.Request, err error) {
 		}
 	}
 	admin.WriteJSON(w, e.status, errorBody{Error: string(e.code), Message: e.message})
+}
+
+// answerFor is the answer to err: err itself when it is an *apiError, or
+// else the gateway's failure (logged, its text not sent): 503 when the
+// store or the bus cannot be reached (retry), 500 otherwise.
+func (a *API) answerFor(req *http.Request, err error) *apiError {
+	var e *apiError
+	if !errors.As(err, &e) {
+		switch {
+		case errors.Is(err, store.ErrBadCursor):
+			e = badFrame("the cursor is not one the event log hands out")
+		case errors.Is(err, store.ErrUnavailable), errors.Is(err, bus.ErrUnavailable),
+			errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled): // the API closing
+			a.log.Warn("request failed", "method", req.Method, "path", req.URL.Path, "err", err)
+			e = apiErr(http.StatusServiceUnavailable, protocol.CodeInternalError, "the gateway's store or bus cannot be reached right now; retry")
+		default:
+			a.log.Error("request failed", "method", req.Method, "path", req.URL.Path, "err", err)
+			e = apiErr(http.StatusInternalServerError, protocol.CodeInternalError, "the gateway failed; retry later")
+		}
+	}
+	return e
 }
 
 type errorBody struct {
@@ -406,7 +432,12 @@ var decodeOpts = jsonv2.JoinOptions(
 // decode reads the JSON body of req into v, within MaxBodyBytes. An empty
 // body is {}.
 func (a *API) decode(w http.ResponseWriter, req *http.Request, v any) error {
-	data, err := io.ReadAll(http.MaxBytesReader(w, req.Body, a.cfg.MaxBodyBytes))
+	return a.decodeWithin(w, req, v, a.cfg.MaxBodyBytes)
+}
+
+// decodeWithin is decode with a bound of max bytes.
+func (a *API) decodeWithin(w http.ResponseWriter, req *http.Request, v any, max int64) error {
+	data, err := io.ReadAll(http.MaxBytesReader(w, req.Body, max))
 	if err == nil {
 		// The body is in; the handler may take longer than BodyTimeout.
 		_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
@@ -421,6 +452,11 @@ func (a *API) decode(w http.ResponseWriter, req *http.Request, v any) error {
 	if len(strings.TrimSpace(string(data))) == 0 {
 		return nil
 	}
+	return decodeJSON(data, v)
+}
+
+// decodeJSON decodes a request body (or one delivery of a batch) into v.
+func decodeJSON(data []byte, v any) error {
 	if err := jsonv2.Unmarshal(data, v, decodeOpts); err != nil {
 		return badFrame("the body is not the JSON expected: %v", err)
 	}

@@ -3,8 +3,11 @@ package router
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/hermes-mobile/gateway/pkg/admin"
 	"github.com/hermes-mobile/gateway/pkg/dispatch"
@@ -33,19 +36,104 @@ func (a *API) deliver(w http.ResponseWriter, req *http.Request) error {
 	ctx, cancel := context.WithTimeout(req.Context(), dispatch.DefaultTimeout)
 	defer cancel()
 	d, err := a.deliverer.Deliver(ctx, f)
-	var perr *protocol.Error
-	status := http.StatusOK
-	switch {
-	case errors.As(err, &perr):
-		return protocolErr(perr)
-	case errors.Is(err, dispatch.ErrOffline):
-		return apiErr(http.StatusNotFound, protocol.CodeDeviceOffline, "device "+d.Device+" is not online")
-	case err != nil:
+	status, err := deliverStatus(d, err)
+	if err != nil {
 		return err
-	case d.Outcome == wire.OutcomeWritten:
-		status = http.StatusAccepted
 	}
 	admin.WriteJSON(w, status, okBody{OK: true, ID: d.ID})
+	return nil
+}
+
+// deliverStatus is the answer to a delivery that Deliver answered d and
+// err for: 200 (delivered) or 202 (written), or the error to answer with.
+func deliverStatus(d dispatch.Delivery, err error) (int, error) {
+	var perr *protocol.Error
+	switch {
+	case errors.As(err, &perr):
+		return 0, protocolErr(perr)
+	case errors.Is(err, dispatch.ErrOffline):
+		return 0, apiErr(http.StatusNotFound, protocol.CodeDeviceOffline, "device "+d.Device+" is not online")
+	case err != nil:
+		return 0, err
+	case d.Outcome == wire.OutcomeWritten:
+		return http.StatusAccepted, nil
+	}
+	return http.StatusOK, nil
+}
+
+// batchTimeout bounds one POST /v1/deliver/batch: the deliveries a batch
+// request settles take one DefaultTimeout; those sent one by one after it
+// another.
+const batchTimeout = 2 * dispatch.DefaultTimeout
+
+// batchBody is the body of POST /v1/deliver/batch; each delivery is the
+// body of a POST /v1/deliver, decoded on its own.
+type batchBody struct {
+	Deliveries []jsontext.Value `json:"deliveries"`
+}
+
+// batchResult is the answer for one delivery of a batch: the status and
+// the error body a POST /v1/deliver of it answers, and its id.
+type batchResult struct {
+	ID     string     `json:"id,omitempty"`
+	Status int        `json:"status"`
+	Error  *errorBody `json:"error,omitempty"`
+}
+
+// deliverBatch is POST /v1/deliver/batch: many deliveries in one request,
+// for cron jobs that fan out. Each is decoded, validated and delivered as
+// POST /v1/deliver does it (the same decodeJSON, Frame and Deliverer,
+// through DeliverBatch), and answered with the status and error that POST
+// would answer, in order; a delivery that fails does not fail the others.
+// The request's own status is 200 once the batch was read; 400 or 413 only
+// for a batch that cannot be (docs/api.md).
+func (a *API) deliverBatch(w http.ResponseWriter, req *http.Request) error {
+	var body batchBody
+	if err := a.decodeWithin(w, req, &body, a.cfg.MaxBatchBytes); err != nil {
+		return err
+	}
+	n := len(body.Deliveries)
+	if n == 0 {
+		return badFrame(`a batch needs deliveries: {"deliveries": [{"target": …, "text": …}, …]}`)
+	}
+	if n > a.cfg.MaxBatchItems {
+		return apiErr(http.StatusRequestEntityTooLarge, protocol.CodeTooBig, fmt.Sprintf("a batch holds at most %d deliveries, not %d", a.cfg.MaxBatchItems, n))
+	}
+	results := make([]batchResult, n)
+	failed := func(i int, id string, err error) {
+		e := a.answerFor(req, err)
+		results[i] = batchResult{ID: id, Status: e.status, Error: &errorBody{Error: string(e.code), Message: e.message}}
+	}
+	fs := make([]*protocol.Deliver, 0, n)
+	at := make([]int, 0, n)
+	for i, raw := range body.Deliveries {
+		var b protocol.DeliverBody
+		if err := decodeJSON(raw, &b); err != nil {
+			failed(i, b.ID, err)
+			continue
+		}
+		f, e := b.Frame()
+		if e != nil {
+			failed(i, b.ID, protocolErr(e))
+			continue
+		}
+		fs = append(fs, f)
+		at = append(at, i)
+	}
+	body.Deliveries = nil // the files' bytes are in fs now
+	ctx, cancel := context.WithTimeout(req.Context(), batchTimeout)
+	defer cancel()
+	for k, r := range a.deliverer.DeliverBatch(ctx, fs) {
+		status, err := deliverStatus(r.Delivery, r.Err)
+		if err != nil {
+			failed(at[k], r.Delivery.ID, err)
+			continue
+		}
+		results[at[k]] = batchResult{ID: r.Delivery.ID, Status: status}
+	}
+	admin.WriteJSON(w, http.StatusOK, struct {
+		Results []batchResult `json:"results"`
+	}{results})
 	return nil
 }
 

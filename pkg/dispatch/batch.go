@@ -1,0 +1,201 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/hermes-mobile/gateway/pkg/bus"
+	"github.com/hermes-mobile/gateway/pkg/ids"
+	"github.com/hermes-mobile/gateway/pkg/protocol"
+	"github.com/hermes-mobile/gateway/pkg/wire"
+)
+
+// BatchResult is what became of one delivery of DeliverBatch: what
+// Deliver returns for it.
+type BatchResult struct {
+	Delivery Delivery
+	Err      error
+}
+
+// batchSlowWorkers bounds the devices whose deliveries DeliverBatch sends
+// one by one (Deliver) at the same time.
+const batchSlowWorkers = 64
+
+// DeliverBatch delivers fs, each as Deliver would, and returns one result
+// per delivery, in order; a delivery's failure does not stop the others.
+// The deliveries of one device are sent in their order. A delivery without
+// an id gets one made here (fs[i].ID is set to it).
+//
+// The texts (of the deliveries before a device's first file) go in one
+// request per edge: the owners of all devices are read in one store round
+// trip, and each edge gets a wire.Batch of the outputs for the devices it
+// holds. What that request cannot settle (a device that moved or has no
+// owner record, an edge of a release before batches, which does not
+// answer on its subject) and every delivery with a file is sent alone by
+// Deliver, so the answers are Deliver's.
+func (d *Deliverer) DeliverBatch(ctx context.Context, fs []*protocol.Deliver) []BatchResult {
+	res := make([]BatchResult, len(fs))
+	settled := make([]bool, len(fs))
+	byDevice := make(map[string][]int)
+	var devices []string
+	for i, f := range fs {
+		if f.ID == "" {
+			f.ID = ids.New("d")
+		}
+		res[i].Delivery = Delivery{ID: f.ID, Outcome: wire.OutcomeDelivered}
+		dev, err := d.Target(f)
+		res[i].Delivery.Device = dev
+		if err != nil {
+			res[i].Err, settled[i] = err, true
+			continue
+		}
+		if _, ok := byDevice[dev]; !ok {
+			devices = append(devices, dev)
+		}
+		byDevice[dev] = append(byDevice[dev], i)
+	}
+	d.sendTexts(ctx, fs, res, settled, devices, byDevice)
+
+	// The rest, one by one: in order per device, devices side by side.
+	sem := make(chan struct{}, batchSlowWorkers)
+	var wg sync.WaitGroup
+	for _, dev := range devices {
+		var rest []int
+		for _, i := range byDevice[dev] {
+			if !settled[i] {
+				rest = append(rest, i)
+			}
+		}
+		if len(rest) == 0 {
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			for _, i := range rest {
+				res[i].Delivery, res[i].Err = d.Deliver(ctx, fs[i])
+			}
+		}()
+	}
+	wg.Wait()
+	return res
+}
+
+// sendTexts sends, per edge in one request, the text-only deliveries that
+// come before each device's first file, and settles those the edge
+// answered for good.
+func (d *Deliverer) sendTexts(ctx context.Context, fs []*protocol.Deliver, res []BatchResult, settled []bool, devices []string, byDevice map[string][]int) {
+	owners, err := d.Dispatcher.Owners.DeviceOwners(ctx, devices)
+	if err != nil {
+		return // Deliver reads them again, and answers the store's error
+	}
+	type item struct {
+		i   int
+		out wire.Output
+	}
+	byEdge := make(map[string][]item)
+	for k, dev := range devices {
+		o := owners[k]
+		if o.Epoch == 0 {
+			continue // no owner record: Deliver finds out
+		}
+		for _, i := range byDevice[dev] {
+			if fs[i].Media != nil {
+				break // a file, and what follows it, goes alone, in order
+			}
+			out := messageOutput(res[i].Delivery, fs[i])
+			out.Epoch = o.Epoch
+			byEdge[o.Edge] = append(byEdge[o.Edge], item{i, out})
+		}
+	}
+	var wg sync.WaitGroup
+	for edge, items := range byEdge {
+		// Cut into requests of at most wire.MaxBatchBytes.
+		for len(items) > 0 {
+			n, size := 0, 0
+			for n < len(items) && (n == 0 || size+outputSize(items[n].out) <= wire.MaxBatchBytes) {
+				size += outputSize(items[n].out)
+				n++
+			}
+			part := items[:n]
+			items = items[n:]
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				outs := make([]wire.Output, len(part))
+				for k, it := range part {
+					outs[k] = it.out
+				}
+				errs := d.Dispatcher.sendBatch(ctx, edge, outs)
+				for k, it := range part {
+					if errors.Is(errs[k], errMoved) {
+						continue // sent again alone
+					}
+					res[it.i].Err = res[it.i].Delivery.settle(errs[k])
+					settled[it.i] = true
+				}
+			}()
+		}
+	}
+	wg.Wait()
+}
+
+// outputSize estimates the encoded size of a text output.
+func outputSize(out wire.Output) int {
+	return len(out.Text) + len(out.ID) + len(out.Device) + 96
+}
+
+// sendBatch sends outs, each stamped with its device's epoch, to edge in
+// one wire.Batch, and returns what Send's one round would for each:
+// errMoved for one to send again on its device's subject.
+func (d *Dispatcher) sendBatch(ctx context.Context, edge string, outs []wire.Output) []error {
+	errs := make([]error, len(outs))
+	all := func(err error) []error {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	defer func() {
+		for i, err := range errs {
+			if err != nil {
+				d.Cache.drop(outs[i].Device)
+			}
+		}
+	}()
+	data, err := wire.Marshal(wire.Batch{Outputs: outs})
+	if err != nil {
+		return all(err)
+	}
+	timeout := d.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	reply, err := d.Bus.Request(rctx, bus.EdgeSubject(edge), data, nil)
+	switch {
+	case errors.Is(err, bus.ErrNoResponders):
+		// An edge of a release before batches, or one that is gone: each
+		// output goes on its device's subject.
+		return all(errMoved)
+	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+		return all(fmt.Errorf("%w: edge %q did not answer", ErrOffline, edge))
+	case err != nil:
+		return all(err)
+	}
+	var r wire.BatchReply
+	if err := wire.Unmarshal(reply, &r); err != nil {
+		return all(fmt.Errorf("bad reply from edge: %w", err))
+	}
+	if len(r.Replies) != len(outs) {
+		return all(fmt.Errorf("bad reply from edge: %d answers to %d outputs", len(r.Replies), len(outs)))
+	}
+	for i, rep := range r.Replies {
+		errs[i] = replyErr(rep, outs[i].WaitAck)
+	}
+	return errs
+}
