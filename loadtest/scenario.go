@@ -7,6 +7,9 @@ package main
 //	           answer; on the floor a phone's ping → pong
 //	deliver    POST /v1/deliver at the router → the phone's message, phones on
 //	           every edge; on the floor a phone's ping → pong
+//	deliver-batch
+//	           the same deliveries, -batch of them in one POST
+//	           /v1/deliver/batch → each phone's message; the floor the same
 //	cron       a deliver frame from one cron connection, sent without
 //	           waiting for the one before → the phone's message; on the floor
 //	           a ping from one connection, pipelined the same way → pong
@@ -33,14 +36,15 @@ import (
 )
 
 // The scenarios, in the order "all" runs them.
-var scenarios = []string{"roundtrip", "deliver", "cron", "hello"}
+var scenarios = []string{"roundtrip", "deliver", "deliver-batch", "cron", "hello"}
 
 // scenarioWhat describes each scenario's operation, for the report.
 var scenarioWhat = map[string][2]string{
-	"roundtrip": {"text → edge → router (demo agent) → edge → final answer", "ping → pong, same phones"},
-	"deliver":   {"POST /v1/deliver → router → edge → phone", "ping → pong, same phones"},
-	"cron":      {"deliver frames pipelined on one cron connection → edge → router → edge → phone", "pings pipelined on one connection → pong"},
-	"hello":     {"dial → hello → ready on a new connection, then dropped", "the same"},
+	"roundtrip":     {"text → edge → router (demo agent) → edge → final answer", "ping → pong, same phones"},
+	"deliver":       {"POST /v1/deliver → router → edge → phone", "ping → pong, same phones"},
+	"deliver-batch": {"POST /v1/deliver/batch of -batch deliveries → router → edge → phone", "ping → pong, same phones"},
+	"cron":          {"deliver frames pipelined on one cron connection → edge → router → edge → phone", "pings pipelined on one connection → pong"},
+	"hello":         {"dial → hello → ready on a new connection, then dropped", "the same"},
 }
 
 // phone is one connection held by a pool.
@@ -261,6 +265,9 @@ func prepare(ctx context.Context, cfg stepConfig, scenario string, floor bool, u
 	case scenario == "deliver":
 		offer, stop := apiOffer(ctx, cfg, p, tr)
 		return &target{offer: offer, close: func() { stop(); p.close() }}, nil
+	case scenario == "deliver-batch":
+		offer, stop := batchOffer(ctx, cfg, p, tr)
+		return &target{offer: offer, close: func() { stop(); p.close() }}, nil
 	default: // cron
 		cron, err := dialPhone(ctx, cfg, urls[0], "lt-"+cfg.RunID+"-cron", netip.Addr{})
 		if err != nil {
@@ -341,6 +348,147 @@ func apiOffer(ctx context.Context, cfg stepConfig, p *pool, tr *tracker) (offer 
 		hc.CloseIdleConnections()
 	}
 	return offer, stop
+}
+
+// batchFlush is how long an offered delivery waits for its batch to fill.
+const batchFlush = 5 * time.Millisecond
+
+// batchOffer gathers the deliveries offered, each to the next phone, and
+// posts them cfg.Batch at a time (or what gathered in batchFlush) to the
+// router's POST /v1/deliver/batch, at most cfg.InFlight requests at once;
+// each phone's message completes its delivery, and an item the router
+// answers with another status than 200 fails it. stop posts what is left
+// and waits for the requests in flight.
+func batchOffer(ctx context.Context, cfg stepConfig, p *pool, tr *tracker) (offer offerFunc, stop func()) {
+	hc := &http.Client{Timeout: deliverTimeout, Transport: &http.Transport{
+		MaxIdleConns: cfg.InFlight, MaxIdleConnsPerHost: cfg.InFlight, IdleConnTimeout: time.Minute,
+	}}
+	type item struct {
+		seq uint64
+		to  string
+	}
+	sem := make(chan struct{}, cfg.InFlight)
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		batch []item
+		timer *time.Timer
+	)
+	post := func(items []item) {
+		select {
+		case sem <- struct{}{}:
+		default:
+			for _, it := range items {
+				tr.fail(it.seq, "client_busy")
+			}
+			return
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			seqs := make([]uint64, len(items))
+			devs := make([]string, len(items))
+			for i, it := range items {
+				seqs[i], devs[i] = it.seq, it.to
+			}
+			for i, kind := range postBatch(ctx, hc, cfg, devs, seqs) {
+				if kind != "" {
+					tr.fail(seqs[i], kind)
+				}
+			}
+		})
+	}
+	flush := func() {
+		mu.Lock()
+		items := batch
+		batch = nil
+		mu.Unlock()
+		if len(items) > 0 {
+			post(items)
+		}
+	}
+	offer = func(seq uint64, _ time.Time) {
+		to := p.pick()
+		mu.Lock()
+		batch = append(batch, item{seq, to.id})
+		var full []item
+		switch {
+		case len(batch) >= cfg.Batch:
+			full, batch = batch, nil
+		case len(batch) == 1:
+			if timer == nil {
+				timer = time.AfterFunc(batchFlush, flush)
+			} else {
+				timer.Reset(batchFlush)
+			}
+		}
+		mu.Unlock()
+		if full != nil {
+			post(full)
+		}
+	}
+	stop = func() {
+		flush()
+		wg.Wait()
+		hc.CloseIdleConnections()
+	}
+	return offer, stop
+}
+
+// postBatch posts the deliveries of seqs to devs in one POST
+// /v1/deliver/batch; it returns, per delivery, "" when the router
+// answered it 200, else the kind of failure.
+func postBatch(ctx context.Context, hc *http.Client, cfg stepConfig, devs []string, seqs []uint64) []string {
+	kinds := make([]string, len(seqs))
+	all := func(kind string) []string {
+		for i := range kinds {
+			kinds[i] = kind
+		}
+		return kinds
+	}
+	items := make([]map[string]string, len(seqs))
+	for i, seq := range seqs {
+		items[i] = map[string]string{
+			"target": devs[i],
+			"id":     "ld-" + strconv.FormatUint(seq, 10),
+			"text":   opText(deliverPrefix, cfg.RunID, seq),
+		}
+	}
+	body, _ := json.Marshal(map[string]any{"deliveries": items})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, cfg.DeliverURL+"/v1/deliver/batch", bytes.NewReader(body))
+	if err != nil {
+		return all("batch:request")
+	}
+	req.Header.Set("Authorization", "Bearer "+cfg.DeliverToken)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return all("batch:request")
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	var r struct {
+		Error   string `json:"error"`
+		Results []struct {
+			Status int `json:"status"`
+			Error  *struct {
+				Error string `json:"error"`
+			} `json:"error"`
+		} `json:"results"`
+	}
+	_ = json.Unmarshal(b, &r) // checked below
+	if resp.StatusCode != http.StatusOK || len(r.Results) != len(seqs) {
+		return all(fmt.Sprintf("batch:%d:%s", resp.StatusCode, r.Error))
+	}
+	for i, res := range r.Results {
+		if res.Status != http.StatusOK {
+			code := ""
+			if res.Error != nil {
+				code = res.Error.Error
+			}
+			kinds[i] = fmt.Sprintf("deliver:%d:%s", res.Status, code)
+		}
+	}
+	return kinds
 }
 
 // postDeliver posts one delivery; it returns "" when the router answered

@@ -217,7 +217,7 @@ func TestRankOfAHistogram(t *testing.T) {
 
 func TestStepConfigValidation(t *testing.T) {
 	good := stepConfig{Scenarios: []string{"roundtrip"}, URLs: []string{"ws://127.0.0.1:1/ws"}, Token: "t", Phones: 10,
-		Rates: []float64{100, 200}, Step: time.Second, Rule: testRule, Floor: "auto", InFlight: 10, Sources: 1}
+		Rates: []float64{100, 200}, Step: time.Second, Rule: testRule, Floor: "auto", Batch: 10, InFlight: 10, Sources: 1}
 	if err := good.validate(); err != nil {
 		t.Fatalf("good config: %v", err)
 	}
@@ -228,6 +228,8 @@ func TestStepConfigValidation(t *testing.T) {
 	}{
 		{"unknown scenario", func(c *stepConfig) { c.Scenarios = []string{"storm"} }, `"storm" is not one of`},
 		{"deliver without the API", func(c *stepConfig) { c.Scenarios = []string{"deliver"} }, "needs -deliver"},
+		{"deliver-batch without the API", func(c *stepConfig) { c.Scenarios = []string{"deliver-batch"} }, "needs -deliver"},
+		{"batch over the router's bound", func(c *stepConfig) { c.Batch = MaxBatch + 1 }, "-batch"},
 		{"rates not increasing", func(c *stepConfig) { c.Rates = []float64{200, 100} }, "must increase"},
 		{"rate over the cap", func(c *stepConfig) { c.Rates = []float64{MaxStepRate + 1} }, "is not in"},
 		{"floor not on loopback", func(c *stepConfig) { c.Floor = "ws://10.0.0.1:1/ws" }, "-floor"},

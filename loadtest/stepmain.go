@@ -27,6 +27,9 @@ const (
 	MaxStepRate = 100000
 	// MaxInFlight bounds the HTTP requests or handshakes in flight at once.
 	MaxInFlight = 5000
+	// MaxBatch bounds the deliveries of one batch request: the router's
+	// default MaxBatchItems.
+	MaxBatch = 1000
 	// defaultRates are the steps offered unless -rates says otherwise.
 	defaultRates = "100,200,500,1000,2000,5000,10000,20000,50000"
 )
@@ -43,6 +46,7 @@ type stepConfig struct {
 	Floor        string // "auto" (in this process), "off", or a floor's URL
 	DeliverURL   string
 	DeliverToken string
+	Batch        int // deliveries per request of deliver-batch
 	InFlight     int
 	Sources      int
 	RunID        string
@@ -59,8 +63,8 @@ func (c stepConfig) validate() error {
 		if !slices.Contains(scenarios, s) {
 			bad("-scenario: %q is not one of %s, all", s, strings.Join(scenarios, ", "))
 		}
-		if s == "deliver" && (c.DeliverURL == "" || c.DeliverToken == "") {
-			bad("-scenario deliver needs -deliver and -deliver-token")
+		if (s == "deliver" || s == "deliver-batch") && (c.DeliverURL == "" || c.DeliverToken == "") {
+			bad("-scenario %s needs -deliver and -deliver-token", s)
 		}
 	}
 	if len(c.URLs) == 0 {
@@ -111,6 +115,9 @@ func (c stepConfig) validate() error {
 	}
 	if !(c.Rule.MinAchieved > 0 && c.Rule.MinAchieved <= 1) {
 		bad("-min-achieved: %g is not in (0, 1]", c.Rule.MinAchieved)
+	}
+	if c.Batch < 1 || c.Batch > MaxBatch {
+		bad("-batch: %d is not in [1, %d]", c.Batch, MaxBatch)
 	}
 	if c.InFlight < 1 || c.InFlight > MaxInFlight {
 		bad("-in-flight: %d is not in [1, %d]", c.InFlight, MaxInFlight)
@@ -193,6 +200,7 @@ func stepMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&cfg.Floor, "floor", "auto", "the floor: auto (started in this process), off, or the ws:// URL of `loadtest floor`")
 	fs.StringVar(&deliverURL, "deliver", "", "router API base URL, for the deliver scenario (loopback only)")
 	config.SecretVar(fs, &deliverToken, "deliver-token", "LOADTEST_DELIVER_TOKEN", "a deliver token of the router (MOBILE_DELIVER_TOKENS)")
+	fs.IntVar(&cfg.Batch, "batch", 100, "deliveries per POST /v1/deliver/batch in the deliver-batch scenario")
 	fs.IntVar(&cfg.InFlight, "in-flight", 1000, "HTTP requests (deliver) or handshakes (hello) in flight at most; one beyond counts as failed (client_busy)")
 	fs.IntVar(&cfg.Sources, "sources", sourceCount, "how many source addresses, from 127.0.0.2 on, connections are spread over (1-253)")
 	fs.StringVar(&runID, "run", "", "run id, part of every device id; random when empty")

@@ -54,7 +54,7 @@ func TestFloorSubcommand(t *testing.T) {
 func TestSweepOnTheFloor(t *testing.T) {
 	f := startTestFloor(t)
 	cfg := stepConfig{Token: testToken, Phones: 5, Rates: []float64{50, 100}, Step: 300 * time.Millisecond,
-		Rule: stepRule{MinAchieved: 0.5, P99Max: 2 * time.Second, MissAfter: 5 * time.Second}, InFlight: 50, Sources: 3, RunID: "tf" + randomHex(2)}
+		Rule: stepRule{MinAchieved: 0.5, P99Max: 2 * time.Second, MissAfter: 5 * time.Second}, Batch: 10, InFlight: 50, Sources: 3, RunID: "tf" + randomHex(2)}
 	for _, name := range []string{"roundtrip", "cron", "hello"} {
 		w := runSweep(testCtx(t), cfg, name, true, []string{f.URL()}, t.Logf)
 		if w.Failed != "" || len(w.Steps) != 2 || w.Saturated || w.Sustained != 100 {
@@ -75,7 +75,7 @@ func TestStepsAgainstAGateway(t *testing.T) {
 	g := startNode(t, nil)
 	cfg := stepConfig{Scenarios: scenarios, URLs: []string{g.URL()}, Token: testToken, Phones: 6, Rates: []float64{20, 40},
 		Step: 300 * time.Millisecond, Rule: stepRule{MinAchieved: 0.5, P99Max: 3 * time.Second, MissAfter: 5 * time.Second},
-		Floor: "auto", DeliverURL: g.APIURL(), DeliverToken: testDeliver, InFlight: 50, Sources: 4, RunID: "ts" + randomHex(2)}
+		Floor: "auto", DeliverURL: g.APIURL(), DeliverToken: testDeliver, Batch: 10, InFlight: 50, Sources: 4, RunID: "ts" + randomHex(2)}
 	if err := cfg.validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestStepsAgainstAGateway(t *testing.T) {
 			t.Fatalf("%s: ratio %+v, want 1 with an unknown bound (neither saturated)", sc.Name, sc.Ratio)
 		}
 	}
-	for _, want := range []string{"roundtrip: text", "deliver: POST /v1/deliver", "cron: deliver frames", "hello: dial", "sustained: gateway ≥ 40/s"} {
+	for _, want := range []string{"roundtrip: text", "deliver: POST /v1/deliver", "deliver-batch: POST /v1/deliver/batch", "cron: deliver frames", "hello: dial", "sustained: gateway ≥ 40/s"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("the table lacks %q", want)
 		}
