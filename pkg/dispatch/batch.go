@@ -31,10 +31,11 @@ const batchSlowWorkers = 64
 // The texts (of the deliveries before a device's first file) go in one
 // request per edge: the owners of all devices are read in one store round
 // trip, and each edge gets a wire.Batch of the outputs for the devices it
-// holds. What that request cannot settle (a device that moved or has no
-// owner record, an edge of a release before batches, which does not
-// answer on its subject) and every delivery with a file is sent alone by
-// Deliver, so the answers are Deliver's.
+// holds. What that request does not see written (a device that moved, went
+// offline or has no owner record, an edge that did not answer or is of a
+// release before batches, which does not subscribe to its subject) and
+// every delivery with a file is sent alone by Deliver, so every answer but
+// "the phone has it" and "written, not acknowledged" is Deliver's own.
 func (d *Deliverer) DeliverBatch(ctx context.Context, fs []*protocol.Deliver) []BatchResult {
 	res := make([]BatchResult, len(fs))
 	settled := make([]bool, len(fs))
@@ -85,8 +86,9 @@ func (d *Deliverer) DeliverBatch(ctx context.Context, fs []*protocol.Deliver) []
 }
 
 // sendTexts sends, per edge in one request, the text-only deliveries that
-// come before each device's first file, and settles those the edge
-// answered for good.
+// come before each device's first file, and settles those the edge wrote
+// (delivered, or written and not acknowledged in time). Any other answer
+// leaves the delivery to Deliver, which decides what becomes of it.
 func (d *Deliverer) sendTexts(ctx context.Context, fs []*protocol.Deliver, res []BatchResult, settled []bool, devices []string, byDevice map[string][]int) {
 	owners, err := d.Dispatcher.Owners.DeviceOwners(ctx, devices)
 	if err != nil {
@@ -131,8 +133,8 @@ func (d *Deliverer) sendTexts(ctx context.Context, fs []*protocol.Deliver, res [
 				}
 				errs := d.Dispatcher.sendBatch(ctx, edge, outs)
 				for k, it := range part {
-					if errors.Is(errs[k], errMoved) {
-						continue // sent again alone
+					if errs[k] != nil && !errors.Is(errs[k], ErrNotAcked) {
+						continue // Deliver sends it again alone and says what became of it
 					}
 					res[it.i].Err = res[it.i].Delivery.settle(errs[k])
 					settled[it.i] = true
