@@ -35,7 +35,8 @@ const batchSlowWorkers = 64
 // offline or has no owner record, an edge that did not answer or is of a
 // release before batches, which does not subscribe to its subject) and
 // every delivery with a file is sent alone by Deliver, so every answer but
-// "the phone has it" and "written, not acknowledged" is Deliver's own.
+// "the phone has it" and "written, not acknowledged" (without a ttl) is
+// Deliver's own: with a ttl, Deliver keeps what the batch did not deliver.
 func (d *Deliverer) DeliverBatch(ctx context.Context, fs []*protocol.Deliver) []BatchResult {
 	res := make([]BatchResult, len(fs))
 	settled := make([]bool, len(fs))
@@ -48,6 +49,9 @@ func (d *Deliverer) DeliverBatch(ctx context.Context, fs []*protocol.Deliver) []
 		res[i].Delivery = Delivery{ID: f.ID, Outcome: wire.OutcomeDelivered}
 		dev, err := d.Target(f)
 		res[i].Delivery.Device = dev
+		if err == nil {
+			err = d.checkTTL(f.TTL)
+		}
 		if err != nil {
 			res[i].Err, settled[i] = err, true
 			continue
@@ -87,8 +91,9 @@ func (d *Deliverer) DeliverBatch(ctx context.Context, fs []*protocol.Deliver) []
 
 // sendTexts sends, per edge in one request, the text-only deliveries that
 // come before each device's first file, and settles those the edge wrote
-// (delivered, or written and not acknowledged in time). Any other answer
-// leaves the delivery to Deliver, which decides what becomes of it.
+// (delivered, or, without a ttl, written and not acknowledged in time).
+// Any other answer leaves the delivery to Deliver, which decides what
+// becomes of it.
 func (d *Deliverer) sendTexts(ctx context.Context, fs []*protocol.Deliver, res []BatchResult, settled []bool, devices []string, byDevice map[string][]int) {
 	owners, err := d.Dispatcher.Owners.DeviceOwners(ctx, devices)
 	if err != nil {
@@ -133,8 +138,11 @@ func (d *Deliverer) sendTexts(ctx context.Context, fs []*protocol.Deliver, res [
 				}
 				errs := d.Dispatcher.sendBatch(ctx, edge, outs)
 				for k, it := range part {
-					if errs[k] != nil && !errors.Is(errs[k], ErrNotAcked) {
-						continue // Deliver sends it again alone and says what became of it
+					if errs[k] != nil && (!errors.Is(errs[k], ErrNotAcked) || fs[it.i].TTL > 0) {
+						// Deliver sends it again alone and says what
+						// became of it (with a ttl: kept, if the phone
+						// does not take it then either).
+						continue
 					}
 					res[it.i].Err = res[it.i].Delivery.settle(errs[k])
 					settled[it.i] = true

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/hermes-mobile/gateway/pkg/ids"
@@ -20,6 +21,19 @@ type Deliverer struct {
 	Blobs      store.Blobs
 	BlobTTL    time.Duration // how long a delivered file is kept for the edge
 	HomeDevice string        // the target of a deliver without one (MOBILE_HOME_DEVICE)
+	// Keeper keeps a delivery with a ttl that the device cannot take now;
+	// nil: a ttl is refused (bad_frame).
+	Keeper Keeper
+}
+
+// Keeper keeps outputs for a device that is not online: in its outbox,
+// which its next connection reads, with the media they refer to.
+type Keeper interface {
+	// Keep keeps out (addressed to device) for ttl, at most MaxTTL, and
+	// wakes the device (a push notification).
+	Keep(ctx context.Context, device string, out wire.Output, ttl time.Duration) error
+	// MaxTTL is the longest a delivery is kept (MOBILE_OUTBOX_TTL).
+	MaxTTL() time.Duration
 }
 
 // Delivery is what an edge did with a delivery.
@@ -31,6 +45,9 @@ type Delivery struct {
 	// wire.OutcomeWritten (written, not acknowledged in time: it may not
 	// have it). Deliver returns no Delivery with another outcome.
 	Outcome wire.Outcome
+	// Queued: (a part of) it did not reach the device and is kept in its
+	// outbox for the deliver's ttl; only for a deliver with a ttl.
+	Queued bool
 }
 
 // Target returns the device f is for: its target, or the home device.
@@ -44,12 +61,16 @@ func (d *Deliverer) Target(f *protocol.Deliver) (string, error) {
 }
 
 // Deliver sends f to the device online now: its text first, then its
-// file. Nothing is kept for a device that is not online, and a file is
-// stored only for a device that is (its owner record, or the text that
-// just reached it, says so). It returns the Delivery, or ErrOffline (no
-// edge holds the device), a *protocol.Error (a target naming no device),
-// or the store's or the bus's error. The Delivery's ID and Device are set
-// whatever the error.
+// file. Without a ttl nothing is kept for a device that is not online, and
+// a file is stored only for a device that is (its owner record, or the
+// text that just reached it, says so). With a ttl (f.TTL, at most the
+// Keeper's MaxTTL) what does not reach the device, or is written but not
+// acknowledged in time, is kept in its outbox for the ttl (the Delivery is
+// Queued), and once a part is kept the parts after it are kept too, so
+// they reach the phone in order. It returns the Delivery, or ErrOffline
+// (no edge holds the device; no ttl), a *protocol.Error (a target naming
+// no device, a ttl past the bound), or the store's or the bus's error. The
+// Delivery's ID and Device are set whatever the error.
 func (d *Deliverer) Deliver(ctx context.Context, f *protocol.Deliver) (Delivery, error) {
 	dl := Delivery{ID: f.ID, Outcome: wire.OutcomeDelivered}
 	if dl.ID == "" {
@@ -59,21 +80,28 @@ func (d *Deliverer) Deliver(ctx context.Context, f *protocol.Deliver) (Delivery,
 	if dl.Device, err = d.Target(f); err != nil {
 		return dl, err
 	}
+	if err := d.checkTTL(f.TTL); err != nil {
+		return dl, err
+	}
 	reached := false // an edge wrote something of f to the device
 	if f.Text != "" {
-		if err := d.send(ctx, &dl, messageOutput(dl, f)); err != nil {
+		if err := d.send(ctx, &dl, f, messageOutput(dl, f)); err != nil {
 			return dl, err
 		}
-		reached = true
+		reached = !dl.Queued
 	}
 	if m := f.Media; m != nil {
-		if !reached {
+		if !reached && !dl.Queued {
 			// Do not keep up to 8 MiB for a device that has no owner
-			// record. (Right after a Redis restart a connected device may
-			// lack one until its edge's next heartbeat: cron is told to
-			// retry, which it would be told anyway while Redis is away.)
+			// record, unless asked to (a ttl). (Right after a Redis
+			// restart a connected device may lack one until its edge's
+			// next heartbeat: cron is told to retry, which it would be
+			// told anyway while Redis is away.)
 			if _, _, err := d.Dispatcher.owner(ctx, dl.Device); errors.Is(err, store.ErrNotFound) {
-				return dl, ErrOffline
+				if f.TTL <= 0 {
+					return dl, ErrOffline
+				}
+				dl.Queued = true // nobody to send it to: straight to the outbox
 			} else if err != nil {
 				return dl, err
 			}
@@ -82,19 +110,13 @@ func (d *Deliverer) Deliver(ctx context.Context, f *protocol.Deliver) (Delivery,
 		if err != nil {
 			return dl, err
 		}
-		if err := d.send(ctx, &dl, wire.Output{Op: wire.OpMedia, Device: dl.Device, ID: dl.ID + "-media", WaitAck: f.WaitAck, Media: &wire.MediaRef{
+		if err := d.send(ctx, &dl, f, wire.Output{Op: wire.OpMedia, Device: dl.Device, ID: dl.ID + "-media", WaitAck: f.WaitAck, Media: &wire.MediaRef{
 			Kind: m.Kind, Mime: m.Mime, Filename: m.Filename, Size: len(m.Data), Blob: key,
 		}}); err != nil {
 			return dl, err
 		}
 	}
 	return dl, nil
-}
-
-// send sends one output of a delivery; one written but not acknowledged
-// makes the whole delivery written.
-func (d *Deliverer) send(ctx context.Context, dl *Delivery, out wire.Output) error {
-	return dl.settle(d.Dispatcher.Send(ctx, out))
 }
 
 // messageOutput is the output of f's text, for dl's device.
@@ -110,4 +132,37 @@ func (dl *Delivery) settle(err error) error {
 		return nil
 	}
 	return err
+}
+
+// checkTTL refuses a ttl this Deliverer cannot keep for.
+func (d *Deliverer) checkTTL(ttl time.Duration) error {
+	switch {
+	case ttl <= 0:
+		return nil
+	case d.Keeper == nil:
+		return protocol.NewError(protocol.CodeBadFrame, "deliver ttl: this gateway keeps no deliveries")
+	case ttl > d.Keeper.MaxTTL():
+		return protocol.NewError(protocol.CodeBadFrame, fmt.Sprintf("deliver ttl is at most %d seconds (MOBILE_OUTBOX_TTL), not %d",
+			int64(d.Keeper.MaxTTL()/time.Second), int64(ttl/time.Second)))
+	}
+	return nil
+}
+
+// send sends one output of f: to the device, or (f has a ttl, and the
+// device did not take it or an earlier part was kept) to its outbox. One
+// written but not acknowledged (and not kept) makes the whole delivery
+// written.
+func (d *Deliverer) send(ctx context.Context, dl *Delivery, f *protocol.Deliver, out wire.Output) error {
+	if !dl.Queued {
+		err := d.Dispatcher.Send(ctx, out)
+		if f.TTL <= 0 || !errors.Is(err, ErrOffline) {
+			return dl.settle(err)
+		}
+		// Offline, or written and not acknowledged: kept, and sent again
+		// on the next connection (at least once; the app replaces a
+		// message by id).
+		dl.Queued = true
+	}
+	out.WaitAck = false
+	return d.Keeper.Keep(ctx, dl.Device, out, f.TTL)
 }

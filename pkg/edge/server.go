@@ -134,6 +134,9 @@ type Config struct {
 	ClaimTTL time.Duration
 	// Telemetry receives the edge's metrics and spans; nil records nothing.
 	Telemetry *telemetry.Telemetry
+	// Keeper keeps a deliver frame with a ttl that its device cannot take
+	// now (the router's outbox); nil refuses a ttl.
+	Keeper dispatch.Keeper
 }
 
 // DefaultConfig is the configuration a zero Config stands for (ID aside),
@@ -307,7 +310,7 @@ func New(cfg Config, st store.Store, b bus.Bus, log *slog.Logger) *Server {
 		awaiting:       make(map[*conn]time.Duration),
 		start:          time.Now(),
 	}
-	s.deliverer = &dispatch.Deliverer{Dispatcher: s.sender, Blobs: st, BlobTTL: cfg.BlobTTL, HomeDevice: cfg.HomeDevice}
+	s.deliverer = &dispatch.Deliverer{Dispatcher: s.sender, Blobs: st, BlobTTL: cfg.BlobTTL, HomeDevice: cfg.HomeDevice, Keeper: cfg.Keeper}
 	if p, err := sharedPoller(); err == nil {
 		s.poller = p
 	}

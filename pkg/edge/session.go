@@ -522,17 +522,19 @@ func (c *conn) onDeliver(f *protocol.Deliver) {
 
 // deliver sends deliver frame f through the one delivery path
 // (dispatch.Deliverer, as POST /v1/deliver does) and answers the sender:
-// delivered when the API would answer 200, the error frame otherwise
+// delivered when the API would answer 200 (with "queued":true when it
+// would answer 202 {"queued":true}), the error frame otherwise
 // (docs/protocol-notes.md has the table).
 func (c *conn) deliver(f *protocol.Deliver) {
 	ctx, cancel := context.WithTimeout(c.srv.ctx, dispatch.DefaultTimeout)
 	defer cancel()
 	d, err := c.srv.deliverer.Deliver(ctx, f)
-	if err != nil || d.Outcome != wire.OutcomeDelivered {
+	if err != nil || !d.Queued && d.Outcome != wire.OutcomeDelivered {
 		c.deliverFailed(d, err)
 		return
 	}
-	c.send(protocol.AppendDelivered(newFrame(32+len(d.ID)+len(d.Device)), d.ID, d.Device))
+	// Queued (a ttl, the API's 202 {"queued":true}): "queued":true.
+	c.send(protocol.AppendDelivered(newFrame(48+len(d.ID)+len(d.Device)), d.ID, d.Device, d.Queued))
 }
 
 // deliverFailed answers a deliver frame that was not delivered: its

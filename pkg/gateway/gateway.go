@@ -87,7 +87,10 @@ type Gateway struct {
 	Bus    bus.Bus
 	Edge   *edge.Server   // nil with Config.NoEdge
 	Router *router.Router // nil unless Config.Router
-	API    *router.API    // nil unless Config.Router and Config.APIListen
+	// keeper keeps the edge's deliver frames with a ttl when no router
+	// runs here: a Router never started.
+	keeper *router.Router
+	API    *router.API // nil unless Config.Router and Config.APIListen
 	ln     net.Listener
 	served chan error
 
@@ -193,6 +196,21 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err e
 	g.ln, err = lc.Listen(ctx, "tcp", cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("MOBILE_LISTEN: %w", err)
+	}
+	if cfg.Edge.Keeper == nil {
+		// A deliver frame with a ttl is kept as the router's API keeps
+		// it: by this process's router, or, without one, by a Router
+		// that is never started (its outbox bounds, MOBILE_OUTBOX_*,
+		// and push notifications, MOBILE_PUSH_*, with no agent).
+		keeper := g.Router
+		if keeper == nil {
+			if cfg.RouterCfg.Clock == nil {
+				cfg.RouterCfg.Clock = cfg.Clock
+			}
+			g.keeper = router.New(cfg.RouterCfg, g.Store, g.Bus, agent.Demo{}, log.With("component", "outbox"))
+			keeper = g.keeper
+		}
+		cfg.Edge.Keeper = keeper
 	}
 	g.Edge = edge.New(cfg.Edge, g.Store, g.Bus, log.With("component", "edge"))
 	go func() { g.served <- g.Edge.Serve(g.ln) }()
@@ -319,6 +337,9 @@ func (g *Gateway) Close() error {
 	}
 	if g.Router != nil {
 		errs = append(errs, g.Router.Close())
+	}
+	if g.keeper != nil {
+		errs = append(errs, g.keeper.Close())
 	}
 	if g.Bus != nil {
 		errs = append(errs, g.Bus.Close())

@@ -38,6 +38,7 @@ type wire struct {
 	Target   string          `json:"target"`
 	Media    *wireDeliverAtt `json:"media"`
 	Wait     string          `json:"wait"`
+	TTL      *float64        `json:"ttl"`
 }
 
 // wireDeliverAtt is a deliver frame's media: DeliverBody's.
@@ -265,7 +266,7 @@ func decodePrompt(w *wire) (ClientFrame, *Error) {
 }
 
 func decodeDeliver(w *wire) (ClientFrame, *Error) {
-	b := DeliverBody{Target: w.Target, ID: w.ID, Text: w.Text, Media: w.Media, Wait: w.Wait}
+	b := DeliverBody{Target: w.Target, ID: w.ID, Text: w.Text, Media: w.Media, Wait: w.Wait, TTL: w.TTL}
 	d, e := b.Frame()
 	if e != nil {
 		return nil, e

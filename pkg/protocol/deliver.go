@@ -2,7 +2,9 @@ package protocol
 
 import (
 	"fmt"
+	"math"
 	"strings"
+	"time"
 	"unicode/utf8"
 )
 
@@ -18,7 +20,18 @@ type DeliverBody struct {
 	// once acknowledged by one that does) or "ack" (once acknowledged,
 	// whatever the phone): an optional member, so Protocol v1 stays v1.
 	Wait string `json:"wait"`
+	// TTL, in seconds (optional, a whole number > 0), asks that a delivery
+	// the device cannot take now be kept in its outbox that long and sent
+	// on its next connection; without it such a delivery is refused
+	// device_offline. Its upper bound is the service's (MOBILE_OUTBOX_TTL),
+	// checked where the delivery is carried out.
+	TTL *float64 `json:"ttl"`
 }
+
+// MaxDeliverTTLSeconds bounds a deliver's ttl before any service's own
+// bound (MOBILE_OUTBOX_TTL, a day by default, is lower): it keeps the
+// seconds within a time.Duration.
+const MaxDeliverTTLSeconds = 1 << 31
 
 // DeliverBodyMedia is the attachment of a DeliverBody.
 type DeliverBodyMedia struct {
@@ -58,6 +71,12 @@ func (b *DeliverBody) Frame() (*Deliver, *Error) {
 		return nil, NewError(CodeBadFrame, `deliver wait must be "ack" or absent`)
 	}
 	d.WaitAck = b.Wait == "ack"
+	if t := b.TTL; t != nil {
+		if *t <= 0 || *t != math.Trunc(*t) || *t > MaxDeliverTTLSeconds {
+			return nil, NewError(CodeBadFrame, "deliver ttl must be a whole number of seconds greater than 0")
+		}
+		d.TTL = time.Duration(*t) * time.Second
+	}
 	if b.Target != "" {
 		if _, e := DeliverTarget(b.Target, ""); e != nil {
 			return nil, e

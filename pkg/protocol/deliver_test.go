@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 )
@@ -61,6 +62,13 @@ func TestDeliverBodyIsTheFrame(t *testing.T) {
 		`"id":"a","media":{"kind":"IMAGE","filename":"a.png","data":"cG5n"}`,
 		`"id":"a","media":{"kind":"audio","data":"cG5n"}`,
 		`"id":"a","media":{"kind":"image"}`,
+		`"id":"a","text":"hi","ttl":1`,
+		`"id":"a","text":"hi","ttl":2147483648`,
+		`"id":"a","text":"hi","ttl":2147483649`,
+		`"id":"a","text":"hi","ttl":0`,
+		`"id":"a","text":"hi","ttl":-5`,
+		`"id":"a","text":"hi","ttl":2.5`,
+		`"id":"a","text":"hi","ttl":null`,
 	} {
 		f, ferr := protocol.Decode([]byte(`{"t":"deliver",` + body + `}`))
 		var b protocol.DeliverBody
@@ -77,10 +85,42 @@ func TestDeliverBodyIsTheFrame(t *testing.T) {
 			t.Errorf("%s: frame %s, body %s", body, fe.Code, e.Code)
 		case fe == nil:
 			fd := f.(*protocol.Deliver)
-			if fd.ID != d.ID || fd.Target != d.Target || fd.Text != d.Text || fd.WaitAck != d.WaitAck || (fd.Media == nil) != (d.Media == nil) ||
+			if fd.ID != d.ID || fd.Target != d.Target || fd.Text != d.Text || fd.WaitAck != d.WaitAck || fd.TTL != d.TTL || (fd.Media == nil) != (d.Media == nil) ||
 				fd.Media != nil && (fd.Media.Kind != d.Media.Kind || fd.Media.Mime != d.Media.Mime || string(fd.Media.Data) != string(d.Media.Data)) {
 				t.Errorf("%s: frame %+v, body %+v", body, fd, d)
 			}
+		}
+	}
+}
+
+// TestDeliverTTL: a deliver's ttl is a whole number of seconds from 1 to
+// MaxDeliverTTLSeconds (a service's own bound, MOBILE_OUTBOX_TTL, is
+// checked where the delivery is carried out); anything else is bad_frame;
+// absent (or null) is no ttl.
+func TestDeliverTTL(t *testing.T) {
+	for _, tc := range []struct {
+		ttl  string
+		want time.Duration
+		bad  bool
+	}{
+		{ttl: "1", want: time.Second},
+		{ttl: "86400", want: 24 * time.Hour},
+		{ttl: "2147483648", want: protocol.MaxDeliverTTLSeconds * time.Second},
+		{ttl: "2147483649", bad: true},
+		{ttl: "0", bad: true},
+		{ttl: "-1", bad: true},
+		{ttl: "0.5", bad: true},
+		{ttl: "null"},
+	} {
+		f, err := protocol.Decode([]byte(`{"t":"deliver","id":"a","text":"hi","ttl":` + tc.ttl + `}`))
+		var e *protocol.Error
+		switch {
+		case tc.bad && (!errors.As(err, &e) || e.Code != protocol.CodeBadFrame):
+			t.Errorf("ttl %s: %v, want bad_frame", tc.ttl, err)
+		case !tc.bad && err != nil:
+			t.Errorf("ttl %s: %v", tc.ttl, err)
+		case !tc.bad && f.(*protocol.Deliver).TTL != tc.want:
+			t.Errorf("ttl %s: %v, want %v", tc.ttl, f.(*protocol.Deliver).TTL, tc.want)
 		}
 	}
 }

@@ -218,11 +218,17 @@ func AppendPong(b []byte, ts []byte) []byte {
 
 // AppendDelivered appends a delivered frame: the deliver id reached
 // device. The spec declares it; a client that does not know it ignores it.
-func AppendDelivered(b []byte, id, device string) []byte {
+// queued (only for a deliver with a ttl) says it did not reach the device
+// yet but is kept in its outbox for its next connection: the optional
+// member "queued":true, absent otherwise.
+func AppendDelivered(b []byte, id, device string, queued bool) []byte {
 	b = append(b, `{"t":"delivered","id":`...)
 	b = AppendString(b, id)
 	b = append(b, `,"device":`...)
 	b = AppendString(b, device)
+	if queued {
+		b = append(b, `,"queued":true`...)
+	}
 	return append(b, '}')
 }
 

@@ -1,5 +1,7 @@
 package protocol
 
+import "time"
+
 // Frame types, the lowercased value of t.
 const (
 	TypeHello      = "hello"
@@ -144,6 +146,10 @@ type Deliver struct {
 	// WaitAck ("wait":"ack", optional, as in POST /v1/deliver): delivered
 	// only once the phone acknowledged it, also a phone that never acks.
 	WaitAck bool
+	// TTL ("ttl", optional, as in POST /v1/deliver): keep what the device
+	// cannot take now for this long and send it on its next connection;
+	// 0: refuse it device_offline.
+	TTL time.Duration
 }
 
 // DeliverMedia is the attachment of a deliver frame.

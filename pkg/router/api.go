@@ -177,7 +177,7 @@ func NewAPI(r *Router, cfg APIConfig) *API {
 		streams:       make(map[tokens.Digest]int),
 		endpoints:     make(map[string][]string),
 	}
-	a.deliverer = &dispatch.Deliverer{Dispatcher: r.sender, Blobs: r.store, BlobTTL: r.cfg.BlobTTL, HomeDevice: cfg.HomeDevice}
+	a.deliverer = &dispatch.Deliverer{Dispatcher: r.sender, Blobs: r.store, BlobTTL: r.cfg.BlobTTL, HomeDevice: cfg.HomeDevice, Keeper: r}
 	a.ctx, a.cancel = context.WithCancel(r.ctx)
 	a.health = a.newHealth()
 	a.routes()
@@ -419,6 +419,8 @@ type errorBody struct {
 type okBody struct {
 	OK bool   `json:"ok"`
 	ID string `json:"id,omitempty"`
+	// Queued: a deliver with a ttl is kept in the device's outbox (202).
+	Queued bool `json:"queued,omitempty"`
 }
 
 // decodeOpts read request bodies as the edge reads frames: members matched

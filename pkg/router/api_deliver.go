@@ -16,14 +16,19 @@ import (
 )
 
 // deliver is POST /v1/deliver: cron's message to a device that is online
-// now. Its body is the protocol's deliver frame without t, decoded into the
-// same protocol.DeliverBody, validated by the same Frame and delivered by
-// the same dispatch.Deliverer as the edge's deliver frame; the answer
-// means what the frame's does (docs/api.md):
+// now, or (with a ttl) kept for its next connection. Its body is the
+// protocol's deliver frame without t, decoded into the same
+// protocol.DeliverBody, validated by the same Frame and delivered by the
+// same dispatch.Deliverer as the edge's deliver frame; the answer means
+// what the frame's does (docs/api.md):
 //
 //   - 200: the phone has it (the frame's delivered);
 //   - 202: written, not acknowledged in time (device_offline on the frame);
-//   - 404 device_offline: no edge holds the device; nothing is kept for it.
+//   - 202 {"queued":true}: with a ttl, kept in the device's outbox for it
+//     (the device did not take it now) and sent on its next connection
+//     (the frame's delivered with "queued":true);
+//   - 404 device_offline: no edge holds the device and no ttl; nothing is
+//     kept for it.
 func (a *API) deliver(w http.ResponseWriter, req *http.Request) error {
 	var body protocol.DeliverBody
 	if err := a.decode(w, req, &body); err != nil {
@@ -40,12 +45,13 @@ func (a *API) deliver(w http.ResponseWriter, req *http.Request) error {
 	if err != nil {
 		return err
 	}
-	admin.WriteJSON(w, status, okBody{OK: true, ID: d.ID})
+	admin.WriteJSON(w, status, okBody{OK: true, ID: d.ID, Queued: d.Queued})
 	return nil
 }
 
 // deliverStatus is the answer to a delivery that Deliver answered d and
-// err for: 200 (delivered) or 202 (written), or the error to answer with.
+// err for: 200 (delivered) or 202 (written, or queued with a ttl), or the
+// error to answer with.
 func deliverStatus(d dispatch.Delivery, err error) (int, error) {
 	var perr *protocol.Error
 	switch {
@@ -55,7 +61,7 @@ func deliverStatus(d dispatch.Delivery, err error) (int, error) {
 		return 0, apiErr(http.StatusNotFound, protocol.CodeDeviceOffline, "device "+d.Device+" is not online")
 	case err != nil:
 		return 0, err
-	case d.Outcome == wire.OutcomeWritten:
+	case d.Queued, d.Outcome == wire.OutcomeWritten:
 		return http.StatusAccepted, nil
 	}
 	return http.StatusOK, nil
@@ -77,6 +83,7 @@ type batchBody struct {
 type batchResult struct {
 	ID     string     `json:"id,omitempty"`
 	Status int        `json:"status"`
+	Queued bool       `json:"queued,omitempty"` // a ttl: kept in the device's outbox (202)
 	Error  *errorBody `json:"error,omitempty"`
 }
 
@@ -129,7 +136,7 @@ func (a *API) deliverBatch(w http.ResponseWriter, req *http.Request) error {
 			failed(at[k], r.Delivery.ID, err)
 			continue
 		}
-		results[at[k]] = batchResult{ID: r.Delivery.ID, Status: status}
+		results[at[k]] = batchResult{ID: r.Delivery.ID, Status: status, Queued: r.Delivery.Queued}
 	}
 	admin.WriteJSON(w, http.StatusOK, struct {
 		Results []batchResult `json:"results"`

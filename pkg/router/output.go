@@ -99,17 +99,48 @@ func (o *output) send(ctx context.Context, out wire.Output) error {
 			return nil // delivered after all
 		}
 	}
-	o.r.tel.m.outboxQueued()
-	o.r.push.Notify(o.device, out.Op, out.Text)
+	o.r.kept(ctx, o.device, out)
+	return nil
+}
+
+// Keep keeps out, a delivery for device that it did not take, in the
+// device's outbox for ttl (at most OutboxTTL) and wakes the device: the
+// dispatch.Keeper of cron's deliveries with a ttl, on the router's API and
+// (through an edge's own Router, unstarted, when no router runs in its
+// process) on the deliver frame.
+func (r *Router) Keep(ctx context.Context, device string, out wire.Output, ttl time.Duration) error {
+	out.Device = device
+	offline := out
+	offline.Offline = true
+	data, err := wire.Marshal(offline)
+	if err != nil {
+		return err
+	}
+	if err := r.keep(ctx, device, out, data, ttl); err != nil {
+		return err
+	}
+	r.kept(ctx, device, out)
+	return nil
+}
+
+// MaxTTL is the longest Keep keeps an output: OutboxTTL.
+func (r *Router) MaxTTL() time.Duration { return r.cfg.OutboxTTL }
+
+var _ dispatch.Keeper = (*Router)(nil)
+
+// kept counts out, just pushed to device's outbox, notifies the device's
+// push endpoint and has the device's edge read the outbox again.
+func (r *Router) kept(ctx context.Context, device string, out wire.Output) {
+	r.tel.m.outboxQueued()
+	r.push.Notify(device, out.Op, out.Text)
 	// The device may have connected between the failed delivery and the
 	// push, and read its outbox before the push: its edge reads it again.
-	nudge, _ := wire.Marshal(wire.Control{Op: wire.OpOutbox, Device: o.device})
+	nudge, _ := wire.Marshal(wire.Control{Op: wire.OpOutbox, Device: device})
 	nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := o.r.bus.Publish(nctx, bus.DeviceSubject(o.device), nudge, nil); err != nil {
-		o.r.log.DebugContext(ctx, "announcing an outbox item failed; the device reads it on its next connect", "device", o.device, "err", err)
+	if err := r.bus.Publish(nctx, bus.DeviceSubject(device), nudge, nil); err != nil {
+		r.log.DebugContext(ctx, "announcing an outbox item failed; the device reads it on its next connect", "device", device, "err", err)
 	}
-	return nil
 }
 
 // keep pushes data, the offline form of out, to device's outbox for ttl
