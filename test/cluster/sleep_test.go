@@ -17,16 +17,20 @@ import (
 
 	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/client"
+	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/push"
 	"github.com/hermes-mobile/gateway/pkg/store/redisstore"
 )
 
 // TestSleepingPhoneMissesNothing: a phone that acks goes to sleep (its
-// socket closes). The agent answers twice meanwhile; both answers are kept
-// in the outbox well past the 10 minutes of earlier versions (their
-// deadlines and the key's TTL are about a day away), a single signed push
+// socket closes). The agent answers twice meanwhile, and cron queues two
+// deliveries with a ttl: POST /v1/deliver (202 queued) and a deliver frame
+// on edge A (delivered, queued), which an edge process keeps without a
+// router of its own. All four are kept in the outbox well past the 10
+// minutes of earlier versions (the agent's deadlines and the key's TTL
+// about a day away, cron's its ttl of 12 h), a single signed push
 // notification reaches the device's push endpoint for the burst, and the
-// phone, waking on the other edge, receives both, in order, and acks them.
+// phone, waking on the other edge, receives them, in order, and acks them.
 func TestSleepingPhoneMissesNothing(t *testing.T) {
 	t.Parallel()
 	key := "push-key-" + randomHex(8)
@@ -69,6 +73,20 @@ func TestSleepingPhoneMissesNothing(t *testing.T) {
 	for _, m := range answers {
 		c.say(t, dev, m)
 	}
+	// Cron, with a ttl of 12 h: queued, not refused.
+	const cronTTL = 12 * time.Hour
+	cronBody := map[string]any{"target": protocol.Session(dev), "id": "cron-1", "text": "good morning", "ttl": int(cronTTL / time.Second)}
+	if code, body := c.post(t, "/v1/deliver", c.deliverToken, cronBody); code != http.StatusAccepted || body["queued"] != true || body["id"] != "cron-1" {
+		t.Fatalf("cron's deliver with a ttl to the sleeping phone: %d %v, want 202 queued", code, body)
+	}
+	cronFrame := c.hello(t, "A", newDevice("cron")) // loopback: may deliver
+	if err := cronFrame.Send(map[string]any{"t": protocol.TypeDeliver, "target": dev, "id": "cron-2", "text": "your 7 o'clock", "ttl": int(cronTTL / time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := cronFrame.Expect(within(t, 15*time.Second), protocol.TypeDelivered); err != nil || !f.Bool("queued") || f.Str("id") != "cron-2" {
+		t.Fatalf("cron's deliver frame with a ttl to the sleeping phone: %v %v, want delivered queued", f, err)
+	}
+	answers = append(answers, agentMessage{ID: "cron-1", Text: "good morning"}, agentMessage{ID: "cron-2", Text: "your 7 o'clock"})
 	wantOutboxLen(t, c, dev, int64(len(answers)))
 
 	// Kept for a day, not 10 minutes.
@@ -84,14 +102,25 @@ func TestSleepingPhoneMissesNothing(t *testing.T) {
 	}
 	items := rdb.LRange(ctx, outboxKey, 0, -1).Val()
 	now := time.Now()
+	if len(items) != len(answers) {
+		t.Fatalf("the outbox holds %d items, want %d", len(items), len(answers))
+	}
 	for i, it := range items {
 		f := strings.SplitN(it, "|", 3)
 		ms, err := strconv.ParseInt(f[1], 10, 64)
 		if err != nil {
 			t.Fatalf("outbox item %d %.60q: %v", i, it, err)
 		}
-		if left := time.UnixMilli(ms).Sub(now); left < 23*time.Hour {
-			t.Fatalf("outbox item %d is kept %v more, want about a day (well past 10 min)", i, left)
+		// The agent's answers for a day; cron's for its ttl.
+		want := 24 * time.Hour
+		if strings.HasPrefix(answers[i].ID, "cron-") {
+			want = cronTTL
+		}
+		if left := time.UnixMilli(ms).Sub(now); left < want-time.Hour || left > want {
+			t.Fatalf("outbox item %d (%s) is kept %v more, want about %v (well past 10 min)", i, answers[i].ID, left, want)
+		}
+		if !strings.Contains(it, answers[i].ID) {
+			t.Fatalf("outbox item %d is %.80q, want %s's", i, it, answers[i].ID)
 		}
 	}
 
@@ -108,19 +137,23 @@ func TestSleepingPhoneMissesNothing(t *testing.T) {
 	// milliseconds, so a second one would be in by the time the phone
 	// below has read everything; it is checked then.
 
-	// Awake on edge B: both answers, in order, acked.
+	// Awake on edge B: the agent's answers and cron's deliveries, in the
+	// order sent, acked.
 	onB := c.ackingPhone(t, "B", dev)
-	var got []string
-	for _, m := range answers {
-		text, _, err := onB.CollectMessage(within(t, 15*time.Second), m.ID)
+	var got []agentMessage
+	ctx = within(t, 30*time.Second)
+	for len(got) < len(answers) {
+		f, err := onB.Next(ctx)
 		if err != nil {
-			t.Fatalf("on B, %s: %v", m.ID, err)
+			t.Fatalf("on B, after %v: %v", got, err)
 		}
-		got = append(got, text)
+		if f.T() == protocol.TypeMessage && f.Bool("final") {
+			got = append(got, agentMessage{ID: f.Str("id"), Text: f.Str("text")})
+		}
 	}
 	for i, m := range answers {
-		if got[i] != m.Text {
-			t.Fatalf("on B, message %d is %q, want %q", i, got[i], m.Text)
+		if got[i].ID != m.ID || got[i].Text != m.Text {
+			t.Fatalf("on B, the messages came as %v, want %v", got, answers)
 		}
 	}
 	testsvc.WaitFor(t, 15*time.Second, "the outbox acknowledged from B", func() bool { return outboxLen(t, c, dev) == 0 })
