@@ -16,11 +16,18 @@ type Text struct {
 }
 
 // Delivery is a POST /v1/deliver the test made, with the router's answer
-// (0: no answer: the request failed).
+// (0: no answer: the request failed). Queued: it had a ttl and was
+// answered 202 {"queued":true}: kept in the device's outbox, so the
+// device must receive it as surely as one answered 200.
 type Delivery struct {
 	Device, ID, Text string
 	Status           int
+	Queued           bool
 }
+
+// mustArrive says whether the gateway owes d to its device: answered 200
+// (the phone has it), or queued for it (202 with a ttl).
+func (d Delivery) mustArrive() bool { return d.Status == 200 || d.Status == 202 && d.Queued }
 
 // Frame is a frame a phone received, on the socket it opened as Device.
 // Conn numbers the device's connections, from 1.
@@ -48,9 +55,10 @@ type Result struct {
 	Texts      int // texts sent
 	Deliveries int // deliveries requested
 	Delivered  int // deliveries answered 200
+	Queued     int // deliveries with a ttl answered 202 queued
 
 	LostTexts      []string // ids of texts never answered on their device
-	LostDeliveries []string // ids answered 200 and never received by their device
+	LostDeliveries []string // ids answered 200 or queued and never received by their device
 	Misrouted      []string // frames for one device received on another's socket
 
 	Duplicates int // answers and deliveries received more than once (each extra copy)
@@ -62,13 +70,14 @@ func (r Result) Lost() int { return len(r.LostTexts) + len(r.LostDeliveries) }
 
 // Summary is the one-line report of a run.
 func (r Result) Summary() string {
-	return fmt.Sprintf("texts=%d deliveries=%d delivered=%d lost=%d misrouted=%d duplicates=%d reordered=%d",
-		r.Texts, r.Deliveries, r.Delivered, r.Lost(), len(r.Misrouted), r.Duplicates, r.Reordered)
+	return fmt.Sprintf("texts=%d deliveries=%d delivered=%d queued=%d lost=%d misrouted=%d duplicates=%d reordered=%d",
+		r.Texts, r.Deliveries, r.Delivered, r.Queued, r.Lost(), len(r.Misrouted), r.Duplicates, r.Reordered)
 }
 
 // Check reads a history. A text is answered when its device received the
-// final message "You said: <text>"; a delivery answered 200 is received when
-// its device received the final message with the delivery's id. A frame
+// final message "You said: <text>"; a delivery answered 200, or queued (a
+// ttl, 202 {"queued":true}), is received when its device received the
+// final message with the delivery's id. A frame
 // belongs to the device whose text it answers, whose delivery it carries, or
 // whose session it names (ready); one received on another device's socket
 // is misrouted. Frames that belong to no known text or delivery (the first
@@ -83,8 +92,11 @@ func Check(h History) Result {
 	delOf := make(map[string]int, len(h.Deliveries)) // id -> index in h.Deliveries
 	for i, d := range h.Deliveries {
 		delOf[d.ID] = i
-		if d.Status == 200 {
+		switch {
+		case d.Status == 200:
 			r.Delivered++
+		case d.mustArrive():
+			r.Queued++
 		}
 	}
 	// Rank of each text and delivery among its device's, in sending order.
@@ -155,7 +167,7 @@ func Check(h History) Result {
 		}
 	}
 	for i, d := range h.Deliveries {
-		if d.Status == 200 && received[i] == 0 {
+		if d.mustArrive() && received[i] == 0 {
 			r.LostDeliveries = append(r.LostDeliveries, d.ID)
 		}
 	}
@@ -175,7 +187,7 @@ func Trace(h History, device string) string {
 	}
 	for _, d := range h.Deliveries {
 		if d.Device == device {
-			fmt.Fprintf(&b, "  deliver %s: %d\n", d.ID, d.Status)
+			fmt.Fprintf(&b, "  deliver %s: %d queued=%v\n", d.ID, d.Status, d.Queued)
 		}
 	}
 	for _, f := range h.Frames {

@@ -18,6 +18,8 @@ func cleanHistory() History {
 			{Device: "a", ID: "a.d1", Text: "cron a.d1", Status: 200},
 			{Device: "a", ID: "a.d2", Text: "cron a.d2", Status: 200},
 			{Device: "b", ID: "b.d1", Text: "cron b.d1", Status: 404},
+			{Device: "b", ID: "b.d2", Text: "cron b.d2", Status: 202, Queued: true},
+			{Device: "b", ID: "b.d3", Text: "cron b.d3", Status: 202},
 		},
 		Frames: []Frame{
 			{Device: "a", Conn: 1, T: "ready", Session: "mobile:a"},
@@ -30,17 +32,19 @@ func cleanHistory() History {
 			{Device: "a", Conn: 2, T: "message", ID: "r-2", Text: "You said: a t2", Final: true},
 			{Device: "a", Conn: 2, T: "message", ID: "r-2", Text: "You said: a t2", Final: true},
 			{Device: "b", Conn: 1, T: "message", ID: "r-3", Text: "You said: b t1", Final: true},
+			{Device: "b", Conn: 2, T: "ready", Session: "mobile:b"},
+			{Device: "b", Conn: 2, T: "message", ID: "b.d2", Text: "cron b.d2", Final: true},
 		},
 	}
 }
 
 func TestCheckClean(t *testing.T) {
 	r := Check(cleanHistory())
-	want := Result{Texts: 3, Deliveries: 3, Delivered: 2, Duplicates: 1, Reordered: 1}
+	want := Result{Texts: 3, Deliveries: 5, Delivered: 2, Queued: 1, Duplicates: 1, Reordered: 1}
 	if !reflect.DeepEqual(r, want) {
 		t.Fatalf("Check = %+v, want %+v", r, want)
 	}
-	if r.Summary() != "texts=3 deliveries=3 delivered=2 lost=0 misrouted=0 duplicates=1 reordered=1" {
+	if r.Summary() != "texts=3 deliveries=5 delivered=2 queued=1 lost=0 misrouted=0 duplicates=1 reordered=1" {
 		t.Fatalf("Summary = %q", r.Summary())
 	}
 }
@@ -58,15 +62,17 @@ func TestCheckCatchesLostText(t *testing.T) {
 
 func TestCheckCatchesLostDelivery(t *testing.T) {
 	h := cleanHistory()
-	// Answered 200, never received; a 404 never received is no loss.
+	// Answered 200 or queued (a ttl), never received; a 404 or a 202 not
+	// queued never received is no loss.
 	h.Deliveries = append(h.Deliveries,
-		Delivery{Device: "b", ID: "b.d2", Text: "cron b.d2", Status: 200},
-		Delivery{Device: "b", ID: "b.d3", Text: "cron b.d3", Status: 404},
-		Delivery{Device: "b", ID: "b.d4", Text: "cron b.d4", Status: 202},
+		Delivery{Device: "b", ID: "b.d5", Text: "cron b.d5", Status: 200},
+		Delivery{Device: "b", ID: "b.d6", Text: "cron b.d6", Status: 404},
+		Delivery{Device: "b", ID: "b.d7", Text: "cron b.d7", Status: 202},
+		Delivery{Device: "b", ID: "b.d8", Text: "cron b.d8", Status: 202, Queued: true},
 	)
 	r := Check(h)
-	if !reflect.DeepEqual(r.LostDeliveries, []string{"b.d2"}) || r.Lost() != 1 {
-		t.Fatalf("LostDeliveries = %v (lost %d), want [b.d2]", r.LostDeliveries, r.Lost())
+	if !reflect.DeepEqual(r.LostDeliveries, []string{"b.d5", "b.d8"}) || r.Lost() != 2 {
+		t.Fatalf("LostDeliveries = %v (lost %d), want [b.d5 b.d8]", r.LostDeliveries, r.Lost())
 	}
 }
 

@@ -1,10 +1,13 @@
 // Package fault is the fault-injection test of the gateway: a private Redis
 // (AOF, fsync always) and a private NATS, three edges and two routers as real
-// processes, phones that behave like the app (they ack what they show),
-// cron deliveries through the router's POST /v1/deliver with "wait":"ack",
-// and faults drawn from a seeded PRNG: SIGKILL or SIGSTOP of an edge,
-// SIGKILL of a router, of Redis, of NATS, and a phone's network going
-// silent while its outbox is flushed. TestFaultCluster runs the same on a
+// processes, phones that behave like the app (they ack what they show,
+// and now and then sleep: their socket closed or abandoned for a stretch
+// of the run, then a connection to a random edge), cron deliveries
+// through the router's POST /v1/deliver with "wait":"ack" (half of them
+// with a ttl, kept for a sleeping phone and owed to it), and faults drawn
+// from a seeded PRNG: SIGKILL or SIGSTOP of an edge, SIGKILL of a router,
+// of Redis, of NATS, and a phone's network going silent while its outbox
+// is flushed. TestFaultCluster runs the same on a
 // Redis Cluster (3 masters, 3 replicas) and a 3-node NATS cluster, where
 // the store and bus faults are a Redis master killed (its replica
 // promoted) and a NATS server killed. After the faults, a quiet phase lets

@@ -72,7 +72,13 @@ const (
 // live edge and resends every unanswered text with the same id. An error
 // frame (internal_error: "send again") makes it resend too. Every 5 to 20 s
 // it closes its socket and connects again (the app in the background and
-// back), so every edge keeps phones, also one restarted a moment ago.
+// back), so every edge keeps phones, also one restarted a moment ago; at
+// one such moment in three (while texts are sent) it sleeps instead: it
+// sends a text or two, closes its socket cleanly or abandons it (the
+// operating system suspended the app: the socket stays open, unread), and
+// stays away for a stretch of the run (sleepFor) while the agent's answers
+// and cron's deliveries with a ttl go to its outbox; then it connects to a
+// random edge.
 type phone struct {
 	dev  string
 	w    *world
@@ -82,6 +88,13 @@ type phone struct {
 	conn int // connections opened so far
 	// gaveUp counts the sockets given up for want of a pong.
 	gaveUp int
+	// sleeps counts the stretches it slept; sleepFor is the longest one.
+	sleeps   int
+	sleepFor time.Duration
+	// asleep: the socket it abandoned when it went to sleep, closed when
+	// it wakes; the stretch it sleeps.
+	abandoned *client.Conn
+	stretch   time.Duration
 
 	mu         sync.Mutex
 	unanswered map[string]string // id -> text
@@ -206,6 +219,14 @@ func (ph *phone) run(ctx context.Context, ph2 *phase) {
 		if errors.Is(err, errNoPong) {
 			ph.gaveUp++
 		}
+		if errors.Is(err, errAsleep) {
+			sleepCtx(ctx, ph.stretch) // asleep: the time the test is about
+			if ph.abandoned != nil {
+				ph.abandoned.CloseNow()
+				ph.abandoned = nil
+			}
+			continue
+		}
 		if err != nil && !errors.Is(err, errSilenced) {
 			sleepCtx(ctx, time.Duration(100+ph.rng.IntN(400))*time.Millisecond)
 		}
@@ -215,7 +236,32 @@ func (ph *phone) run(ctx context.Context, ph2 *phase) {
 var (
 	errNoPong   = errors.New("no pong: giving the socket up")
 	errSilenced = errors.New("left the socket for the silent-network fault")
+	errAsleep   = errors.New("asleep")
 )
+
+// sleep is the phone going to sleep at the end of a session: a text or two
+// whose answers will find it gone, then the socket closed cleanly or left
+// open and unread, and errAsleep for run, which waits out the stretch.
+func (ph *phone) sleep(c *client.Conn) error {
+	for range 1 + ph.rng.IntN(2) {
+		if err := ph.newText(c); err != nil {
+			return err
+		}
+	}
+	ph.sleeps++
+	ph.stretch = sleepMin + time.Duration(ph.rng.Int64N(int64(ph.sleepFor-sleepMin)+1))
+	if ph.rng.IntN(2) == 0 {
+		c.Close()
+	} else {
+		ph.abandoned = c // session's deferred CloseNow must not close it
+	}
+	return errAsleep
+}
+
+// sleepMin is the shortest a phone sleeps: longer than the edge's 10 s
+// wait for an ack, so that what was written to an abandoned socket is
+// kept before the phone wakes.
+const sleepMin = 12 * time.Second
 
 // goSilent is the phone's part of the silent-network fault, once it left
 // its socket with texts unanswered: it waits until their answers are in
@@ -262,7 +308,11 @@ func (ph *phone) session(ctx context.Context, url string, ph2 *phase) error {
 	if err != nil {
 		return err
 	}
-	defer c.CloseNow()
+	defer func() {
+		if ph.abandoned != c {
+			c.CloseNow()
+		}
+	}()
 	ready, err := c.Hello(dctx, ph.w.token, protocol.Device{ID: ph.dev, Name: "Phone " + ph.dev, Platform: "android", AppVersion: "1.0.0"},
 		protocol.User{ID: "u-" + ph.dev, Name: "Owner"})
 	if err != nil {
@@ -339,6 +389,9 @@ func (ph *phone) session(ctx context.Context, url string, ph2 *phase) error {
 		}
 		now := time.Now()
 		if now.After(leave) {
+			if ph.sleepFor > 0 && ph2.isSending() && ph.rng.IntN(3) == 0 {
+				return ph.sleep(c)
+			}
 			c.Close()
 			return nil
 		}
@@ -370,7 +423,9 @@ func (ph *phone) session(ctx context.Context, url string, ph2 *phase) error {
 }
 
 // cron delivers texts to random phones through a random live router, as
-// Hermes's cron does, until ctx ends.
+// Hermes's cron does, until ctx ends. Half its deliveries carry a ttl of
+// 10 minutes: one to a phone that sleeps is queued (202 {"queued":true})
+// and must reach the phone when it wakes.
 func cron(ctx context.Context, w *world, rec *recorder, rng *mrand.Rand, devs []string, n *atomic.Int64) {
 	hc := &http.Client{Timeout: 20 * time.Second}
 	for ctx.Err() == nil {
@@ -383,14 +438,24 @@ func cron(ctx context.Context, w *world, rec *recorder, rng *mrand.Rand, devs []
 		id := fmt.Sprintf("%s.d%d", dev, n.Add(1))
 		d := Delivery{Device: dev, ID: id, Text: "cron " + id}
 		// "wait":"ack": 200 only once the phone acked it (it has it); 202
-		// when written but not acked in time.
-		body, _ := json.Marshal(map[string]string{"target": protocol.Session(dev), "id": id, "text": d.Text, "wait": "ack"})
-		req, _ := http.NewRequest(http.MethodPost, url+"/v1/deliver", bytes.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", "Bearer "+w.deliverToken)
-		resp, err := hc.Do(req)
+		// when written but not acked in time (with a ttl: kept, queued).
+		req := map[string]any{"target": protocol.Session(dev), "id": id, "text": d.Text, "wait": "ack"}
+		if rng.IntN(2) == 0 {
+			req["ttl"] = 600
+		}
+		body, _ := json.Marshal(req)
+		hreq, _ := http.NewRequest(http.MethodPost, url+"/v1/deliver", bytes.NewReader(body))
+		hreq.Header.Set("Content-Type", "application/json")
+		hreq.Header.Set("Authorization", "Bearer "+w.deliverToken)
+		resp, err := hc.Do(hreq)
 		if err == nil {
 			d.Status = resp.StatusCode
+			var answer struct {
+				Queued bool `json:"queued"`
+			}
+			if json.NewDecoder(resp.Body).Decode(&answer) == nil {
+				d.Queued = answer.Queued
+			}
 			resp.Body.Close()
 		}
 		rec.delivery(d)
