@@ -10,6 +10,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/client"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/router"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestDeliverTTL: a delivery to a device that is not online is refused
@@ -63,6 +64,23 @@ func TestDeliverTTL(t *testing.T) {
 		}
 		queued(e.call(t, "POST", "/v1/deliver", deliverToken, map[string]any{"target": dev, "id": "q-3", "ttl": 3600,
 			"media": map[string]any{"kind": "document", "filename": "r.txt", "data": []byte("report")}}), "q-3")
+		if e.redisURL != "" {
+			// The file lives as long as its outbox item: an hour, not the
+			// blobs' 15 minutes.
+			opts, err := redis.ParseURL(e.redisURL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rdb := redis.NewClient(opts)
+			defer rdb.Close()
+			keys, err := rdb.Keys(t.Context(), e.redisPrefix+"blob:*").Result()
+			if err != nil || len(keys) != 1 {
+				t.Fatalf("blob keys %v (%v), want the queued file's", keys, err)
+			}
+			if ttl := rdb.PTTL(t.Context(), keys[0]).Val(); ttl < 59*time.Minute || ttl > time.Hour {
+				t.Fatalf("the queued file's blob lives %v more, want its ttl of an hour", ttl)
+			}
+		}
 
 		// The next connection gets them, in order, and acks them.
 		phone := e.phoneWith(t, dev, client.Options{Timeout: 5 * time.Second, AutoAck: true})
