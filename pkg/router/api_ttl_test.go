@@ -2,8 +2,10 @@ package router_test
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,7 +21,8 @@ import (
 // {"queued":true} on the frame, and the device's next connection gets the
 // text, the frame's text and the file, in the order sent. A ttl is a whole
 // number of seconds from 1 to MOBILE_OUTBOX_TTL (24 h here): the bound
-// passes, one second past it is 400 bad_frame, on both surfaces.
+// passes, one second past it is 400 bad_frame, on both surfaces and for a
+// batch's delivery.
 func TestDeliverTTL(t *testing.T) {
 	day := int(router.DefaultOutboxTTL / time.Second)
 	eachEnv(t, nil, func(t *testing.T, e *env) {
@@ -82,11 +85,29 @@ func TestDeliverTTL(t *testing.T) {
 			}
 		}
 
+		// A batch's deliveries take the ttl as a single POST does.
+		r := e.call(t, "POST", "/v1/deliver/batch", deliverToken, map[string]any{"deliveries": []any{
+			map[string]any{"target": dev, "id": "q-4", "text": "fourth", "ttl": 60},
+			map[string]any{"target": dev, "id": "bad-batch", "text": "no", "ttl": day + 1},
+			map[string]any{"target": dev, "id": "no-ttl-batch", "text": "lost"},
+		}})
+		results, _ := r.json(t)["results"].([]any)
+		want := []string{`{"id":"q-4","queued":true,"status":202}`, `"bad_frame"`, `"device_offline"`}
+		if r.status != http.StatusOK || len(results) != len(want) {
+			t.Fatalf("batch: %d %s", r.status, r.body)
+		}
+		for i, res := range results {
+			got, _ := json.Marshal(res)
+			if !strings.Contains(string(got), want[i]) {
+				t.Fatalf("batch result %d: %s, want %s", i, got, want[i])
+			}
+		}
+
 		// The next connection gets them, in order, and acks them.
 		phone := e.phoneWith(t, dev, client.Options{Timeout: 5 * time.Second, AutoAck: true})
 		var got []string
 		ctx := ctxFor(t, 20*time.Second)
-		for len(got) < 3 {
+		for len(got) < 4 {
 			f, err := phone.Next(ctx)
 			if err != nil {
 				t.Fatalf("the phone got %v, then: %v", got, err)
@@ -94,7 +115,7 @@ func TestDeliverTTL(t *testing.T) {
 			id := f.Str("id")
 			switch f.T() {
 			case protocol.TypeMessage:
-				if id == "no-ttl" || id == "no-ttl-frame" || id == "bad" || id == "bad-frame" {
+				if strings.HasPrefix(id, "no-ttl") || strings.HasPrefix(id, "bad") {
 					t.Fatalf("the phone got %s, refused without being kept", f)
 				}
 			case protocol.TypeMedia:
@@ -106,7 +127,7 @@ func TestDeliverTTL(t *testing.T) {
 			}
 			got = append(got, id)
 		}
-		if want := []string{"q-1", "q-2", "q-3-media"}; !slices.Equal(got, want) {
+		if want := []string{"q-1", "q-2", "q-3-media", "q-4"}; !slices.Equal(got, want) {
 			t.Fatalf("the phone got %v, want %v", got, want)
 		}
 	})
