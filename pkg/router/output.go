@@ -116,7 +116,11 @@ func (r *Router) Keep(ctx context.Context, device string, out wire.Output, ttl t
 	if err != nil {
 		return err
 	}
-	if err := r.keep(ctx, device, out, data, ttl); err != nil {
+	// The delivery's deadline may be nearly spent waiting for an ack:
+	// keeping it gets time of its own, as output.send's does.
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := r.keep(kctx, device, out, data, ttl); err != nil {
 		return err
 	}
 	r.kept(ctx, device, out)
