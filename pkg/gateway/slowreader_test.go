@@ -36,6 +36,44 @@ func (c *srConn) Read(p []byte) (int, error) {
 	return c.Conn.Read(p[:min(len(p), c.chunk)])
 }
 
+// srDrain reads src at its own pace in a goroutine of its own and hands
+// what it read to the returned reader, however slowly that is read.
+func srDrain(src io.Reader) io.Reader {
+	chunks := make(chan []byte, 4096) // 11 MiB in reads of at most 64 KiB: never full
+	go func() {
+		defer close(chunks)
+		for {
+			b := make([]byte, 64<<10)
+			n, err := src.Read(b)
+			if n > 0 {
+				chunks <- b[:n]
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return &srChunks{chunks: chunks}
+}
+
+type srChunks struct {
+	chunks <-chan []byte
+	rest   []byte
+}
+
+func (r *srChunks) Read(p []byte) (int, error) {
+	if len(r.rest) == 0 {
+		b, ok := <-r.chunks
+		if !ok {
+			return 0, io.EOF
+		}
+		r.rest = b
+	}
+	n := copy(p, r.rest)
+	r.rest = r.rest[n:]
+	return n, nil
+}
+
 // srDial opens a WebSocket to n with a 16 KiB receive buffer, says hello
 // as device and waits for ready.
 func srDial(t *testing.T, n *node, device string) (net.Conn, *wsutil.Reader) {
@@ -109,7 +147,11 @@ func TestSlowReaderGetsWholeFile(t *testing.T) {
 	}
 	// From here on the phone reads 64 KiB per 48 ms at most: the 11 MiB of
 	// the echo take at least 8.6 s.
-	r.Source = &srConn{Conn: nc, chunk: 64 << 10, pause: 48 * time.Millisecond}
+	// The socket is drained at that pace by a goroutine of its own, so the
+	// time the test takes to decode a 4 MiB frame (long under -race on a
+	// busy machine) is not a pause in reading: a pause of WriteTimeout is
+	// what a stalled reader is, and the edge would rightly cut it off.
+	r.Source = srDrain(&srConn{Conn: nc, chunk: 64 << 10, pause: 48 * time.Millisecond})
 	start := time.Now()
 	got := 0
 	for got < len(data) {
