@@ -207,7 +207,12 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err e
 			if cfg.RouterCfg.Clock == nil {
 				cfg.RouterCfg.Clock = cfg.Clock
 			}
-			g.keeper = router.New(cfg.RouterCfg, g.Store, g.Bus, agent.Demo{}, log.With("component", "outbox"))
+			// No telemetry: its instruments are the router's series
+			// (docs/metrics.md), which a process without a router does
+			// not serve; what it keeps is logged.
+			kcfg := cfg.RouterCfg
+			kcfg.Telemetry = nil
+			g.keeper = router.New(kcfg, g.Store, g.Bus, agent.Demo{}, log.With("component", "outbox"))
 			keeper = g.keeper
 		}
 		cfg.Edge.Keeper = keeper
