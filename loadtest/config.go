@@ -58,6 +58,7 @@ type Config struct {
 	MetricsURLs     []string      // Prometheus /metrics of the servers, read after the soak and at the end
 	RequireMetrics  bool          // fail the run when a metrics URL cannot be read
 	JSONPath        string        // also write the report here as JSON
+	Progress        time.Duration // during the message phase, log what was answered and what is pending this often; 0 never
 }
 
 // flagSet holds the flags before they become a Config.
@@ -88,6 +89,7 @@ func (f *flagSet) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&f.metrics, "metrics", "", "Prometheus /metrics URLs of the servers, comma-separated, each optionally name=url (loopback only); unreadable ones show n/a")
 	fs.BoolVar(&c.RequireMetrics, "require-metrics", false, "fail the run when a -metrics URL cannot be read or lacks process_resident_memory_bytes or go_goroutines")
 	fs.StringVar(&f.jsonPath, "json", "", "also write the report as JSON to this file")
+	fs.DurationVar(&c.Progress, "progress", 0, "log the texts and deliveries answered and pending this often during the message phase (0: never)")
 }
 
 // Config turns the flags into a validated Config.
@@ -158,6 +160,9 @@ func (c Config) Validate() error {
 	}
 	if c.DialConcurrency < 1 || c.DialConcurrency > MaxDialConcurrency {
 		bad("-dial-concurrency: %d is not in [1, %d]", c.DialConcurrency, MaxDialConcurrency)
+	}
+	if c.Progress < 0 {
+		bad("-progress: %s is negative", c.Progress)
 	}
 	if c.DialRate < 0 {
 		bad("-dial-rate: %g is negative", c.DialRate)

@@ -61,6 +61,8 @@ func TestCapsAtTheBoundary(t *testing.T) {
 		{[]string{"-deliver", "http://127.0.0.1:8788", "-deliver-token", "d", "-deliver-rate", "2001"}, false},
 		{[]string{"-deliver", "http://127.0.0.1:8788"}, false}, // no token
 		{[]string{"-run", "has space"}, false},
+		{[]string{"-progress", "0s"}, true},
+		{[]string{"-progress", "-1ns"}, false},
 	} {
 		_, err := parse(t, c.args...)
 		if (err == nil) != c.ok {

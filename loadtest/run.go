@@ -46,6 +46,7 @@ const (
 type runner struct {
 	cfg      Config
 	progress io.Writer
+	logMu    sync.Mutex // one line at a time on progress
 	rep      *Report
 	errs     errCounter
 	devs     []*device
@@ -100,6 +101,8 @@ func newRunner(cfg Config, progress io.Writer) *runner {
 }
 
 func (r *runner) logf(format string, a ...any) {
+	r.logMu.Lock()
+	defer r.logMu.Unlock()
 	fmt.Fprintf(r.progress, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, a...)...)
 }
 
@@ -345,6 +348,11 @@ func (r *runner) messagePhase(ctx context.Context) {
 	if r.cfg.DeliverURL != "" && r.cfg.Duration > 0 {
 		wg.Go(func() { r.deliveries(ctx) })
 	}
+	pctx, stopProgress := context.WithCancel(ctx)
+	defer stopProgress()
+	if r.cfg.Progress > 0 && r.cfg.Duration > 0 {
+		wg.Go(func() { r.progressLog(pctx, time.Now()) })
+	}
 	m := &r.rep.Messages
 	start := time.Now()
 	next := 0
@@ -360,7 +368,33 @@ func (r *runner) messagePhase(ctx context.Context) {
 	})
 	took := time.Since(start)
 	m.Seconds, m.Rate = took.Seconds(), perSecond(m.Sent, took)
+	stopProgress()
 	wg.Wait()
+}
+
+// progressLog logs, every cfg.Progress from start until ctx ends, the texts
+// and deliveries answered so far and those sent but not answered yet, and
+// the errors: a long run shows whether it is keeping up while it runs.
+func (r *runner) progressLog(ctx context.Context, start time.Time) {
+	tick := time.NewTicker(r.cfg.Progress)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		r.mu.Lock()
+		ta, tp := r.texts.arrived, len(r.texts.pending)
+		da, dp := r.dlv.arrived, len(r.dlv.pending)
+		r.mu.Unlock()
+		errs := 0
+		for _, n := range r.errs.snapshot() {
+			errs += n
+		}
+		r.logf("progress %.0fs: texts answered=%d pending=%d, deliveries received=%d pending=%d, errors=%d, held=%d",
+			time.Since(start).Seconds(), ta, tp, da, dp, errs, r.held())
+	}
 }
 
 // pace calls send rate times a second for d (or until ctx ends, or send

@@ -66,10 +66,14 @@ func TestShortRealRun(t *testing.T) {
 	cfg := testConfig(g, 200)
 	cfg.Storm = 0.5
 	cfg.DeliverURL, cfg.DeliverToken, cfg.DeliverRate = g.APIURL(), testDeliver, 20
+	cfg.Progress = 500 * time.Millisecond
 	var progress bytes.Buffer
 	rep, err := run(context.Background(), cfg, &progress)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !strings.Contains(progress.String(), " progress ") || !strings.Contains(progress.String(), "held=200") {
+		t.Errorf("no progress line with the 200 phones held in the 2 s message phase:\n%s", progress.String())
 	}
 	var table bytes.Buffer
 	rep.WriteTable(&table)
