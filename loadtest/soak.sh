@@ -6,11 +6,12 @@
 # Redis (127.0.0.1:6379, a key prefix of its own), all with MOBILE_PPROF=on,
 # and runs the load generator on them:
 #
-#   loadtest -url <edge1>,<edge2> -conns SOAK_CONNS -soak 10s -duration SOAK_DURATION(+tail)
+#   loadtest -url <edge1>,<edge2> -conns SOAK_CONNS -soak 10s -duration SOAK_DURATION
 #            -rate SOAK_RATE -deliver <router> -deliver-rate SOAK_DELIVER_RATE -storm 0
 #            -metrics … -require-metrics -progress SOAK_SAMPLE -json report.json
 #
-# From the start of the message phase, every SOAK_SAMPLE it writes one row
+# From the start of the message phase, every SOAK_SAMPLE (and a few seconds
+# before its end, under load) it writes one row
 # of rss.csv: the seconds since the start, then the RSS (VmRSS, KiB) of
 # edge1, edge2, the router, the NATS server and the load generator, the Go
 # heap in use (KiB) and goroutines of edge1, edge2 and the router (their
@@ -74,9 +75,9 @@ if [ "$SAMPLE" -lt 1 ] || [ "$DURATION" -lt "$SAMPLE" ] || [ "$WARMUP" -ge "$DUR
   echo "SOAK_SAMPLE ($SAMPLE s) must be at least 1 s and at most SOAK_DURATION ($DURATION s); SOAK_WARMUP ($WARMUP s) below it" >&2
   exit 2
 fi
-# The load generator sends a little longer than the samples run, so the
-# last sample and the last profiles are taken under load.
-TAIL=$((SAMPLE < 30 ? SAMPLE : 30))
+# The last sample and the last profiles are taken LAST seconds before the
+# message phase ends, under load.
+LAST=$((SAMPLE / 2 < 10 ? SAMPLE / 2 : 10))
 ulimit -n "$(ulimit -Hn)"
 
 DIR="${SOAK_DIR:-$(mktemp -d /tmp/soak.XXXXXX)}"
@@ -146,7 +147,7 @@ SERVERS=(edge1 edge2 router nats)
 } | tee "$DIR/run.txt" >&2
 
 "$DIR/loadtest" -url "$EDGE1,$EDGE2" -token "$TOKEN" -conns "$CONNS" -soak 10s \
-  -duration "$((DURATION + TAIL))s" -rate "$RATE" -storm 0 -answer-wait 30s \
+  -duration "${DURATION}s" -rate "$RATE" -storm 0 -answer-wait 30s \
   -deliver "$ROUTER" -deliver-token "$DELIVER_TOKEN" -deliver-rate "$DELIVER_RATE" \
   -metrics "edge1=${ADMIN[edge1]}/metrics,edge2=${ADMIN[edge2]}/metrics,router=${ADMIN[router]}/metrics" \
   -require-metrics -progress "${SAMPLE}s" -json "$DIR/report.json" >"$DIR/loadtest.out" 2>"$DIR/loadtest.log" &
@@ -198,8 +199,12 @@ profiles() {
   done
 }
 
+# Every SAMPLE from 0, and LAST seconds before the end.
+TIMES=()
+for ((t = 0; t < DURATION - LAST; t += SAMPLE)); do TIMES+=("$t"); done
+TIMES+=("$((DURATION - LAST))")
 warm_taken=""
-for ((t = 0; t <= DURATION; t += SAMPLE)); do
+for t in "${TIMES[@]}"; do
   wait_s="$(awk -v t0="$T0" -v t="$t" -v now="$(date +%s.%N)" 'BEGIN { w = t0 + t - now; print (w > 0 ? w : 0) }')"
   sleep "$wait_s"
   sample "$t"
