@@ -59,7 +59,19 @@ type Config struct {
 	RequireMetrics  bool          // fail the run when a metrics URL cannot be read
 	JSONPath        string        // also write the report here as JSON
 	Progress        time.Duration // during the message phase, log what was answered and what is pending this often; 0 never
+	Pace            string        // pacePhone: every phone sends on a timer of its own; paceCentral: one pacer, round-robin
 }
+
+// The ways texts are paced in the message phase.
+const (
+	// paceCentral: one pacer sends Rate texts a second, round-robin over
+	// the phones, each timed from its write.
+	paceCentral = "central"
+	// pacePhone: every phone sends Rate/Conns texts a second on a timer
+	// of its own, from a random phase, as the app does; each text is
+	// timed from when it was due, so a phone held up counts its wait.
+	pacePhone = "phone"
+)
 
 // flagSet holds the flags before they become a Config.
 type flagSet struct {
@@ -89,6 +101,7 @@ func (f *flagSet) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&f.metrics, "metrics", "", "Prometheus /metrics URLs of the servers, comma-separated, each optionally name=url (loopback only); unreadable ones show n/a")
 	fs.BoolVar(&c.RequireMetrics, "require-metrics", false, "fail the run when a -metrics URL cannot be read or lacks process_resident_memory_bytes or go_goroutines")
 	fs.StringVar(&f.jsonPath, "json", "", "also write the report as JSON to this file")
+	fs.StringVar(&c.Pace, "pace", paceCentral, "how texts are paced: central (one pacer, round-robin over the phones, timed from the write) or phone (each phone on a timer of its own at -rate/-conns a second, from a random phase, timed from when the text was due)")
 	fs.DurationVar(&c.Progress, "progress", 0, "log the texts and deliveries answered and pending this often during the message phase (0: never)")
 }
 
@@ -160,6 +173,9 @@ func (c Config) Validate() error {
 	}
 	if c.DialConcurrency < 1 || c.DialConcurrency > MaxDialConcurrency {
 		bad("-dial-concurrency: %d is not in [1, %d]", c.DialConcurrency, MaxDialConcurrency)
+	}
+	if c.Pace != "" && c.Pace != paceCentral && c.Pace != pacePhone { // "" is central
+		bad("-pace: %q is neither %s nor %s", c.Pace, paceCentral, pacePhone)
 	}
 	if c.Progress < 0 {
 		bad("-progress: %s is negative", c.Progress)

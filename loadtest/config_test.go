@@ -62,6 +62,9 @@ func TestCapsAtTheBoundary(t *testing.T) {
 		{[]string{"-deliver", "http://127.0.0.1:8788"}, false}, // no token
 		{[]string{"-run", "has space"}, false},
 		{[]string{"-progress", "0s"}, true},
+		{[]string{"-pace", "phone"}, true},
+		{[]string{"-pace", "central"}, true},
+		{[]string{"-pace", "phones"}, false},
 		{[]string{"-progress", "-1ns"}, false},
 	} {
 		_, err := parse(t, c.args...)

@@ -29,6 +29,7 @@ type Report struct {
 		Rate        float64 `json:"rate"`
 		DeliverRate float64 `json:"deliver_rate,omitempty"`
 		Storm       float64 `json:"storm"`
+		Pace        string  `json:"pace,omitempty"`
 	} `json:"settings"`
 
 	Connect struct {
@@ -46,7 +47,11 @@ type Report struct {
 		Lost     int        `json:"lost"`
 		Seconds  float64    `json:"seconds"`
 		Rate     float64    `json:"sent_per_s"`
-		Latency  *Histogram `json:"latency"` // text sent to the final answer
+		Latency  *Histogram `json:"latency"` // text sent (with -pace phone: due) to the final answer
+		// With -pace phone: from the write of the text to its answer, and
+		// how late the write started after the text was due.
+		FromWrite *Histogram `json:"latency_from_write,omitempty"`
+		WriteLag  *Histogram `json:"write_lag,omitempty"`
 	} `json:"messages"`
 
 	Deliveries struct {
@@ -89,6 +94,8 @@ func newReport() *Report {
 	r := &Report{Errors: map[string]int{}}
 	r.Connect.Handshake = new(Histogram)
 	r.Messages.Latency = new(Histogram)
+	r.Messages.FromWrite = new(Histogram)
+	r.Messages.WriteLag = new(Histogram)
 	r.Deliveries.Latency = new(Histogram)
 	r.Storm.Handshake = new(Histogram)
 	r.Storm.Latency = new(Histogram)
@@ -156,6 +163,9 @@ func (r *Report) Merge(o *Report) {
 	s.Rate += so.Rate
 	s.DeliverRate += so.DeliverRate
 	s.Storm = max(s.Storm, so.Storm)
+	if s.Pace != so.Pace && so.Pace != "" {
+		s.Pace = strings.Trim(s.Pace+"+"+so.Pace, "+")
+	}
 
 	c, oc := &r.Connect, o.Connect
 	c.Wanted += oc.Wanted
@@ -172,6 +182,8 @@ func (r *Report) Merge(o *Report) {
 	m.Seconds = max(m.Seconds, om.Seconds)
 	m.Rate += om.Rate
 	m.Latency.Merge(om.Latency)
+	m.FromWrite.Merge(om.FromWrite)
+	m.WriteLag.Merge(om.WriteLag)
 
 	d, od := &r.Deliveries, o.Deliveries
 	d.Sent += od.Sent
@@ -210,7 +222,7 @@ func readReport(path string) (*Report, error) {
 	if err := json.Unmarshal(b, r); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	for _, h := range []**Histogram{&r.Connect.Handshake, &r.Messages.Latency, &r.Deliveries.Latency, &r.Storm.Handshake, &r.Storm.Latency} {
+	for _, h := range []**Histogram{&r.Connect.Handshake, &r.Messages.Latency, &r.Messages.FromWrite, &r.Messages.WriteLag, &r.Deliveries.Latency, &r.Storm.Handshake, &r.Storm.Latency} {
 		if *h == nil {
 			*h = new(Histogram)
 		}
@@ -253,8 +265,12 @@ func (r *Report) writeTable(w io.Writer) {
 		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	}
 	s := r.Settings
-	fmt.Fprintf(tw, "Hermes load test, run %s: %d connections to %s; soak %gs; messages %gs at %g/s; storm %g%%\n",
-		strings.Join(r.Runs, "+"), s.Conns, strings.Join(r.Targets, ", "), s.SoakSec, s.DurationSec, s.Rate, s.Storm*100)
+	pace := ""
+	if s.Pace != "" {
+		pace = ", paced by " + s.Pace
+	}
+	fmt.Fprintf(tw, "Hermes load test, run %s: %d connections to %s; soak %gs; messages %gs at %g/s%s; storm %g%%\n",
+		strings.Join(r.Runs, "+"), s.Conns, strings.Join(r.Targets, ", "), s.SoakSec, s.DurationSec, s.Rate, pace, s.Storm*100)
 	row("", "count", "rate/s", "p50 ms", "p99 ms", "p99.9 ms", "max ms")
 	lat := func(h *Histogram) []string {
 		sm := h.Summary()
@@ -268,6 +284,10 @@ func (r *Report) writeTable(w io.Writer) {
 	row("connections held", fmt.Sprintf("%d after the soak, %d at the end", c.Held, r.Held))
 	m := r.Messages
 	row(append([]string{"messages", fmt.Sprintf("%d sent, %d answered, %d lost", m.Sent, m.Answered, m.Lost), f1(m.Rate)}, lat(m.Latency)...)...)
+	if m.FromWrite.Count() > 0 || m.WriteLag.Count() > 0 {
+		row(append([]string{"  from the write", "(the above: from when due)", ""}, lat(m.FromWrite)...)...)
+		row(append([]string{"  write late by", "", ""}, lat(m.WriteLag)...)...)
+	}
 	if d := r.Deliveries; d.Sent > 0 || s.DeliverRate > 0 {
 		row(append([]string{"deliveries", fmt.Sprintf("%d sent, %d received, %d lost", d.Sent, d.Received, d.Lost), f1(d.Rate)}, lat(d.Latency)...)...)
 	}

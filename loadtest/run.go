@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/rand/v2"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -123,6 +124,7 @@ func run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 	rep.Runs, rep.Started, rep.Targets = []string{cfg.RunID}, time.Now(), cfg.URLs
 	s := &rep.Settings
 	s.Conns, s.SoakSec, s.DurationSec, s.Rate, s.Storm = cfg.Conns, cfg.Soak.Seconds(), cfg.Duration.Seconds(), cfg.Rate, cfg.Storm
+	s.Pace = cfg.Pace
 	if cfg.DeliverURL != "" {
 		s.DeliverRate = cfg.DeliverRate
 	}
@@ -302,19 +304,26 @@ func (r *runner) handle(f client.Frame) {
 	}
 }
 
-// arrived takes "<run> <seq> <unix ns>" of an answer or a delivery off the
-// flow where it is pending and records its latency. Texts of other runs
+// arrived takes "<run> <seq> <unix ns>[ <write unix ns>]" of an answer or
+// a delivery off the flow where it is pending and records its latency from
+// the first time, and from the second when there is one (the texts of
+// -pace phone: the first is when the text was due). Texts of other runs
 // are ignored; one that is not pending (twice, or after it counted as lost)
 // is an error.
 func (r *runner) arrived(s string, flows ...*flow) {
 	now := time.Now()
 	fields := strings.Fields(s)
-	if len(fields) != 3 || fields[0] != r.cfg.RunID {
+	if (len(fields) != 3 && len(fields) != 4) || fields[0] != r.cfg.RunID {
 		return
 	}
 	seq, err1 := strconv.ParseUint(fields[1], 10, 64)
 	ts, err2 := strconv.ParseInt(fields[2], 10, 64)
-	if err1 != nil || err2 != nil {
+	var written int64
+	var err3 error
+	if len(fields) == 4 {
+		written, err3 = strconv.ParseInt(fields[3], 10, 64)
+	}
+	if err1 != nil || err2 != nil || err3 != nil {
 		r.errs.add("garbled")
 		return
 	}
@@ -334,6 +343,9 @@ func (r *runner) arrived(s string, flows ...*flow) {
 		return
 	}
 	found.latency.Record(now.Sub(time.Unix(0, ts)))
+	if written != 0 && found == r.texts {
+		r.rep.Messages.FromWrite.Record(now.Sub(time.Unix(0, written)))
+	}
 }
 
 // text is what a run sends: prefix, run id, sequence number, time.
@@ -355,17 +367,21 @@ func (r *runner) messagePhase(ctx context.Context) {
 	}
 	m := &r.rep.Messages
 	start := time.Now()
-	next := 0
-	pace(ctx, r.cfg.Rate, r.cfg.Duration, func() bool {
-		_, l := r.pick(&next)
-		if l == nil {
-			return false
-		}
-		if r.send(l, r.texts) {
-			m.Sent++
-		}
-		return true
-	})
+	if r.cfg.Pace == pacePhone {
+		m.Sent = r.phonesPace(ctx, start)
+	} else {
+		next := 0
+		pace(ctx, r.cfg.Rate, r.cfg.Duration, func() bool {
+			_, l := r.pick(&next)
+			if l == nil {
+				return false
+			}
+			if r.send(l, r.texts, time.Time{}) {
+				m.Sent++
+			}
+			return true
+		})
+	}
 	took := time.Since(start)
 	m.Seconds, m.Rate = took.Seconds(), perSecond(m.Sent, took)
 	stopProgress()
@@ -426,6 +442,66 @@ func pace(ctx context.Context, rate float64, d time.Duration, send func() bool) 
 	}
 }
 
+// phonesPace sends the texts of the message phase from every device on a
+// timer of its own, Rate/Conns a second from a random phase, as phones do:
+// none waits for another's write, and each text is timed from when it was
+// due (see selfPace). It returns how many were sent.
+func (r *runner) phonesPace(ctx context.Context, start time.Time) int {
+	if r.cfg.Rate <= 0 || r.cfg.Duration <= 0 {
+		return 0
+	}
+	every := time.Duration(float64(len(r.devs)) / r.cfg.Rate * float64(time.Second))
+	var (
+		wg   sync.WaitGroup
+		sent atomic.Int64
+	)
+	for _, d := range r.devs {
+		phase := time.Duration(rand.Int64N(int64(every)))
+		wg.Go(func() {
+			selfPace(ctx, start, phase, every, r.cfg.Duration, func(due time.Time) {
+				// A phone without a connection (it was lost) sends nothing.
+				if l := d.link.Load(); l != nil && r.send(l, r.texts, due) {
+					sent.Add(1)
+				}
+			})
+		})
+	}
+	wg.Wait()
+	return int(sent.Load())
+}
+
+// selfPace calls send(due) for every due = start + phase + k·every before
+// start + d, each once its time has come, until ctx ends. A call that comes
+// late, because the one before took longer than every or the timer fired
+// late, still gets its own due time from the schedule, which does not
+// shift: whoever times from due counts the wait, and a phone held up
+// catches up rather than sending fewer texts. It returns the calls made.
+func selfPace(ctx context.Context, start time.Time, phase, every, d time.Duration, send func(due time.Time)) int {
+	if every <= 0 {
+		return 0
+	}
+	t := time.NewTimer(0)
+	defer t.Stop()
+	<-t.C
+	n := 0
+	for due := phase; due < d; due += every {
+		at := start.Add(due)
+		if wait := time.Until(at); wait > 0 {
+			t.Reset(wait)
+			select {
+			case <-ctx.Done():
+				return n
+			case <-t.C:
+			}
+		} else if ctx.Err() != nil {
+			return n
+		}
+		send(at)
+		n++
+	}
+	return n
+}
+
 // pick returns the next device with a connection after *next.
 func (r *runner) pick(next *int) (*device, *link) {
 	for range len(r.devs) {
@@ -438,15 +514,22 @@ func (r *runner) pick(next *int) (*device, *link) {
 	return nil, nil
 }
 
-// send sends one text of flow f on l; false when the write failed.
-func (r *runner) send(l *link, f *flow) bool {
+// send sends one text of flow f on l; false when the write failed. The
+// text is timed from its write, or, when due is set, from due: it then
+// also carries the time of its write, and how late that was is recorded.
+func (r *runner) send(l *link, f *flow, due time.Time) bool {
 	seq := r.seq.Add(1)
 	now := time.Now()
 	r.mu.Lock()
 	f.pending[seq] = struct{}{}
 	r.lastSend = now
 	r.mu.Unlock()
-	if err := l.c.Text("m"+strconv.FormatUint(seq, 10), r.text(msgPrefix, seq, now)); err != nil {
+	text := r.text(msgPrefix, seq, now)
+	if !due.IsZero() {
+		text = r.text(msgPrefix, seq, due) + " " + strconv.FormatInt(now.UnixNano(), 10)
+		r.rep.Messages.WriteLag.Record(now.Sub(due))
+	}
+	if err := l.c.Text("m"+strconv.FormatUint(seq, 10), text); err != nil {
 		r.mu.Lock()
 		delete(f.pending, seq)
 		r.mu.Unlock()
@@ -504,7 +587,7 @@ func (r *runner) storm(ctx context.Context) {
 	st.Back, st.Seconds, st.Rate = ok, took.Seconds(), perSecond(ok, took)
 	r.logf("storm: %d back in %.2fs (%.0f/s); one message on each", ok, took.Seconds(), st.Rate)
 	for _, d := range dropped {
-		if l := d.link.Load(); l != nil && r.send(l, r.stormTexts) {
+		if l := d.link.Load(); l != nil && r.send(l, r.stormTexts, time.Time{}) {
 			st.Sent++
 		}
 	}
