@@ -8,7 +8,9 @@
 #
 #   step     loadtest step -scenario roundtrip -floor off -rates RT_RATE
 #            -step RT_STEP (10s), after steps of RT_WARM (100,200,500/s)
-#            as step.sh's default sweep does: 200 phones, one pacer,
+#            as step.sh's default sweep does (no step stops the sweep here:
+#            -p99-max 5s -min-achieved 0.01, so RT_RATE always runs):
+#            RT_STEP_PHONES (200, as step.sh) phones, one pacer,
 #            each text timed from its write (step.sh's figure)
 #   central  loadtest -pace central -conns RT_PHONES (500) -duration
 #            RT_DURATION (30s): one pacer, round-robin, timed from the write
@@ -24,7 +26,8 @@
 # pace the same from the write and how late the writes were.
 #
 # RT_DIR=<dir> keeps the reports (JSON), the cores and the logs.
-# RT_MODES (step,central,phone) chooses and orders the runs.
+# RT_MODES (step,central,phone) chooses and orders the runs; stepN is step
+# mode with N phones (step500).
 # EDGE_BIN=<file> ROUTER_BIN=<file> run those binaries instead of building.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +38,7 @@ PHONES="${RT_PHONES:-500}"
 DURATION="${RT_DURATION:-30s}"
 STEP="${RT_STEP:-10s}"
 WARM="${RT_WARM:-100,200,500}"
+STEP_PHONES="${RT_STEP_PHONES:-200}"
 ROUNDS="${RT_ROUNDS:-1}"
 MODES="${RT_MODES:-step,central,phone}"
 ulimit -n "$(ulimit -Hn)"
@@ -126,9 +130,10 @@ for round in $(seq 1 "$ROUNDS"); do
     tag="$mode-$round"
     echo "$(date +%T) $tag" >&2
     case "$mode" in
-      step)
+      step*)
+        n="${mode#step}"
         measure "$tag" "$WORK/loadtest" step -scenario roundtrip -floor off -url "$EDGES" -token "$TOKEN" \
-          -rates "$WARM,$RATE" -step "$STEP" -json "$DIR/$tag.json" ;;
+          -phones "${n:-$STEP_PHONES}" -rates "$WARM,$RATE" -step "$STEP" -p99-max 5s -min-achieved 0.01 -json "$DIR/$tag.json" ;;
       central | phone)
         measure "$tag" "$WORK/loadtest" -pace "$mode" -url "$EDGES" -token "$TOKEN" -conns "$PHONES" \
           -soak 2s -duration "$DURATION" -rate "$RATE" -storm 0 -json "$DIR/$tag.json" ;;
@@ -142,7 +147,7 @@ for round in $(seq 1 "$ROUNDS"); do
   for mode in ${MODES//,/ }; do
     f="$DIR/$mode-$round.json"
     [ -s "$f" ] || { echo "$mode-$round: no report"; continue; }
-    if [ "$mode" = step ]; then
+    if [[ "$mode" == step* ]]; then
       jq -r --arg t "$mode-$round" --argjson r "$RATE" '.settings.phones as $p | .scenarios[] | .gateway.steps[] | select(.offered_per_s == $r) |
         "\($t) (\($p) phones, step mode, from the write): achieved \(.achieved_per_s | floor)/s, \(.latency.p50_ms*10|round/10) / \(.p99_ms*10|round/10) / \(.latency.p999_ms*10|round/10) / \(.latency.max_ms*10|round/10), missed \(.missed), load \(.load1)"' "$f"
     else
