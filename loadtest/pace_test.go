@@ -4,8 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/hermes-mobile/gateway/pkg/agent"
+	"github.com/hermes-mobile/gateway/pkg/wire"
 )
 
 // A phone held up by a slow write keeps its schedule: the texts due while
@@ -105,5 +110,54 @@ func TestPhonePacedRun(t *testing.T) {
 	}
 	if m.Latency.Summary().Min < m.FromWrite.Summary().Min {
 		t.Errorf("from due %.2f ms < from the write %.2f ms: the due time is the earlier", m.Latency.Summary().Min, m.FromWrite.Summary().Min)
+	}
+}
+
+// slowAgent answers as the demo agent does, slowDown later.
+type slowAgent struct{ slowDown time.Duration }
+
+func (a slowAgent) Handle(ctx context.Context, ev wire.Event, out agent.Output) error {
+	time.Sleep(a.slowDown)
+	return agent.Demo{}.Handle(ctx, ev, out)
+}
+
+// One phone sending every 10 ms to an agent that takes 30 ms an answer has
+// texts unanswered when it sends the next: the report counts them.
+func TestInFlightPerPhoneCounted(t *testing.T) {
+	g := startNode(t, slowAgent{30 * time.Millisecond})
+	cfg := testConfig(g, 1)
+	cfg.Duration, cfg.Rate = 300*time.Millisecond, 100
+	rep, err := run(context.Background(), cfg, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := rep.Messages
+	if !rep.OK || m.InFlight.total() != m.Sent || m.Sent < 25 {
+		t.Fatalf("sent %d, in-flight counts %v (total %d), failures %v", m.Sent, m.InFlight, m.InFlight.total(), rep.Failures)
+	}
+	if len(m.InFlight) < 3 || m.InFlight[0] == m.Sent {
+		t.Errorf("in-flight counts %v (%s): want texts sent while two or more were unanswered", m.InFlight, m.InFlight)
+	}
+}
+
+func TestInFlightCountsAtTheirBound(t *testing.T) {
+	var c inFlightCounts
+	for _, n := range []int{0, 0, 1, inFlightMax - 1, inFlightMax, inFlightMax + 5, -1} {
+		c.add(n)
+	}
+	if len(c) != inFlightMax+1 || c[0] != 3 || c[1] != 1 || c[inFlightMax-1] != 1 || c[inFlightMax] != 2 {
+		t.Errorf("counts %v", c)
+	}
+	var m inFlightCounts
+	m.merge(c)
+	m.merge(inFlightCounts{1})
+	if m.total() != c.total()+1 || m[0] != 4 {
+		t.Errorf("merged %v", m)
+	}
+	if s := (inFlightCounts{3, 1}).String(); s != "0: 75.0%, 1: 25.0%" {
+		t.Errorf("String %q", s)
+	}
+	if s := c.String(); !strings.HasSuffix(s, "8+: 28.6%") {
+		t.Errorf("String %q: the last count is 8 or more", s)
 	}
 }

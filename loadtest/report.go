@@ -52,6 +52,9 @@ type Report struct {
 		// how late the write started after the text was due.
 		FromWrite *Histogram `json:"latency_from_write,omitempty"`
 		WriteLag  *Histogram `json:"write_lag,omitempty"`
+		// InFlight counts the texts by how many texts of the same phone
+		// were still unanswered when each was sent.
+		InFlight inFlightCounts `json:"in_flight_at_send,omitempty"`
 	} `json:"messages"`
 
 	Deliveries struct {
@@ -184,6 +187,7 @@ func (r *Report) Merge(o *Report) {
 	m.Latency.Merge(om.Latency)
 	m.FromWrite.Merge(om.FromWrite)
 	m.WriteLag.Merge(om.WriteLag)
+	m.InFlight.merge(om.InFlight)
 
 	d, od := &r.Deliveries, o.Deliveries
 	d.Sent += od.Sent
@@ -284,6 +288,9 @@ func (r *Report) writeTable(w io.Writer) {
 	row("connections held", fmt.Sprintf("%d after the soak, %d at the end", c.Held, r.Held))
 	m := r.Messages
 	row(append([]string{"messages", fmt.Sprintf("%d sent, %d answered, %d lost", m.Sent, m.Answered, m.Lost), f1(m.Rate)}, lat(m.Latency)...)...)
+	if m.InFlight.total() > 0 {
+		row("  phone's texts unanswered at send", m.InFlight.String())
+	}
 	if m.FromWrite.Count() > 0 || m.WriteLag.Count() > 0 {
 		row(append([]string{"  from the write", "(the above: from when due)", ""}, lat(m.FromWrite)...)...)
 		row(append([]string{"  write late by", "", ""}, lat(m.WriteLag)...)...)
@@ -357,4 +364,53 @@ func (e *errCounter) snapshot() map[string]int {
 	out := make(map[string]int, len(e.m))
 	maps.Copy(out, e.m)
 	return out
+}
+
+// inFlightCounts[i] is how many texts were sent while i texts of the same
+// phone were unanswered (the last counts that many or more).
+type inFlightCounts []int
+
+// inFlightMax is the last count kept apart.
+const inFlightMax = 8
+
+func (c *inFlightCounts) add(n int) {
+	n = min(max(n, 0), inFlightMax)
+	for len(*c) <= n {
+		*c = append(*c, 0)
+	}
+	(*c)[n]++
+}
+
+func (c *inFlightCounts) merge(o inFlightCounts) {
+	for i, v := range o {
+		for len(*c) <= i {
+			*c = append(*c, 0)
+		}
+		(*c)[i] += v
+	}
+}
+
+func (c inFlightCounts) total() int {
+	n := 0
+	for _, v := range c {
+		n += v
+	}
+	return n
+}
+
+// String is the share of each count: "0: 97.1%, 1: 2.8%, 2: 0.1%".
+func (c inFlightCounts) String() string {
+	t := c.total()
+	var parts []string
+	for i, v := range c {
+		if v == 0 {
+			continue
+		}
+		label := fmt.Sprint(i)
+		if i == inFlightMax {
+			label += "+"
+		}
+		parts = append(parts, fmt.Sprintf("%s: %.1f%%", label, 100*float64(v)/float64(t)))
+	}
+	return strings.Join(parts, ", ")
 }

@@ -154,7 +154,9 @@ for round in $(seq 1 "$ROUNDS"); do
       jq -r --arg t "$mode-$round" '. as $x | .messages as $m |
         def l(h): "\(h.p50_ms*10|round/10) / \(h.p99_ms*10|round/10) / \(h.p999_ms*10|round/10) / \(h.max_ms*10|round/10)";
         "\($t) (\($x.settings.conns) phones, \($x.settings.pace), from \(if $x.settings.pace == "phone" then "due" else "the write" end)): sent \($m.sent) answered \($m.answered) lost \($m.lost) at \($m.sent_per_s|floor)/s, \(l($m.latency))"
-        + (if $x.settings.pace == "phone" then "; from the write \(l($m.latency_from_write)); write late \(l($m.write_lag))" else "" end)' "$f"
+        + (if $x.settings.pace == "phone" then "; from the write \(l($m.latency_from_write)); write late \(l($m.write_lag))" else "" end)
+        + (($m.in_flight_at_send // []) as $c | ($c | add // 0) as $n | if $n > 0 then
+            "; sent with the phone waiting for 1+ answers: \(1000 * ($n - $c[0]) / $n | round / 10)%, 2+: \(1000 * ($n - $c[0] - ($c[1] // 0)) / $n | round / 10)%" else "" end)' "$f"
     fi
     cat "$DIR/$mode-$round.cores"
   done

@@ -79,6 +79,8 @@ type device struct {
 	url  string
 	src  netip.Addr
 	link atomic.Pointer[link]
+	// texts of the message phase sent on this device and not answered yet
+	inFlight atomic.Int32
 }
 
 // link is one connection of a device.
@@ -282,12 +284,12 @@ func (r *runner) consume(d *device, l *link) {
 			l.c.CloseNow()
 			return
 		}
-		r.handle(f)
+		r.handle(d, f)
 	}
 }
 
 // handle reads one frame: a final answer, a delivery, or an error.
-func (r *runner) handle(f client.Frame) {
+func (r *runner) handle(d *device, f client.Frame) {
 	switch f.T() {
 	case protocol.TypeMessage:
 		if !f.Bool("final") {
@@ -295,7 +297,9 @@ func (r *runner) handle(f client.Frame) {
 		}
 		text := f.Str("text")
 		if rest, ok := strings.CutPrefix(text, answerPrefix); ok {
-			r.arrived(rest, r.texts, r.stormTexts)
+			if r.arrived(rest, r.texts, r.stormTexts) == r.texts {
+				d.inFlight.Add(-1)
+			}
 		} else if rest, ok := strings.CutPrefix(text, deliverPrefix); ok {
 			r.arrived(rest, r.dlv)
 		}
@@ -309,12 +313,12 @@ func (r *runner) handle(f client.Frame) {
 // the first time, and from the second when there is one (the texts of
 // -pace phone: the first is when the text was due). Texts of other runs
 // are ignored; one that is not pending (twice, or after it counted as lost)
-// is an error.
-func (r *runner) arrived(s string, flows ...*flow) {
+// is an error. It returns the flow the answer was pending on, or nil.
+func (r *runner) arrived(s string, flows ...*flow) *flow {
 	now := time.Now()
 	fields := strings.Fields(s)
 	if (len(fields) != 3 && len(fields) != 4) || fields[0] != r.cfg.RunID {
-		return
+		return nil
 	}
 	seq, err1 := strconv.ParseUint(fields[1], 10, 64)
 	ts, err2 := strconv.ParseInt(fields[2], 10, 64)
@@ -325,7 +329,7 @@ func (r *runner) arrived(s string, flows ...*flow) {
 	}
 	if err1 != nil || err2 != nil || err3 != nil {
 		r.errs.add("garbled")
-		return
+		return nil
 	}
 	var found *flow
 	r.mu.Lock()
@@ -340,12 +344,13 @@ func (r *runner) arrived(s string, flows ...*flow) {
 	r.mu.Unlock()
 	if found == nil {
 		r.errs.add("unexpected")
-		return
+		return nil
 	}
 	found.latency.Record(now.Sub(time.Unix(0, ts)))
 	if written != 0 && found == r.texts {
 		r.rep.Messages.FromWrite.Record(now.Sub(time.Unix(0, written)))
 	}
+	return found
 }
 
 // text is what a run sends: prefix, run id, sequence number, time.
@@ -372,11 +377,11 @@ func (r *runner) messagePhase(ctx context.Context) {
 	} else {
 		next := 0
 		pace(ctx, r.cfg.Rate, r.cfg.Duration, func() bool {
-			_, l := r.pick(&next)
+			d, l := r.pick(&next)
 			if l == nil {
 				return false
 			}
-			if r.send(l, r.texts, time.Time{}) {
+			if r.send(d, l, r.texts, time.Time{}) {
 				m.Sent++
 			}
 			return true
@@ -460,7 +465,7 @@ func (r *runner) phonesPace(ctx context.Context, start time.Time) int {
 		wg.Go(func() {
 			selfPace(ctx, start, phase, every, r.cfg.Duration, func(due time.Time) {
 				// A phone without a connection (it was lost) sends nothing.
-				if l := d.link.Load(); l != nil && r.send(l, r.texts, due) {
+				if l := d.link.Load(); l != nil && r.send(d, l, r.texts, due) {
 					sent.Add(1)
 				}
 			})
@@ -514,15 +519,19 @@ func (r *runner) pick(next *int) (*device, *link) {
 	return nil, nil
 }
 
-// send sends one text of flow f on l; false when the write failed. The
+// send sends one text of flow f on d's link l; false when the write failed.
+// A text of the message phase counts the texts of d still unanswered. The
 // text is timed from its write, or, when due is set, from due: it then
 // also carries the time of its write, and how late that was is recorded.
-func (r *runner) send(l *link, f *flow, due time.Time) bool {
+func (r *runner) send(d *device, l *link, f *flow, due time.Time) bool {
 	seq := r.seq.Add(1)
 	now := time.Now()
 	r.mu.Lock()
 	f.pending[seq] = struct{}{}
 	r.lastSend = now
+	if f == r.texts {
+		r.rep.Messages.InFlight.add(int(d.inFlight.Add(1) - 1))
+	}
 	r.mu.Unlock()
 	text := r.text(msgPrefix, seq, now)
 	if !due.IsZero() {
@@ -533,6 +542,9 @@ func (r *runner) send(l *link, f *flow, due time.Time) bool {
 		r.mu.Lock()
 		delete(f.pending, seq)
 		r.mu.Unlock()
+		if f == r.texts {
+			d.inFlight.Add(-1)
+		}
 		if !l.closing.Load() {
 			r.errs.add("write")
 		}
@@ -587,7 +599,7 @@ func (r *runner) storm(ctx context.Context) {
 	st.Back, st.Seconds, st.Rate = ok, took.Seconds(), perSecond(ok, took)
 	r.logf("storm: %d back in %.2fs (%.0f/s); one message on each", ok, took.Seconds(), st.Rate)
 	for _, d := range dropped {
-		if l := d.link.Load(); l != nil && r.send(l, r.stormTexts, time.Time{}) {
+		if l := d.link.Load(); l != nil && r.send(d, l, r.stormTexts, time.Time{}) {
 			st.Sent++
 		}
 	}
