@@ -81,8 +81,22 @@ func EdgeSubject(edge string) string {
 	return edgePrefix + EscapeToken(edge)
 }
 
-// DeviceSubject is where frames for a device go: the edge that owns the
-// device subscribes to it. The device id is escaped so any id is one token.
+// EdgeOutputSubject is where an edge takes, one at a time, the outputs and
+// controls (wire.Output, wire.Control) for the devices it holds: a sender
+// reads the device's owner record and requests on the subject of the edge
+// it names. One subscription per edge, not one per device, so a phone
+// costs the bus nothing. An edge of a release before edge subjects does
+// not subscribe to it: a request gets no responders, and the sender uses
+// DeviceSubject.
+func EdgeOutputSubject(edge string) string {
+	return edgePrefix + EscapeToken(edge) + ".out"
+}
+
+// DeviceSubject is where frames for a device went before edge subjects:
+// an edge of such a release subscribes to it for each device it holds,
+// and an edge of this one does too when told to (Config.DeviceSubjects in
+// pkg/edge, for a rolling upgrade). The device id is escaped so any id is
+// one token.
 func DeviceSubject(device string) string {
 	return devicePrefix + EscapeToken(device)
 }

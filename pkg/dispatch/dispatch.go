@@ -1,7 +1,8 @@
 // Package dispatch sends an Output to the edge that owns its device: it
-// reads the owner's epoch from the store, stamps the output with it and makes
-// a request on the device's subject. The owning edge answers once the frames
-// are written to the socket; an edge holding an older socket stays silent.
+// reads the device's owner record from the store, stamps the output with
+// its epoch and makes a request on the subject of the edge it names
+// (bus.EdgeOutputSubject). That edge answers once the frames are written
+// to the socket, or at once with what became of the device.
 package dispatch
 
 import (
@@ -57,21 +58,49 @@ func (d *Dispatcher) Send(ctx context.Context, out wire.Output) (err error) {
 
 var errMoved = errors.New("device moved")
 
-// Publish sends out to out.Device without waiting for an answer and
-// without reading its owner: for moments (typing, avatar states), which
-// are neither retried nor kept, so an agent does not wait a round trip for
-// them. With epoch 0 the edge holding the device writes it, whatever its
-// epoch. It reaches the edge before whatever this Dispatcher sends the
-// device afterwards (NATS keeps the order of one connection's messages),
-// so a typing indicator comes before the message. Nobody hears it when the
-// device is offline.
+// Publish sends out to out.Device's edge without waiting for an answer:
+// for moments (typing, avatar states), which are neither retried nor
+// kept, so an agent does not wait a round trip for them. The owner it
+// reads stays in the Cache for the outputs that follow. With epoch 0 the
+// edge writes it to whatever socket of the device it holds. It reaches the
+// edge before whatever this Dispatcher sends the device afterwards (NATS
+// keeps the order of one connection's messages), so a typing indicator
+// comes before the message. Nobody hears it when the device is offline.
 func (d *Dispatcher) Publish(ctx context.Context, out wire.Output) error {
+	owner, _, err := d.owner(ctx, out.Device)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil // offline
+	case err != nil:
+		return fmt.Errorf("owner of %q: %w", out.Device, err)
+	}
 	out.Epoch = 0
 	data, err := wire.Marshal(out)
 	if err != nil {
 		return err
 	}
-	return d.Bus.Publish(ctx, bus.DeviceSubject(out.Device), data, nil)
+	return d.Bus.Publish(ctx, bus.EdgeOutputSubject(owner.Edge), data, nil)
+}
+
+// Notify sends ctl to the edge that holds ctl.Device, without waiting,
+// and on the device's subject, where an edge of a release before edge
+// subjects hears it. Nobody hears it when the device is offline.
+func (d *Dispatcher) Notify(ctx context.Context, ctl wire.Control) error {
+	data, err := wire.Marshal(ctl)
+	if err != nil {
+		return err
+	}
+	owner, _, err := d.owner(ctx, ctl.Device)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+	case err != nil:
+		return fmt.Errorf("owner of %q: %w", ctl.Device, err)
+	default:
+		if err := d.Bus.Publish(ctx, bus.EdgeOutputSubject(owner.Edge), data, nil); err != nil {
+			return err
+		}
+	}
+	return d.Bus.Publish(ctx, bus.DeviceSubject(ctl.Device), data, nil)
 }
 
 func (d *Dispatcher) send(ctx context.Context, out wire.Output) (err error) {
@@ -84,14 +113,14 @@ func (d *Dispatcher) send(ctx context.Context, out wire.Output) (err error) {
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		// No record: the device is offline, or the store lost the record
-		// (a Redis restart). Epoch 0 lets whichever edge holds the device
-		// answer; nobody answering means offline.
-		out.Epoch = 0
+		// (a Redis restart), which the device's edge claims again within
+		// a heartbeat and then reads the outbox, where the sender keeps
+		// what it could not deliver.
+		return fmt.Errorf("%w: no owner record for %q", ErrOffline, out.Device)
 	case err != nil:
 		return fmt.Errorf("owner of %q: %w", out.Device, err)
-	default:
-		out.Epoch, out.Cached = owner.Epoch, cached
 	}
+	out.Epoch, out.Cached = owner.Epoch, cached
 	data, err := wire.Marshal(out)
 	if err != nil {
 		return err
@@ -102,7 +131,12 @@ func (d *Dispatcher) send(ctx context.Context, out wire.Output) (err error) {
 	}
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	reply, err := d.Bus.Request(rctx, bus.DeviceSubject(out.Device), data, nil)
+	reply, err := d.Bus.Request(rctx, bus.EdgeOutputSubject(owner.Edge), data, nil)
+	if errors.Is(err, bus.ErrNoResponders) {
+		// The edge is gone, or is of a release before edge subjects,
+		// which listens on the device's subject.
+		reply, err = d.Bus.Request(rctx, bus.DeviceSubject(out.Device), data, nil)
+	}
 	switch {
 	case errors.Is(err, bus.ErrNoResponders):
 		return ErrOffline

@@ -2,6 +2,7 @@ package dispatch_test
 
 import (
 	"encoding/json"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -14,8 +15,8 @@ import (
 )
 
 // TestPublishComesBeforeLaterSends: a moment published without waiting
-// reaches the device's subscriber before an output sent after it, with
-// epoch 0 (whichever edge holds the device writes it, with no owner read),
+// reaches the owner's edge subject before an output sent after it, with
+// epoch 0 (the edge writes it to whatever socket of the device it holds),
 // while the Send carries the owner's epoch and waits for the answer.
 func TestPublishComesBeforeLaterSends(t *testing.T) {
 	b, err := natsbus.Embedded(natsbus.Options{})
@@ -30,7 +31,7 @@ func TestPublishComesBeforeLaterSends(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var got []wire.Output
-	sub, err := b.Subscribe(bus.DeviceSubject("d1"), func(m *bus.Msg) {
+	sub, err := b.Subscribe(bus.EdgeOutputSubject("edge-1"), func(m *bus.Msg) {
 		var out wire.Output
 		if err := json.Unmarshal(m.Data, &out); err != nil {
 			t.Error(err)
@@ -61,5 +62,54 @@ func TestPublishComesBeforeLaterSends(t *testing.T) {
 	}
 	if got[0].Epoch != 0 || got[1].Epoch != epoch {
 		t.Fatalf("epochs %d and %d, want 0 for the moment and %d for the message", got[0].Epoch, got[1].Epoch, epoch)
+	}
+}
+
+// TestSendReachesEdgesBeforeEdgeSubjects: an edge of a release before edge
+// subjects listens on its devices' subjects only. A Send to a device it
+// owns gets no responders on the edge's subject and is made again on the
+// device's, where that edge answers; a device with no owner record is
+// offline at once, with no request made.
+func TestSendReachesEdgesBeforeEdgeSubjects(t *testing.T) {
+	b, err := natsbus.Embedded(natsbus.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	st := memstore.New(memstore.Options{})
+	epoch, err := st.ClaimDevice(t.Context(), "d1", "edge-old", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var got []wire.Output
+	for _, dev := range []string{"d1", "d2"} {
+		sub, err := b.Subscribe(bus.DeviceSubject(dev), func(m *bus.Msg) {
+			var out wire.Output
+			if err := json.Unmarshal(m.Data, &out); err != nil {
+				t.Error(err)
+			}
+			mu.Lock()
+			got = append(got, out)
+			mu.Unlock()
+			ok, _ := json.Marshal(wire.Reply{OK: true})
+			_ = m.Respond(ok)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Unsubscribe()
+	}
+	d := &dispatch.Dispatcher{Owners: st, Bus: b}
+	if err := d.Send(t.Context(), wire.Output{Op: wire.OpMessage, Device: "d1", ID: "m1", Text: "hi", Final: true}); err != nil {
+		t.Fatalf("Send to an edge of the release before: %v", err)
+	}
+	if err := d.Send(t.Context(), wire.Output{Op: wire.OpMessage, Device: "d2", ID: "m2", Text: "hi", Final: true}); !errors.Is(err, dispatch.ErrOffline) {
+		t.Fatalf("Send to a device with no owner record: %v, want ErrOffline", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 1 || got[0].ID != "m1" || got[0].Epoch != epoch {
+		t.Fatalf("the device subjects got %+v, want m1 at epoch %d alone", got, epoch)
 	}
 }

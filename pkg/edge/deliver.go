@@ -36,11 +36,22 @@ func (s *Server) onControl(ctl wire.Control) {
 	}
 }
 
-// onDelivery handles a message on a device subject. It answers only when
+// onEdgeDelivery handles a message on this edge's output subject: an
+// output or a control for a device whose owner record names this edge.
+// Nobody else gets it, so a request is always answered: once the frames
+// are written, or at once with what became of the device
+// (answerNoSocket).
+func (s *Server) onEdgeDelivery(m *bus.Msg) { s.onDelivery(m, true) }
+
+// onDeviceDelivery handles a message on a device subject (senders and
+// edges of a release before edge subjects; Config.DeviceSubjects). Every
+// edge that holds or held the device may get it: it answers only when
 // this edge holds the device at the output's epoch, once the frames are
 // written, or held it at that epoch a moment ago (answerNoSocket);
 // otherwise it stays silent so the current owner's answer counts.
-func (s *Server) onDelivery(m *bus.Msg) {
+func (s *Server) onDeviceDelivery(m *bus.Msg) { s.onDelivery(m, false) }
+
+func (s *Server) onDelivery(m *bus.Msg, direct bool) {
 	var out wire.Output
 	if err := wire.Unmarshal(m.Data, &out); err != nil {
 		s.log.Warn("unreadable delivery", "subject", m.Subject, "err", err)
@@ -54,18 +65,24 @@ func (s *Server) onDelivery(m *bus.Msg) {
 	if m.Late && m.Respond == nil {
 		return // sent to a socket that closed; nobody waits for it
 	}
-	if (c == nil && out.Epoch != 0 || m.Late) && m.Respond != nil {
+	if direct && m.Respond != nil && (c == nil || out.Epoch != 0 && c.epoch.Load() < out.Epoch) {
+		// No socket here at the output's epoch: it closed, or the newer
+		// socket the sender read the owner of is not registered yet.
+		s.goFunc(func() { s.answerNoSocket(m, out, true) })
+		return
+	}
+	if !direct && (c == nil && out.Epoch != 0 || m.Late) && m.Respond != nil {
 		// No socket here, yet this edge was subscribed when the request
 		// was sent: the socket closed a moment ago (Late: its subscription
 		// was being drained, whatever socket is here now). An edge that
 		// took the device over since may have subscribed too late to get
 		// it, so nobody else may answer: say what became of the device
 		// rather than let the sender wait out its timeout.
-		s.goFunc(func() { s.answerNoSocket(m, out) })
+		s.goFunc(func() { s.answerNoSocket(m, out, false) })
 		return
 	}
 	if c == nil || out.Epoch != 0 && c.epoch.Load() < out.Epoch {
-		return // not ours (any more): the owner answers
+		return // not ours (any more): the owner answers; or a moment nobody waits for
 	}
 	if out.Epoch != 0 && (c.epoch.Load() > out.Epoch || c.isClosing()) {
 		// Sent to the socket we took over from, or to one that is closing
@@ -162,17 +179,25 @@ func (s *Server) write(c *conn, m *bus.Msg, out wire.Output, looked <-chan owner
 // A request addressed to the socket that holds the device now (on another
 // edge, or here) gets no answer from here: that socket's edge writes it
 // and answers, and a "moved" from here could reach the sender first and
-// have it written twice.
-func (s *Server) answerNoSocket(m *bus.Msg, out wire.Output) {
+// have it written twice. direct (the edge's output subject, which no other
+// edge gets) always answers.
+func (s *Server) answerNoSocket(m *bus.Msg, out wire.Output, direct bool) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), s.cfg.OpTimeout)
 	defer cancel()
 	owner, err := s.store.DeviceOwner(ctx, out.Device)
 	c := s.deviceConn(out.Device)
-	if c != nil && c.epoch.Load() == out.Epoch || c == nil && err == nil && owner.Edge != s.cfg.ID && owner.Epoch == out.Epoch {
-		return
+	if !direct && (c != nil && c.epoch.Load() == out.Epoch || c == nil && err == nil && owner.Edge != s.cfg.ID && owner.Epoch == out.Epoch) {
+		return // the device's socket at that epoch answers
 	}
 	r := wire.Reply{Error: "device not connected"}
-	if c != nil || err == nil && (owner.Edge != s.cfg.ID || owner.Epoch != out.Epoch) {
+	switch {
+	case c != nil && (!direct || c.epoch.Load() == out.Epoch),
+		err == nil && (owner.Edge != s.cfg.ID || owner.Epoch != out.Epoch):
+		// A socket is here now, or the device has another owner: the
+		// sender looks again. (An older socket still here while the
+		// owner's is not registered yet is "not connected": what the
+		// sender keeps, the new socket reads from the outbox once
+		// registered.)
 		r = wire.OutputReply(wire.OutcomeMoved, "device moved")
 	}
 	data, _ := wire.Marshal(r)

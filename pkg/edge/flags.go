@@ -27,6 +27,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	config.Seconds(fs, &c.OwnerTTL, "owner-ttl", env["OwnerTTL"], def.OwnerTTL, "a device's owner record lives this long without the edge's heartbeat (every third of it)")
 	config.Seconds(fs, &c.PageTimeout, "page-timeout", env["PageTimeout"], def.PageTimeout, "a page request's headers must arrive within this once its first line came (idle page connections: 6×, writes: 3×)")
 	config.Int(fs, &c.MaxPageConns, "max-page-conns", env["MaxPageConns"], def.MaxPageConns, "open connections for the pages (not /ws) across the edge; past it a page request is answered 503")
+	config.Bool(fs, &c.DeviceSubjects, "device-subjects", env["DeviceSubjects"], def.DeviceSubjects, "also subscribe to each phone's device subject, as edges before edge subjects did: for a rolling upgrade from such a release (a subscription per phone)")
 	config.Seconds(fs, &c.AckWait, "ack-wait", env["AckWait"], def.AckWait, "how long a delivery to a phone that acks waits for its ack (under the router's 15 s)")
 }
 
@@ -48,6 +49,7 @@ var fieldEnv = map[string]string{
 	"PageTimeout":          "MOBILE_PAGE_TIMEOUT",
 	"MaxPageConns":         "MOBILE_MAX_PAGE_CONNS",
 	"AckWait":              "MOBILE_ACK_WAIT",
+	"DeviceSubjects":       "MOBILE_DEVICE_SUBJECTS",
 	"BlobTTL":              "MOBILE_BLOB_TTL",
 }
 

@@ -18,8 +18,19 @@ import (
 // record names a newer socket (the sender looks again), "not connected"
 // when it names this edge's old socket or nobody (the sender keeps the
 // output in the outbox). Neither answer writes anything: no socket renders
-// an output addressed to another socket's epoch.
+// an output addressed to another socket's epoch. It holds on the edge's
+// output subject and on device subjects (a rolling upgrade).
 func TestDeliveryToAClosedSocketIsAnswered(t *testing.T) {
+	for _, direct := range []bool{true, false} {
+		name := "device subject"
+		if direct {
+			name = "edge subject"
+		}
+		t.Run(name, func(t *testing.T) { testDeliveryToAClosedSocket(t, direct) })
+	}
+}
+
+func testDeliveryToAClosedSocket(t *testing.T, direct bool) {
 	st := memstore.New(memstore.Options{})
 	s := New(Config{ID: "edge-a"}, st, nil, nil)
 	t.Cleanup(func() { s.Close() })
@@ -33,7 +44,7 @@ func TestDeliveryToAClosedSocketIsAnswered(t *testing.T) {
 		s.onDelivery(&bus.Msg{Subject: bus.DeviceSubject(device), Data: data, Respond: func(b []byte) error {
 			got <- b
 			return nil
-		}})
+		}}, direct)
 		select {
 		case b := <-got:
 			var r wire.Reply
@@ -80,6 +91,9 @@ func TestDeliveryToAClosedSocketIsAnswered(t *testing.T) {
 		t.Errorf("device taken over by edge-b: %+v, want moved", r)
 	}
 
+	if direct {
+		return // the rest: a device subject, which edge-b's socket gets too
+	}
 	// Addressed to the socket edge-b holds now: edge-b writes it and
 	// answers; a "moved" from here could come first and have it sent twice.
 	if _, err := st.ClaimDevice(ctx, "current", "edge-a", ttl); err != nil {
@@ -93,5 +107,5 @@ func TestDeliveryToAClosedSocketIsAnswered(t *testing.T) {
 	s.answerNoSocket(&bus.Msg{Subject: bus.DeviceSubject("current"), Data: data, Respond: func(b []byte) error {
 		t.Errorf("answered %s for the epoch of edge-b's socket; want no answer from here", b)
 		return nil
-	}}, wire.Output{Op: wire.OpMessage, Device: "current", ID: "m1", Epoch: current})
+	}}, wire.Output{Op: wire.OpMessage, Device: "current", ID: "m1", Epoch: current}, false)
 }

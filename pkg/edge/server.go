@@ -137,6 +137,12 @@ type Config struct {
 	// Keeper keeps a deliver frame with a ttl that its device cannot take
 	// now (the router's outbox); nil refuses a ttl.
 	Keeper dispatch.Keeper
+	// DeviceSubjects: besides its edge subject, subscribe to each held
+	// device's subject and announce takeovers there too, as edges did
+	// before edge subjects, so that routers and edges of that release
+	// still reach this edge's phones during a rolling upgrade. It costs
+	// a subscription per phone (in the edge and the NATS server).
+	DeviceSubjects bool
 }
 
 // DefaultConfig is the configuration a zero Config stands for (ID aside),
@@ -240,6 +246,10 @@ type Server struct {
 	deliverer *dispatch.Deliverer
 	owners    *ownerReads      // the fence's and the hello's owner reads, batched
 	batchSub  bus.Subscription // this edge's subject (wire.Batch); nil if it failed
+	outSub    bus.Subscription // this edge's output subject; nil if it failed
+	// deviceSubs: each held device's subject is subscribed too
+	// (Config.DeviceSubjects, or the output subject could not be).
+	deviceSubs bool
 	tel       edgeTelemetry
 
 	// Byte budgets of the whole edge; see Config.MaxReadBytes and the rest.
@@ -317,12 +327,20 @@ func New(cfg Config, st store.Store, b bus.Bus, log *slog.Logger) *Server {
 	s.stopBudgets = s.tel.m.observeBudgets([len(budgetNames)]*budget{&s.reading, &s.queued, &s.uploading, &s.helloBytes})
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.owners = newOwnerReads(s.ctx, st, cfg.OpTimeout, s.goFunc)
+	s.deviceSubs = cfg.DeviceSubjects
 	if b != nil { // nil in tests of the edge alone
 		if sub, err := b.Subscribe(bus.EdgeSubject(cfg.ID), s.onBatch); err != nil {
-			// Senders get no responders and send each output on its device's subject.
+			// Senders get no responders and send each output alone.
 			s.log.Warn("no subscription to the edge's subject; batches go device by device", "err", err)
 		} else {
 			s.batchSub = sub
+		}
+		if sub, err := b.Subscribe(bus.EdgeOutputSubject(cfg.ID), s.onEdgeDelivery); err != nil {
+			// Senders get no responders and use the device's subject.
+			s.log.Warn("no subscription to the edge's output subject; subscribing to each device's", "err", err)
+			s.deviceSubs = true
+		} else {
+			s.outSub = sub
 		}
 	}
 	s.goFunc(s.heartbeat)
@@ -446,6 +464,9 @@ func (s *Server) Close() error {
 	if s.batchSub != nil {
 		_ = s.batchSub.Unsubscribe() // a batch that still comes finds its sockets closing: "moved"
 	}
+	if s.outSub != nil {
+		_ = s.outSub.Unsubscribe() // what still comes finds its socket closing: "moved"
+	}
 	for _, c := range conns {
 		c.closeWith(closeGoingAway, "server shutting down", nil)
 	}
@@ -493,13 +514,13 @@ func (s *Server) register(c *conn) (bool, error) {
 		s.devices[c.device] = slot
 	}
 	slot.conn = c
-	needSub := slot.sub == nil
+	needSub := s.deviceSubs && slot.sub == nil
 	s.mu.Unlock()
 	if old != nil {
 		old.closeWith(closeNormal, "replaced by a newer connection", nil)
 	}
 	if needSub {
-		sub, err := s.bus.Subscribe(deviceSubject(c.device), s.onDelivery)
+		sub, err := s.bus.Subscribe(bus.DeviceSubject(c.device), s.onDeviceDelivery)
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if err != nil {
@@ -718,10 +739,12 @@ func (s *Server) recover(dev string, epoch int64) {
 		if e, err := s.store.ClaimDevice(ctx, dev, s.cfg.ID, s.cfg.OwnerTTL); err == nil {
 			c.epoch.CompareAndSwap(epoch, e)
 			c.logger().Info("re-claimed a device whose owner record was lost", "epoch", e)
+			// Senders found no owner meanwhile and kept what they had for
+			// the device in its outbox.
+			c.rereadOutbox()
 			return
 		}
 	}
 	c.closeWith(closeGoingAway, "device ownership lost; reconnect", nil)
 }
 
-func deviceSubject(device string) string { return bus.DeviceSubject(device) }

@@ -166,7 +166,8 @@ func (c *conn) hello(h *protocol.Hello) {
 	// The claim also says whether the device acked on an earlier socket:
 	// then what this socket writes, from the outbox on, counts only once
 	// acked.
-	epoch, acks, err := s.store.ClaimDeviceAcks(ctx, dev.ID, s.cfg.ID, s.cfg.OwnerTTL)
+	claim, err := s.store.ClaimDeviceAcks(ctx, dev.ID, s.cfg.ID, s.cfg.OwnerTTL)
+	epoch, acks := claim.Epoch, claim.Acks
 	if err != nil {
 		c.logger().Warn("claiming device failed", "device", dev.ID, "err", err)
 		c.fatal(protocol.NewError(protocol.CodeInternalError, "gateway storage unavailable; reconnect later"))
@@ -206,11 +207,7 @@ func (c *conn) hello(h *protocol.Hello) {
 		c.closeWith(closeNormal, "replaced by a newer connection", nil)
 		return
 	}
-	// Tell other edges: an older socket of this device closes.
-	takeover, _ := wire.Marshal(wire.Control{Op: wire.OpTakeover, Device: dev.ID, Epoch: epoch})
-	if err := s.bus.Publish(ctx, deviceSubject(dev.ID), takeover, nil); err != nil {
-		c.logger().Warn("announcing takeover failed", "err", err)
-	}
+	s.announceTakeover(ctx, c, claim.Prev)
 	c.send(protocol.AppendReady(newFrame(512), protocol.Ready{
 		Session: c.session, DeviceID: dev.ID, DeviceName: dev.Name, AvatarURL: c.avatarURL,
 	}))
@@ -219,6 +216,27 @@ func (c *conn) hello(h *protocol.Hello) {
 	// A large outbox is written at the pace the phone reads it: meanwhile
 	// the phone's frames are handled, and a drain may close the socket.
 	s.goFunc(c.flushOutbox)
+}
+
+// announceTakeover tells the edge of prev, the owner record c's claim
+// replaced, that its older socket of the device closes. A socket here was
+// closed by register; with no record, no socket of the device is left
+// elsewhere but one whose edge lost touch with the store, whose heartbeat
+// closes it. With device subjects (a rolling upgrade) the notice goes on
+// the device's subject too, where edges of the release before edge
+// subjects hear it.
+func (s *Server) announceTakeover(ctx context.Context, c *conn, prev store.Owner) {
+	takeover, _ := wire.Marshal(wire.Control{Op: wire.OpTakeover, Device: c.device, Epoch: c.epoch.Load()})
+	if prev.Edge != "" && prev.Edge != s.cfg.ID {
+		if err := s.bus.Publish(ctx, bus.EdgeOutputSubject(prev.Edge), takeover, nil); err != nil {
+			c.logger().Warn("announcing takeover failed", "err", err)
+		}
+	}
+	if s.deviceSubs {
+		if err := s.bus.Publish(ctx, bus.DeviceSubject(c.device), takeover, nil); err != nil {
+			c.logger().Warn("announcing takeover failed", "err", err)
+		}
+	}
 }
 
 // flushOutbox writes what the agent sent while the device was away, then

@@ -453,7 +453,7 @@ func TestAckRereadKeepsTheUnackedFlush(t *testing.T) {
 		t.Fatal(err)
 	}
 	nudge, _ := wire.Marshal(wire.Control{Op: wire.OpOutbox, Device: dev})
-	if err := n.Bus.Publish(testCtx(t), bus.DeviceSubject(dev), nudge, nil); err != nil {
+	if err := n.Bus.Publish(testCtx(t), bus.EdgeOutputSubject(n.Edge.ID()), nudge, nil); err != nil {
 		t.Fatal(err)
 	}
 	if f := nextMessage(t, c2); f.Str("id") != "r-x" {

@@ -135,7 +135,7 @@ func TestCachedEpochConfirmedBeforeWrite(t *testing.T) {
 
 	data, _ := wire.Marshal(wire.Output{Op: wire.OpMessage, Device: dev, Epoch: owner.Epoch, Cached: true,
 		ID: "stale", Text: "stamped from the cache", Final: true})
-	reply, err := b.Request(ctx, bus.DeviceSubject(dev), data, nil)
+	reply, err := b.Request(ctx, bus.EdgeOutputSubject(owner.Edge), data, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func TestCachedEpochConfirmedBeforeWrite(t *testing.T) {
 	}
 	// A typing frame after it: whatever the edge wrote comes before.
 	typing, _ := wire.Marshal(wire.Output{Op: wire.OpTyping, Device: dev})
-	if err := b.Publish(ctx, bus.DeviceSubject(dev), typing, nil); err != nil {
+	if err := b.Publish(ctx, bus.EdgeOutputSubject(owner.Edge), typing, nil); err != nil {
 		t.Fatal(err)
 	}
 	for {

@@ -185,7 +185,7 @@ func TestOutboxReadAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	nudge, _ := json.Marshal(wire.Control{Op: wire.OpOutbox, Device: "tel-1"})
-	if err := n.Bus.Publish(testCtx(t), bus.DeviceSubject("tel-1"), nudge, nil); err != nil {
+	if err := n.Bus.Publish(testCtx(t), bus.EdgeOutputSubject(n.Edge.ID()), nudge, nil); err != nil {
 		t.Fatal(err)
 	}
 	text, _, err := conn.CollectMessage(testCtx(t), "late")

@@ -7,7 +7,6 @@ import (
 
 	"github.com/hermes-mobile/gateway/internal/retry"
 	"github.com/hermes-mobile/gateway/pkg/agent"
-	"github.com/hermes-mobile/gateway/pkg/bus"
 	"github.com/hermes-mobile/gateway/pkg/dispatch"
 	"github.com/hermes-mobile/gateway/pkg/ids"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
@@ -139,10 +138,9 @@ func (r *Router) kept(ctx context.Context, device string, out wire.Output) {
 	r.push.Notify(device, out.Op, out.Text)
 	// The device may have connected between the failed delivery and the
 	// push, and read its outbox before the push: its edge reads it again.
-	nudge, _ := wire.Marshal(wire.Control{Op: wire.OpOutbox, Device: device})
 	nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := r.bus.Publish(nctx, bus.DeviceSubject(device), nudge, nil); err != nil {
+	if err := r.sender.Notify(nctx, wire.Control{Op: wire.OpOutbox, Device: device}); err != nil {
 		r.log.DebugContext(ctx, "announcing an outbox item failed; the device reads it on its next connect", "device", device, "err", err)
 	}
 }

@@ -165,6 +165,16 @@ type Owner struct {
 	Epoch int64
 }
 
+// Claim is what ClaimDeviceAcks returns.
+type Claim struct {
+	Epoch int64 // the new epoch
+	Acks  bool  // the device acks
+	// Prev is the owner record the claim replaced; the zero Owner when
+	// there was none (the device's last socket closed, or its record
+	// expired).
+	Prev Owner
+}
+
 // Owners records which edge holds each device, and which devices
 // acknowledge what they display.
 type Owners interface {
@@ -172,9 +182,9 @@ type Owners interface {
 	// epoch, greater than every epoch handed out for device before.
 	ClaimDevice(ctx context.Context, device, edge string, ttl time.Duration) (int64, error)
 	// ClaimDeviceAcks is ClaimDevice that also reports, read in the same
-	// step, whether device acks: SetDeviceAcks recorded it less than its
-	// ttl ago.
-	ClaimDeviceAcks(ctx context.Context, device, edge string, ttl time.Duration) (epoch int64, acks bool, err error)
+	// step, whether device acks (SetDeviceAcks recorded it less than its
+	// ttl ago) and the owner the claim replaced.
+	ClaimDeviceAcks(ctx context.Context, device, edge string, ttl time.Duration) (Claim, error)
 	// SetDeviceAcks records for ttl that device acks (it sent an ack),
 	// whoever owns it; a record already there lives ttl from now. The
 	// record outlives the owner record: ReleaseDevice leaves it.

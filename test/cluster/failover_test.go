@@ -54,6 +54,10 @@ func TestEdgeKilled(t *testing.T) {
 	c.say(t, devs[0], agentMessage{ID: "live-1", Text: "before the crash", Final: true})
 	readUntil(t, onA[devs[0]], "the live agent message", finalText("before the crash"))
 
+	ownerA, err := c.probe.Owners.DeviceOwner(testCtx(t), devs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
 	c.edge("A").Kill(t)
 	for dev, conn := range onA {
 		select {
@@ -69,7 +73,7 @@ func TestEdgeKilled(t *testing.T) {
 	}
 	// Until NATS notices the dead edge, a delivery to its devices would wait
 	// for an answer that never comes (15 s) before going to the outbox.
-	waitNoResponders(t, c.nats, devs...)
+	waitNoResponders(t, c.nats, bus.EdgeOutputSubject(ownerA.Edge))
 
 	type sent struct {
 		id, text    string
@@ -157,9 +161,9 @@ func drain(conn *client.Conn) []client.Frame {
 	}
 }
 
-// waitNoResponders waits until no edge subscribes to the devices' subjects:
-// NATS has dropped the dead edge's subscriptions.
-func waitNoResponders(t *testing.T, natsURL string, devs ...string) {
+// waitNoResponders waits until nobody subscribes to the subjects: NATS
+// has dropped a dead edge's subscriptions.
+func waitNoResponders(t *testing.T, natsURL string, subjects ...string) {
 	t.Helper()
 	b, err := natsbus.Connect(natsURL, natsbus.Options{Name: "cluster-test"})
 	if err != nil {
@@ -167,16 +171,16 @@ func waitNoResponders(t *testing.T, natsURL string, devs ...string) {
 	}
 	defer b.Close()
 	deadline := time.Now().Add(10 * time.Second)
-	for _, dev := range devs {
+	for _, subj := range subjects {
 		for {
 			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-			_, err := b.Request(ctx, bus.DeviceSubject(dev), []byte("{}"), nil)
+			_, err := b.Request(ctx, subj, []byte("{}"), nil)
 			cancel()
 			if errors.Is(err, bus.ErrNoResponders) {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("%s: NATS still has a subscriber 10 s after the edge died (last: %v)", dev, err)
+				t.Fatalf("%s: NATS still has a subscriber 10 s after the edge died (last: %v)", subj, err)
 			}
 		}
 	}

@@ -61,7 +61,7 @@ func TestDeliveryFencedByOwner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := nc.PublishRequest(bus.DeviceSubject(dev), inbox, data); err != nil {
+	if err := nc.PublishRequest(bus.EdgeOutputSubject(owner.Edge), inbox, data); err != nil {
 		t.Fatal(err)
 	}
 	// The NATS server has routed it to A before B's hello can publish the

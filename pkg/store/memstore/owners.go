@@ -40,17 +40,18 @@ func newOwners() owners {
 
 // ClaimDevice makes edge the owner of device for ttl and returns a new epoch.
 func (s *Store) ClaimDevice(ctx context.Context, device, edge string, ttl time.Duration) (int64, error) {
-	epoch, _, err := s.ClaimDeviceAcks(ctx, device, edge, ttl)
-	return epoch, err
+	c, err := s.ClaimDeviceAcks(ctx, device, edge, ttl)
+	return c.Epoch, err
 }
 
-// ClaimDeviceAcks is ClaimDevice that also reports whether device acks.
-func (s *Store) ClaimDeviceAcks(ctx context.Context, device, edge string, ttl time.Duration) (int64, bool, error) {
+// ClaimDeviceAcks is ClaimDevice that also reports whether device acks
+// and the owner it replaced.
+func (s *Store) ClaimDeviceAcks(ctx context.Context, device, edge string, ttl time.Duration) (store.Claim, error) {
 	if err := ctx.Err(); err != nil {
-		return 0, false, err
+		return store.Claim{}, err
 	}
 	if ttl <= 0 {
-		return 0, false, errBadTTL
+		return store.Claim{}, errBadTTL
 	}
 	o := &s.owners
 	now := s.clock.Now()
@@ -59,7 +60,9 @@ func (s *Store) ClaimDeviceAcks(ctx context.Context, device, edge string, ttl ti
 	o.expireLocked(now)
 	o.epoch++
 	owner := store.Owner{Edge: edge, Epoch: o.epoch}
+	var prev store.Owner
 	if e, ok := o.byDevice[device]; ok {
+		prev = e.owner
 		e.owner, e.at = owner, now.Add(ttl)
 		o.byExpiry.fix(e)
 	} else {
@@ -68,7 +71,7 @@ func (s *Store) ClaimDeviceAcks(ctx context.Context, device, edge string, ttl ti
 		o.byExpiry.add(e)
 	}
 	_, acks := o.acks[device]
-	return o.epoch, acks, nil
+	return store.Claim{Epoch: o.epoch, Acks: acks, Prev: prev}, nil
 }
 
 // SetDeviceAcks records for ttl that device acks.

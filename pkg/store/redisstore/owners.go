@@ -21,17 +21,18 @@ const refreshBatch = 512
 // claimDeviceScript hands out the next epoch of a device and records the
 // owner. A missing epoch key starts from the server clock in µs and above the
 // current owner's epoch; see the package comment. It also reads whether the
-// device acks, so the hello learns it without another round trip.
+// device acks and the owner record it replaces, so the hello learns both
+// without another round trip.
 // KEYS: owner, epoch, acks. ARGV: edge, ttl ms. Reply: {the epoch, 1 if the
-// device acks else 0}.
+// device acks else 0, the replaced owner record or ""}.
 var claimDeviceScript = redis.NewScript(`
 local n
+local cur = redis.call('GET', KEYS[1])
 if redis.call('EXISTS', KEYS[2]) == 1 then
 	n = redis.call('INCR', KEYS[2])
 else
 	local t = redis.call('TIME')
 	n = tonumber(t[1]) * 1000000 + tonumber(t[2])
-	local cur = redis.call('GET', KEYS[1])
 	if cur then
 		local e = tonumber(string.match(cur, '|(%d+)$'))
 		if e and e >= n then
@@ -42,7 +43,7 @@ else
 end
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
 redis.call('SET', KEYS[1], ARGV[1] .. '|' .. string.format('%.0f', n), 'PX', ARGV[2])
-return {n, redis.call('EXISTS', KEYS[3])}
+return {n, redis.call('EXISTS', KEYS[3]), cur or ''}
 `)
 
 // refreshDeviceScript extends the ownership held at an epoch.
@@ -69,32 +70,44 @@ return 0
 
 // ClaimDevice makes edge the owner of device for ttl and returns a new epoch.
 func (s *Store) ClaimDevice(ctx context.Context, device, edge string, ttl time.Duration) (int64, error) {
-	epoch, _, err := s.claimDevice(ctx, "ClaimDevice", device, edge, ttl)
-	return epoch, err
+	c, err := s.claimDevice(ctx, "ClaimDevice", device, edge, ttl)
+	return c.Epoch, err
 }
 
-// ClaimDeviceAcks is ClaimDevice that also reports whether device acks,
-// read by the same script.
-func (s *Store) ClaimDeviceAcks(ctx context.Context, device, edge string, ttl time.Duration) (int64, bool, error) {
+// ClaimDeviceAcks is ClaimDevice that also reports whether device acks and
+// the owner it replaced, read by the same script.
+func (s *Store) ClaimDeviceAcks(ctx context.Context, device, edge string, ttl time.Duration) (store.Claim, error) {
 	return s.claimDevice(ctx, "ClaimDeviceAcks", device, edge, ttl)
 }
 
-func (s *Store) claimDevice(ctx context.Context, op, device, edge string, ttl time.Duration) (int64, bool, error) {
+func (s *Store) claimDevice(ctx context.Context, op, device, edge string, ttl time.Duration) (store.Claim, error) {
 	if err := ctx.Err(); err != nil {
-		return 0, false, opErr(op, err)
+		return store.Claim{}, opErr(op, err)
 	}
 	if ttl <= 0 {
-		return 0, false, errBadTTL
+		return store.Claim{}, errBadTTL
 	}
 	keys := []string{s.ownerKey(device), s.epochKey(device), s.acksKey(device)}
-	r, err := claimDeviceScript.Run(ctx, s.rdb, keys, edge, ms(ttl)).Int64Slice()
+	r, err := claimDeviceScript.Run(ctx, s.rdb, keys, edge, ms(ttl)).Slice()
 	if err != nil {
-		return 0, false, s.redisErr(ctx, op, err)
+		return store.Claim{}, s.redisErr(ctx, op, err)
 	}
-	if len(r) != 2 {
-		return 0, false, opErr(op, fmt.Errorf("claim reply %v", r))
+	if len(r) != 3 {
+		return store.Claim{}, opErr(op, fmt.Errorf("claim reply %v", r))
 	}
-	return r[0], r[1] == 1, nil
+	epoch, ok1 := r[0].(int64)
+	acks, ok2 := r[1].(int64)
+	prev, ok3 := r[2].(string)
+	if !ok1 || !ok2 || !ok3 {
+		return store.Claim{}, opErr(op, fmt.Errorf("claim reply %v", r))
+	}
+	c := store.Claim{Epoch: epoch, Acks: acks == 1}
+	if prev != "" {
+		if c.Prev, err = parseOwner(op, prev); err != nil {
+			return store.Claim{}, err
+		}
+	}
+	return c, nil
 }
 
 // SetDeviceAcks records for ttl that device acks.

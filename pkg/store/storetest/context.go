@@ -34,7 +34,7 @@ func testContextCanceled(t *testing.T, s store.Store) {
 		{"TakePrompt", func() error { _, err := s.TakePrompt(ctx, name(t, "p"), dev); return err }},
 		{"TakeExpired", func() error { _, err := s.TakeExpired(ctx, time.Now(), 10); return err }},
 		{"ClaimDevice", func() error { _, err := s.ClaimDevice(ctx, dev, "edge-1", time.Minute); return err }},
-		{"ClaimDeviceAcks", func() error { _, _, err := s.ClaimDeviceAcks(ctx, dev, "edge-1", time.Minute); return err }},
+		{"ClaimDeviceAcks", func() error { _, err := s.ClaimDeviceAcks(ctx, dev, "edge-1", time.Minute); return err }},
 		{"SetDeviceAcks", func() error { return s.SetDeviceAcks(ctx, dev, time.Minute) }},
 		{"DeviceOwner", func() error { _, err := s.DeviceOwner(ctx, dev); return err }},
 		{"DeviceOwners", func() error { _, err := s.DeviceOwners(ctx, []string{dev}); return err }},

@@ -22,20 +22,21 @@ var ownerTests = []test{
 	{"OwnershipExpires", testOwnershipExpires},
 	{"AcksRemembered", testAcksRemembered},
 	{"AcksExpire", testAcksExpire},
+	{"ClaimReportsPrev", testClaimReportsPrev},
 }
 
 // claimAcks claims device for edge and fails t unless the claim reports
 // acks as want; it returns the epoch.
 func claimAcks(t *testing.T, s store.Store, device, edge string, want bool) int64 {
 	t.Helper()
-	epoch, acks, err := s.ClaimDeviceAcks(t.Context(), device, edge, time.Minute)
+	c, err := s.ClaimDeviceAcks(t.Context(), device, edge, time.Minute)
 	if err != nil {
 		t.Fatalf("ClaimDeviceAcks(%s, %s): %v", device, edge, err)
 	}
-	if acks != want {
-		t.Fatalf("ClaimDeviceAcks(%s, %s) reports acks %v, want %v", device, edge, acks, want)
+	if c.Acks != want {
+		t.Fatalf("ClaimDeviceAcks(%s, %s) reports acks %v, want %v", device, edge, c.Acks, want)
 	}
-	return epoch
+	return c.Epoch
 }
 
 func setAcks(t *testing.T, s store.Store, device string, ttl time.Duration) {
@@ -77,11 +78,11 @@ func testAcksExpire(t *testing.T, s store.Store) {
 	setAcks(t, s, renewed, time.Minute)
 	claimAcks(t, s, dev, "edge-1", true)
 	eventually(t, expiryWait, "device recorded as acking for 1s acks", func() bool {
-		_, acks, err := s.ClaimDeviceAcks(t.Context(), dev, "edge-1", time.Minute)
+		c, err := s.ClaimDeviceAcks(t.Context(), dev, "edge-1", time.Minute)
 		if err != nil {
 			t.Fatalf("ClaimDeviceAcks: %v", err)
 		}
-		return !acks
+		return !c.Acks
 	})
 	claimAcks(t, s, renewed, "edge-1", true)
 }
@@ -293,4 +294,26 @@ func testOwnershipExpires(t *testing.T, s store.Store) {
 	if e2 := claimDevice(t, s, dev, "edge-2", time.Minute); e2 <= e {
 		t.Fatalf("claim after expiry got epoch %d, not greater than %d", e2, e)
 	}
+}
+
+// testClaimReportsPrev: a claim reports the owner record it replaced, the
+// zero Owner when there was none (never claimed, released, expired).
+func testClaimReportsPrev(t *testing.T, s store.Store) {
+	dev := name(t, "dev")
+	claim := func(edge string, want store.Owner) int64 {
+		t.Helper()
+		c, err := s.ClaimDeviceAcks(t.Context(), dev, edge, time.Minute)
+		if err != nil {
+			t.Fatalf("ClaimDeviceAcks(%s, %s): %v", dev, edge, err)
+		}
+		if c.Prev != want {
+			t.Fatalf("ClaimDeviceAcks(%s, %s) replaced %+v, want %+v", dev, edge, c.Prev, want)
+		}
+		return c.Epoch
+	}
+	e1 := claim("edge-1", store.Owner{})
+	e2 := claim("edge-2", store.Owner{Edge: "edge-1", Epoch: e1})
+	e3 := claim("edge-2", store.Owner{Edge: "edge-2", Epoch: e2})
+	releaseDevice(t, s, dev, e3)
+	claim("edge-1", store.Owner{})
 }
