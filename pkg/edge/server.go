@@ -250,7 +250,7 @@ type Server struct {
 	// deviceSubs: each held device's subject is subscribed too
 	// (Config.DeviceSubjects, or the output subject could not be).
 	deviceSubs bool
-	tel       edgeTelemetry
+	tel        edgeTelemetry
 
 	// Byte budgets of the whole edge; see Config.MaxReadBytes and the rest.
 	reading, queued, uploading budget
@@ -747,4 +747,3 @@ func (s *Server) recover(dev string, epoch int64) {
 	}
 	c.closeWith(closeGoingAway, "device ownership lost; reconnect", nil)
 }
-
