@@ -138,6 +138,8 @@ func (d *Dispatcher) send(ctx context.Context, out wire.Output) (err error) {
 		reply, err = d.Bus.Request(rctx, bus.DeviceSubject(out.Device), data, nil)
 	}
 	switch {
+	case errors.Is(err, bus.ErrNoResponders) && cached:
+		return errMoved // the cached owner's edge is gone: read the owner again
 	case errors.Is(err, bus.ErrNoResponders):
 		return ErrOffline
 	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:

@@ -113,3 +113,45 @@ func TestSendReachesEdgesBeforeEdgeSubjects(t *testing.T) {
 		t.Fatalf("the device subjects got %+v, want m1 at epoch %d alone", got, epoch)
 	}
 }
+
+// TestCachedOwnerOfAGoneEdge: an owner in the Cache whose edge is gone
+// (no responders on its subject) is read again, so a device that has
+// moved to another edge gets the output instead of being called offline.
+func TestCachedOwnerOfAGoneEdge(t *testing.T) {
+	b, err := natsbus.Embedded(natsbus.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	st := memstore.New(memstore.Options{})
+	if _, err := st.ClaimDevice(t.Context(), "d1", "edge-gone", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	d := &dispatch.Dispatcher{Owners: st, Bus: b, Cache: &dispatch.OwnerCache{}}
+	// A typing state reads the owner and leaves it in the cache.
+	if err := d.Publish(t.Context(), wire.Output{Op: wire.OpTyping, Device: "d1"}); err != nil {
+		t.Fatal(err)
+	}
+	epoch, err := st.ClaimDevice(t.Context(), "d1", "edge-new", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan wire.Output, 1)
+	sub, err := b.Subscribe(bus.EdgeOutputSubject("edge-new"), func(m *bus.Msg) {
+		var out wire.Output
+		_ = json.Unmarshal(m.Data, &out)
+		got <- out
+		ok, _ := json.Marshal(wire.Reply{OK: true})
+		_ = m.Respond(ok)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := d.Send(t.Context(), wire.Output{Op: wire.OpMessage, Device: "d1", ID: "m1", Text: "hi", Final: true}); err != nil {
+		t.Fatalf("Send after the cached owner's edge went: %v", err)
+	}
+	if out := <-got; out.Epoch != epoch || out.Cached {
+		t.Fatalf("edge-new got epoch %d (cached %v), want %d read fresh", out.Epoch, out.Cached, epoch)
+	}
+}

@@ -98,7 +98,7 @@ func TestOutputRacingTakeover(t *testing.T) {
 		took time.Duration
 	}
 	answered := make(chan answer, 1)
-	inFlight := c.routerLink.watch("hermes.dev." + dev)
+	inFlight := c.routerLink.watch("said as the device moved")
 	ctx := testCtx(t)
 	start := time.Now()
 	go func() {
