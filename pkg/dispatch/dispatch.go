@@ -69,6 +69,8 @@ var errMoved = errors.New("device moved")
 func (d *Dispatcher) Publish(ctx context.Context, out wire.Output) error {
 	owner, _, err := d.owner(ctx, out.Device)
 	switch {
+	case errors.Is(err, store.ErrNotFound) && out.Via != "":
+		owner = store.Owner{Edge: out.Via} // see send
 	case errors.Is(err, store.ErrNotFound):
 		return nil // offline
 	case err != nil:
@@ -111,11 +113,17 @@ func (d *Dispatcher) send(ctx context.Context, out wire.Output) (err error) {
 		}
 	}()
 	switch {
+	case errors.Is(err, store.ErrNotFound) && out.Via != "":
+		// No record, but the device's event just came through out.Via:
+		// the store may have lost the record (a Redis restart). Epoch 0
+		// has that edge write it to whatever socket of the device it
+		// holds (and claim the device again); none there is offline.
+		owner = store.Owner{Edge: out.Via}
 	case errors.Is(err, store.ErrNotFound):
-		// No record: the device is offline, or the store lost the record
-		// (a Redis restart), which the device's edge claims again within
-		// a heartbeat and then reads the outbox, where the sender keeps
-		// what it could not deliver.
+		// No record: the device is offline, or the store lost the record,
+		// which the device's edge claims again within a heartbeat and
+		// then reads the outbox, where the sender keeps what it could
+		// not deliver.
 		return fmt.Errorf("%w: no owner record for %q", ErrOffline, out.Device)
 	case err != nil:
 		return fmt.Errorf("owner of %q: %w", out.Device, err)

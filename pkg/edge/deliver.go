@@ -241,9 +241,15 @@ func (s *Server) fenceOwner(c *conn, looked <-chan ownerResult, done func(error)
 		}
 		judge := func(l ownerResult) {
 			switch {
-			case l.err == nil && l.owner.Epoch <= c.epoch.Load(),
-				errors.Is(l.err, store.ErrNotFound) && !c.isClosing(): // the record was lost; nobody claimed since
+			case l.err == nil && l.owner.Epoch <= c.epoch.Load():
 				done(nil)
+			case errors.Is(l.err, store.ErrNotFound) && !c.isClosing():
+				// The record was lost (the store restarted) and nobody
+				// claimed since: claim it again now, not at the next
+				// heartbeat, so that senders find the device.
+				done(nil)
+				epoch := c.epoch.Load()
+				s.goFunc(func() { s.recover(c.device, epoch) })
 			case l.err == nil, errors.Is(l.err, store.ErrNotFound):
 				s.tel.m.deliveryMoved()
 				done(errMoved)

@@ -276,6 +276,8 @@ type Server struct {
 	helloingByAddr map[netip.Addr]int
 	lns            []net.Listener
 	closed         bool
+	// recovering (under mu): the devices recover is looking at.
+	recovering map[string]bool
 	// draining (under mu): Drain began; no new connections are taken.
 	draining bool
 	// releasing counts the store clean-ups of closed connections, so
@@ -727,15 +729,37 @@ func (s *Server) HelloPhase() (conns int, bytes int64) {
 // If the record is simply gone (the store lost it, e.g. a Redis restart),
 // the socket re-claims the device under a new epoch and stays open. If
 // another edge owns it, we missed the takeover: the socket closes (1001),
-// and the phone reconnects.
+// and the phone reconnects. One recover per device runs at a time (the
+// heartbeat and deliveries that found no record both call it), so a
+// device is claimed again once, not twice with the socket holding the
+// older of the two epochs.
 func (s *Server) recover(dev string, epoch int64) {
+	s.mu.Lock()
+	if s.recovering[dev] {
+		s.mu.Unlock()
+		return
+	}
+	if s.recovering == nil {
+		s.recovering = make(map[string]bool)
+	}
+	s.recovering[dev] = true
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.recovering, dev)
+		s.mu.Unlock()
+	}()
 	c := s.deviceConn(dev)
 	if c == nil || c.epoch.Load() != epoch {
 		return
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.OpTimeout)
 	defer cancel()
-	if _, err := s.store.DeviceOwner(ctx, dev); errors.Is(err, store.ErrNotFound) {
+	owner, err := s.store.DeviceOwner(ctx, dev)
+	if err == nil && owner.Edge == s.cfg.ID && owner.Epoch == epoch {
+		return // ours after all (a caller's read was older than a claim)
+	}
+	if errors.Is(err, store.ErrNotFound) {
 		if e, err := s.store.ClaimDevice(ctx, dev, s.cfg.ID, s.cfg.OwnerTTL); err == nil {
 			c.epoch.CompareAndSwap(epoch, e)
 			c.logger().Info("re-claimed a device whose owner record was lost", "epoch", e)

@@ -359,7 +359,9 @@ func (s *Server) publishEvent(ctx context.Context, c *conn, ev wire.Event) error
 	return nil
 }
 
-func (c *conn) newEvent(kind, id string) wire.Event { return wire.Event{Kind: kind, ID: id} }
+func (c *conn) newEvent(kind, id string) wire.Event {
+	return wire.Event{Kind: kind, ID: id, Edge: c.srv.cfg.ID}
+}
 
 func (c *conn) onText(f *protocol.Text) {
 	ev := c.newEvent(wire.EventText, f.ID)

@@ -24,6 +24,9 @@ type output struct {
 	// RetryFor. The built-in agents' outputs hold: nobody would send them
 	// again. The API's do not: its caller is told 503 and retries.
 	hold bool
+	// via: the edge the event being answered came from, tried when the
+	// device has no owner record (wire.Output.Via).
+	via string
 }
 
 var _ agent.Output = (*output)(nil)
@@ -34,7 +37,7 @@ var _ agent.Output = (*output)(nil)
 // not lost to an outage. Typing and avatar states are moments, not
 // messages: they are published without waiting, neither retried nor kept.
 func (o *output) send(ctx context.Context, out wire.Output) error {
-	out.Device = o.device
+	out.Device, out.Via = o.device, o.via
 	if out.Op == wire.OpTyping || out.Op == wire.OpAvatar {
 		sctx, span := o.r.tel.start(ctx, "router.deliver", out.Op)
 		err := o.r.sender.Publish(sctx, out)

@@ -34,6 +34,9 @@ type Event struct {
 	Prompt *PromptRef `json:"prompt,omitempty"`
 	// TraceParent carries the W3C trace context of the frame that caused it.
 	TraceParent string `json:"traceparent,omitempty"`
+	// Edge is the edge that took the event from the phone: where the
+	// answer goes if the store lost the device's owner record (Output.Via).
+	Edge string `json:"edge,omitempty"`
 }
 
 // MediaRef points at a file kept in the store.
@@ -117,6 +120,10 @@ type Output struct {
 	// output (or AckWait passed), also when the phone has not acked on its
 	// socket yet.
 	WaitAck bool `json:"wait_ack,omitzero"`
+	// Via is the edge to try when the device has no owner record (the
+	// store lost it): the edge its event came from. The sender's own
+	// hint; it does not cross the bus.
+	Via string `json:"-"`
 }
 
 // PromptDone closes a card on the device.
