@@ -84,7 +84,8 @@ func (d *Dispatcher) Publish(ctx context.Context, out wire.Output) error {
 	return d.Bus.Publish(ctx, bus.EdgeOutputSubject(owner.Edge), data, nil)
 }
 
-// Notify sends ctl to the edge that holds ctl.Device, without waiting,
+// Notify sends ctl to the edge that holds ctl.Device (its owner record,
+// read now), without waiting,
 // and on the device's subject, where an edge of a release before edge
 // subjects hears it. Nobody hears it when the device is offline.
 func (d *Dispatcher) Notify(ctx context.Context, ctl wire.Control) error {
@@ -92,7 +93,7 @@ func (d *Dispatcher) Notify(ctx context.Context, ctl wire.Control) error {
 	if err != nil {
 		return err
 	}
-	owner, _, err := d.owner(ctx, ctl.Device)
+	owner, err := d.Owners.DeviceOwner(ctx, ctl.Device) // not the cache: the owner now
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 	case err != nil:
