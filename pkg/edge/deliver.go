@@ -20,9 +20,19 @@ type heldItem struct {
 	reread bool
 }
 
-// onControl handles a Control message about a device held here.
+// onControl handles a Control message about a device held here. One about
+// a device with no socket here is kept for a moment (early): a hello may
+// be between its claim and its registration, and the notice is about it.
 func (s *Server) onControl(ctl wire.Control) {
-	c := s.deviceConn(ctl.Device)
+	s.mu.Lock()
+	var c *conn
+	if slot := s.devices[ctl.Device]; slot != nil {
+		c = slot.conn
+	}
+	if c == nil {
+		s.noteEarlyLocked(ctl)
+	}
+	s.mu.Unlock()
 	if c == nil {
 		return
 	}

@@ -31,6 +31,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/telemetry"
+	"github.com/hermes-mobile/gateway/pkg/wire"
 )
 
 // Config of an edge node. Zero durations and sizes take the defaults below.
@@ -278,6 +279,11 @@ type Server struct {
 	closed         bool
 	// recovering (under mu): the devices recover is looking at.
 	recovering map[string]bool
+	// early (under mu): notices about devices with no socket here when
+	// they came, for a hello that claimed the device and has not
+	// registered yet (see register); the heartbeat forgets them after
+	// OwnerTTL.
+	early map[string]earlyNotice
 	// draining (under mu): Drain began; no new connections are taken.
 	draining bool
 	// releasing counts the store clean-ups of closed connections, so
@@ -290,6 +296,44 @@ type Server struct {
 	pageSrv          *pageServer // set by pagesOnce
 	start            time.Time   // the monotonic origin of conn.lastSeen
 	warnedForwarding atomic.Bool // warnUntrustedForwarding ran
+}
+
+// earlyNotice is what onControl heard about a device with no socket here.
+type earlyNotice struct {
+	takeover int64 // the newest takeover's epoch: sockets below it close
+	reread   bool  // something was kept in the outbox: read it again
+	at       time.Time
+}
+
+// noteEarlyLocked keeps ctl, about a device with no socket here, for the
+// socket that may register for it next. s.mu is held.
+func (s *Server) noteEarlyLocked(ctl wire.Control) {
+	if ctl.Op != wire.OpTakeover && ctl.Op != wire.OpOutbox {
+		return
+	}
+	if s.early == nil {
+		s.early = make(map[string]earlyNotice)
+	}
+	n := s.early[ctl.Device]
+	if ctl.Op == wire.OpTakeover {
+		n.takeover = max(n.takeover, ctl.Epoch)
+	} else {
+		n.reread = true
+	}
+	n.at = time.Now()
+	s.early[ctl.Device] = n
+}
+
+// forgetEarly drops the notices older than age.
+func (s *Server) forgetEarly(age time.Duration) {
+	cutoff := time.Now().Add(-age)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for dev, n := range s.early {
+		if n.at.Before(cutoff) {
+			delete(s.early, dev)
+		}
+	}
 }
 
 // deviceSlot is a device's subscription on this edge and its current socket.
@@ -500,16 +544,25 @@ var errServerClosed = errors.New("server closed")
 // register makes c the socket of its device on this edge, closing an older
 // one, and subscribes to the device's subject when this edge had no socket
 // for it. It reports false when c lost to a newer socket already here.
-func (s *Server) register(c *conn) (bool, error) {
+func (s *Server) register(c *conn) (ok, reread bool, err error) {
 	s.mu.Lock()
 	slot := s.devices[c.device]
 	var old *conn
 	if slot != nil && slot.conn != nil {
 		if slot.conn.epoch.Load() > c.epoch.Load() {
 			s.mu.Unlock()
-			return false, nil
+			return false, false, nil
 		}
 		old = slot.conn
+	}
+	// Notices that came after c's claim, before this registration.
+	if n, ok := s.early[c.device]; ok {
+		delete(s.early, c.device)
+		if n.takeover > c.epoch.Load() {
+			s.mu.Unlock()
+			return false, false, nil // a newer socket took the device over
+		}
+		reread = n.reread
 	}
 	if slot == nil {
 		slot = &deviceSlot{}
@@ -529,7 +582,7 @@ func (s *Server) register(c *conn) (bool, error) {
 			if slot.conn == c {
 				delete(s.devices, c.device)
 			}
-			return false, err
+			return false, false, err
 		}
 		if s.devices[c.device] != slot || slot.sub != nil {
 			sub.Unsubscribe() // the slot went away or another call subscribed
@@ -537,7 +590,7 @@ func (s *Server) register(c *conn) (bool, error) {
 			slot.sub = sub
 		}
 	}
-	return true, nil
+	return true, reread, nil
 }
 
 // unregister removes c; the last socket of a device unsubscribes.
@@ -577,6 +630,7 @@ func (s *Server) heartbeat() {
 			return
 		case <-t.C:
 		}
+		s.forgetEarly(s.cfg.OwnerTTL)
 		owned := make(map[string]int64)
 		s.mu.Lock()
 		for dev, slot := range s.devices {

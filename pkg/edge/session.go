@@ -190,7 +190,7 @@ func (c *conn) hello(h *protocol.Hello) {
 	if closing {
 		return
 	}
-	ok, err := s.register(c)
+	ok, reread, err := s.register(c)
 	if err != nil {
 		c.logger().Warn("subscribing device failed", "err", err)
 		c.fatal(protocol.NewError(protocol.CodeInternalError, "gateway bus unavailable; reconnect later"))
@@ -200,12 +200,16 @@ func (c *conn) hello(h *protocol.Hello) {
 		c.closeWith(closeNormal, "replaced by a newer connection", nil)
 		return
 	}
-	// A hello racing ours on another edge may have claimed a newer epoch
-	// and announced it before we subscribed: look once more, now that we
-	// would hear any later announcement.
-	if owner, err := s.owners.get(ctx, dev.ID); err == nil && owner.Epoch > epoch {
-		c.closeWith(closeNormal, "replaced by a newer connection", nil)
-		return
+	// A hello racing ours on another edge that claimed a newer epoch
+	// sent its takeover notice to this edge, whose record it replaced:
+	// register saw it if it came before. An edge of the release before
+	// edge subjects announces on the device's subject, which we hear only
+	// from now on: with device subjects, look once more.
+	if s.deviceSubs {
+		if owner, err := s.owners.get(ctx, dev.ID); err == nil && owner.Epoch > epoch {
+			c.closeWith(closeNormal, "replaced by a newer connection", nil)
+			return
+		}
 	}
 	s.announceTakeover(ctx, c, claim.Prev)
 	c.send(protocol.AppendReady(newFrame(512), protocol.Ready{
@@ -215,7 +219,11 @@ func (c *conn) hello(h *protocol.Hello) {
 	c.logger().Debug("session ready", "epoch", epoch)
 	// A large outbox is written at the pace the phone reads it: meanwhile
 	// the phone's frames are handled, and a drain may close the socket.
-	s.goFunc(c.flushOutbox)
+	// An outbox the claim found empty is not read, unless a router said
+	// it kept something since (register's reread); what it keeps from
+	// now on, its notice has this socket read.
+	read := claim.Outbox || reread
+	s.goFunc(func() { c.flushOutbox(read) })
 }
 
 // announceTakeover tells the edge of prev, the owner record c's claim
@@ -239,10 +247,12 @@ func (s *Server) announceTakeover(ctx context.Context, c *conn, prev store.Owner
 	}
 }
 
-// flushOutbox writes what the agent sent while the device was away, then
-// lets live deliveries through in order behind it.
-func (c *conn) flushOutbox() {
-	c.writeOutbox()
+// flushOutbox writes what the agent sent while the device was away (when
+// read), then lets live deliveries through in order behind it.
+func (c *conn) flushOutbox(read bool) {
+	if read {
+		c.writeOutbox()
+	}
 	for {
 		c.mu.Lock()
 		held := c.held

@@ -173,6 +173,10 @@ type Claim struct {
 	// there was none (the device's last socket closed, or its record
 	// expired).
 	Prev Owner
+	// Outbox: the device's outbox held items when claimed (some may
+	// have expired since). False: it was empty, so a new socket need not
+	// read it unless told that something was kept after the claim.
+	Outbox bool
 }
 
 // Owners records which edge holds each device, and which devices

@@ -71,7 +71,12 @@ func (s *Store) ClaimDeviceAcks(ctx context.Context, device, edge string, ttl ti
 		o.byExpiry.add(e)
 	}
 	_, acks := o.acks[device]
-	return store.Claim{Epoch: o.epoch, Acks: acks, Prev: prev}, nil
+	q := &s.outbox // the owners' mutex, then the outboxes' (see the package comment)
+	q.mu.Lock()
+	b := q.byDevice[device]
+	outbox := b != nil && len(b.items) > 0
+	q.mu.Unlock()
+	return store.Claim{Epoch: o.epoch, Acks: acks, Prev: prev, Outbox: outbox}, nil
 }
 
 // SetDeviceAcks records for ttl that device acks.

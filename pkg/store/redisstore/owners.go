@@ -23,8 +23,9 @@ const refreshBatch = 512
 // current owner's epoch; see the package comment. It also reads whether the
 // device acks and the owner record it replaces, so the hello learns both
 // without another round trip.
-// KEYS: owner, epoch, acks. ARGV: edge, ttl ms. Reply: {the epoch, 1 if the
-// device acks else 0, the replaced owner record or ""}.
+// KEYS: owner, epoch, acks, outbox. ARGV: edge, ttl ms. Reply: {the epoch,
+// 1 if the device acks else 0, the replaced owner record or "", 1 if the
+// outbox exists else 0}.
 var claimDeviceScript = redis.NewScript(`
 local n
 local cur = redis.call('GET', KEYS[1])
@@ -43,7 +44,7 @@ else
 end
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
 redis.call('SET', KEYS[1], ARGV[1] .. '|' .. string.format('%.0f', n), 'PX', ARGV[2])
-return {n, redis.call('EXISTS', KEYS[3]), cur or ''}
+return {n, redis.call('EXISTS', KEYS[3]), cur or '', redis.call('EXISTS', KEYS[4])}
 `)
 
 // refreshDeviceScript extends the ownership held at an epoch.
@@ -87,21 +88,22 @@ func (s *Store) claimDevice(ctx context.Context, op, device, edge string, ttl ti
 	if ttl <= 0 {
 		return store.Claim{}, errBadTTL
 	}
-	keys := []string{s.ownerKey(device), s.epochKey(device), s.acksKey(device)}
+	keys := []string{s.ownerKey(device), s.epochKey(device), s.acksKey(device), s.outboxKey(device)}
 	r, err := claimDeviceScript.Run(ctx, s.rdb, keys, edge, ms(ttl)).Slice()
 	if err != nil {
 		return store.Claim{}, s.redisErr(ctx, op, err)
 	}
-	if len(r) != 3 {
+	if len(r) != 4 {
 		return store.Claim{}, opErr(op, fmt.Errorf("claim reply %v", r))
 	}
 	epoch, ok1 := r[0].(int64)
 	acks, ok2 := r[1].(int64)
 	prev, ok3 := r[2].(string)
-	if !ok1 || !ok2 || !ok3 {
+	outbox, ok4 := r[3].(int64)
+	if !ok1 || !ok2 || !ok3 || !ok4 {
 		return store.Claim{}, opErr(op, fmt.Errorf("claim reply %v", r))
 	}
-	c := store.Claim{Epoch: epoch, Acks: acks == 1}
+	c := store.Claim{Epoch: epoch, Acks: acks == 1, Outbox: outbox == 1}
 	if prev != "" {
 		if c.Prev, err = parseOwner(op, prev); err != nil {
 			return store.Claim{}, err

@@ -23,6 +23,7 @@ var ownerTests = []test{
 	{"AcksRemembered", testAcksRemembered},
 	{"AcksExpire", testAcksExpire},
 	{"ClaimReportsPrev", testClaimReportsPrev},
+	{"ClaimReportsOutbox", testClaimReportsOutbox},
 }
 
 // claimAcks claims device for edge and fails t unless the claim reports
@@ -316,4 +317,35 @@ func testClaimReportsPrev(t *testing.T, s store.Store) {
 	e3 := claim("edge-2", store.Owner{Edge: "edge-2", Epoch: e2})
 	releaseDevice(t, s, dev, e3)
 	claim("edge-1", store.Owner{})
+}
+
+// testClaimReportsOutbox: a claim reports whether the device's outbox
+// holds items: not before the first push, after it, and not once every
+// item was acknowledged.
+func testClaimReportsOutbox(t *testing.T, s store.Store) {
+	dev := name(t, "dev")
+	claim := func(want bool) int64 {
+		t.Helper()
+		c, err := s.ClaimDeviceAcks(t.Context(), dev, "edge-1", time.Minute)
+		if err != nil {
+			t.Fatalf("ClaimDeviceAcks(%s): %v", dev, err)
+		}
+		if c.Outbox != want {
+			t.Fatalf("ClaimDeviceAcks(%s) reports outbox %v, want %v", dev, c.Outbox, want)
+		}
+		return c.Epoch
+	}
+	claim(false)
+	if _, err := s.PushOutbox(t.Context(), dev, []byte("kept"), store.OutboxLimits{MaxItems: 10, TTL: time.Minute}); err != nil {
+		t.Fatalf("PushOutbox: %v", err)
+	}
+	epoch := claim(true)
+	items, err := s.PeekOutbox(t.Context(), dev, 0)
+	if err != nil || len(items) != 1 {
+		t.Fatalf("PeekOutbox = %v, %v; want the one item", items, err)
+	}
+	if ok, err := s.AckOutbox(t.Context(), dev, epoch, items[0].Seq); err != nil || !ok {
+		t.Fatalf("AckOutbox = %v, %v", ok, err)
+	}
+	claim(false)
 }
