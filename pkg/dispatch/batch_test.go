@@ -9,10 +9,8 @@ import (
 	"time"
 
 	"github.com/hermes-mobile/gateway/pkg/bus"
-	"github.com/hermes-mobile/gateway/pkg/bus/natsbus"
 	"github.com/hermes-mobile/gateway/pkg/dispatch"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
-	"github.com/hermes-mobile/gateway/pkg/store/memstore"
 	"github.com/hermes-mobile/gateway/pkg/wire"
 )
 
@@ -24,12 +22,7 @@ import (
 // is offline, as Deliver says; a delivery the new edge answers "moved"
 // is sent again on its device's subject.
 func TestDeliverBatchAcrossReleases(t *testing.T) {
-	b, err := natsbus.Embedded(natsbus.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	st := memstore.New(memstore.Options{})
+	b, st := embedded(t)
 	claim := func(dev, edge string) {
 		if _, err := st.ClaimDevice(t.Context(), dev, edge, time.Minute); err != nil {
 			t.Fatal(err)

@@ -3,6 +3,7 @@ package dispatch_test
 import (
 	"encoding/json"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -19,35 +20,12 @@ import (
 // epoch 0 (the edge writes it to whatever socket of the device it holds),
 // while the Send carries the owner's epoch and waits for the answer.
 func TestPublishComesBeforeLaterSends(t *testing.T) {
-	b, err := natsbus.Embedded(natsbus.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	st := memstore.New(memstore.Options{})
+	b, st := embedded(t)
 	epoch, err := st.ClaimDevice(t.Context(), "d1", "edge-1", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	var got []wire.Output
-	sub, err := b.Subscribe(bus.EdgeOutputSubject("edge-1"), func(m *bus.Msg) {
-		var out wire.Output
-		if err := json.Unmarshal(m.Data, &out); err != nil {
-			t.Error(err)
-		}
-		mu.Lock()
-		got = append(got, out)
-		mu.Unlock()
-		if m.Respond != nil {
-			ok, _ := json.Marshal(wire.Reply{OK: true})
-			_ = m.Respond(ok)
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
+	got := collect(t, b, bus.EdgeOutputSubject("edge-1"))
 	d := &dispatch.Dispatcher{Owners: st, Bus: b}
 	if err := d.Publish(t.Context(), wire.Output{Op: wire.OpTyping, Device: "d1"}); err != nil {
 		t.Fatalf("Publish: %v", err)
@@ -55,12 +33,10 @@ func TestPublishComesBeforeLaterSends(t *testing.T) {
 	if err := d.Send(t.Context(), wire.Output{Op: wire.OpMessage, Device: "d1", ID: "m1", Text: "hi", Final: true}); err != nil {
 		t.Fatalf("Send: %v", err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(got) != 2 || got[0].Op != wire.OpTyping || got[1].Op != wire.OpMessage {
+	if got := got(); len(got) != 2 || got[0].Op != wire.OpTyping || got[1].Op != wire.OpMessage {
 		t.Fatalf("the subscriber got %+v, want typing then the message", got)
 	}
-	if got[0].Epoch != 0 || got[1].Epoch != epoch {
+	if got := got(); got[0].Epoch != 0 || got[1].Epoch != epoch {
 		t.Fatalf("epochs %d and %d, want 0 for the moment and %d for the message", got[0].Epoch, got[1].Epoch, epoch)
 	}
 }
@@ -71,35 +47,12 @@ func TestPublishComesBeforeLaterSends(t *testing.T) {
 // device's, where that edge answers; a device with no owner record is
 // offline at once, with no request made.
 func TestSendReachesEdgesBeforeEdgeSubjects(t *testing.T) {
-	b, err := natsbus.Embedded(natsbus.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	st := memstore.New(memstore.Options{})
+	b, st := embedded(t)
 	epoch, err := st.ClaimDevice(t.Context(), "d1", "edge-old", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	var got []wire.Output
-	for _, dev := range []string{"d1", "d2"} {
-		sub, err := b.Subscribe(bus.DeviceSubject(dev), func(m *bus.Msg) {
-			var out wire.Output
-			if err := json.Unmarshal(m.Data, &out); err != nil {
-				t.Error(err)
-			}
-			mu.Lock()
-			got = append(got, out)
-			mu.Unlock()
-			ok, _ := json.Marshal(wire.Reply{OK: true})
-			_ = m.Respond(ok)
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer sub.Unsubscribe()
-	}
+	got1, got2 := collect(t, b, bus.DeviceSubject("d1")), collect(t, b, bus.DeviceSubject("d2"))
 	d := &dispatch.Dispatcher{Owners: st, Bus: b}
 	if err := d.Send(t.Context(), wire.Output{Op: wire.OpMessage, Device: "d1", ID: "m1", Text: "hi", Final: true}); err != nil {
 		t.Fatalf("Send to an edge of the release before: %v", err)
@@ -107,9 +60,7 @@ func TestSendReachesEdgesBeforeEdgeSubjects(t *testing.T) {
 	if err := d.Send(t.Context(), wire.Output{Op: wire.OpMessage, Device: "d2", ID: "m2", Text: "hi", Final: true}); !errors.Is(err, dispatch.ErrOffline) {
 		t.Fatalf("Send to a device with no owner record: %v, want ErrOffline", err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(got) != 1 || got[0].ID != "m1" || got[0].Epoch != epoch {
+	if got := append(got1(), got2()...); len(got) != 1 || got[0].ID != "m1" || got[0].Epoch != epoch {
 		t.Fatalf("the device subjects got %+v, want m1 at epoch %d alone", got, epoch)
 	}
 }
@@ -118,12 +69,7 @@ func TestSendReachesEdgesBeforeEdgeSubjects(t *testing.T) {
 // (no responders on its subject) is read again, so a device that has
 // moved to another edge gets the output instead of being called offline.
 func TestCachedOwnerOfAGoneEdge(t *testing.T) {
-	b, err := natsbus.Embedded(natsbus.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	st := memstore.New(memstore.Options{})
+	b, st := embedded(t)
 	if _, err := st.ClaimDevice(t.Context(), "d1", "edge-gone", time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -153,5 +99,47 @@ func TestCachedOwnerOfAGoneEdge(t *testing.T) {
 	}
 	if out := <-got; out.Epoch != epoch || out.Cached {
 		t.Fatalf("edge-new got epoch %d (cached %v), want %d read fresh", out.Epoch, out.Cached, epoch)
+	}
+}
+
+// embedded returns a bus on an in-process NATS server and a memory store,
+// both closed when the test ends.
+func embedded(t *testing.T) (*natsbus.Bus, *memstore.Store) {
+	t.Helper()
+	b, err := natsbus.Embedded(natsbus.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b, memstore.New(memstore.Options{})
+}
+
+// collect subscribes to subject as an edge would, answering each request
+// delivered, and returns what the subject got so far, in order.
+func collect(t *testing.T, b bus.Bus, subject string) func() []wire.Output {
+	t.Helper()
+	var mu sync.Mutex
+	var got []wire.Output
+	sub, err := b.Subscribe(subject, func(m *bus.Msg) {
+		var out wire.Output
+		if err := json.Unmarshal(m.Data, &out); err != nil {
+			t.Error(err)
+		}
+		mu.Lock()
+		got = append(got, out)
+		mu.Unlock()
+		if m.Respond != nil {
+			ok, _ := json.Marshal(wire.Reply{OK: true})
+			_ = m.Respond(ok)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sub.Unsubscribe() })
+	return func() []wire.Output {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(got)
 	}
 }
