@@ -98,8 +98,7 @@ func (s *Server) onDelivery(m *bus.Msg, direct bool) {
 		// Sent to the socket we took over from, or to one that is closing
 		// (drain, takeover): tell the sender to look again.
 		if m.Respond != nil {
-			data, _ := wire.Marshal(wire.OutputReply(wire.OutcomeMoved, "device moved"))
-			_ = m.Respond(data) // lost with the bus: the sender's request times out
+			_ = m.Respond(movedReply) // lost with the bus: the sender's request times out
 		}
 		return
 	}
@@ -114,8 +113,7 @@ func (s *Server) onDelivery(m *bus.Msg, direct bool) {
 			l := <-looked
 			if l.err == nil && l.owner.Epoch > c.epoch.Load() {
 				s.tel.m.deliveryMoved()
-				data, _ := wire.Marshal(wire.OutputReply(wire.OutcomeMoved, "device moved"))
-				_ = m.Respond(data) // lost with the bus: the sender's request times out
+				_ = m.Respond(movedReply) // lost with the bus: the sender's request times out
 				return
 			}
 			got := make(chan ownerResult, 1)
@@ -146,7 +144,7 @@ func (s *Server) write(c *conn, m *bus.Msg, out wire.Output, looked <-chan owner
 		if err != nil {
 			errText = err.Error()
 		}
-		data, _ := wire.Marshal(wire.OutputReply(o, errText))
+		data := wire.EncodeOutputReply(o, errText)
 		if m.Respond != nil {
 			_ = m.Respond(data) // lost with the bus: the sender's request times out
 		}

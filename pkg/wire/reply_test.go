@@ -92,3 +92,19 @@ func TestReplyAcrossReleases(t *testing.T) {
 		}
 	}
 }
+
+// TestEncodeOutputReply: the shared encodings are what Marshal makes of
+// OutputReply, for every outcome, with and without an error text.
+func TestEncodeOutputReply(t *testing.T) {
+	for _, o := range []wire.Outcome{wire.OutcomeDelivered, wire.OutcomeWritten, wire.OutcomeMoved, wire.OutcomeOffline, wire.OutcomeGone} {
+		for _, errText := range []string{"", "device not connected"} {
+			want, err := wire.Marshal(wire.OutputReply(o, errText))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := wire.EncodeOutputReply(o, errText); string(got) != string(want) {
+				t.Errorf("EncodeOutputReply(%s, %q) = %s, want %s", o, errText, got, want)
+			}
+		}
+	}
+}

@@ -162,6 +162,29 @@ func OutputReply(o Outcome, errText string) Reply {
 	}
 }
 
+// outcomes are the Outcomes an edge answers with.
+var outcomes = []Outcome{OutcomeDelivered, OutcomeWritten, OutcomeMoved, OutcomeOffline, OutcomeGone}
+
+// encodedReplies holds OutputReply(o, "") encoded, for each of outcomes.
+var encodedReplies = func() map[Outcome][]byte {
+	m := make(map[Outcome][]byte, len(outcomes))
+	for _, o := range outcomes {
+		m[o], _ = Marshal(OutputReply(o, ""))
+	}
+	return m
+}()
+
+// EncodeOutputReply returns OutputReply(o, errText) encoded. Without an
+// error text the encoding is made once per Outcome and shared, since an
+// edge answers every delivery with one: callers must not change it.
+func EncodeOutputReply(o Outcome, errText string) []byte {
+	if b, ok := encodedReplies[o]; ok && errText == "" {
+		return b
+	}
+	b, _ := Marshal(OutputReply(o, errText))
+	return b
+}
+
 // Result is what became of the Output r answers: its Outcome, or, from an
 // edge of the release before Outcome, what its booleans say. waitAck is
 // the Output's WaitAck: such an edge answered ok without acked when the
