@@ -167,7 +167,8 @@ T0="$(date +%s.%N)"
 echo "$(date +%T) message phase started; sampling every ${SAMPLE}s for ${DURATION}s into $DIR/rss.csv" >&2
 
 pid_of() { if [ "$1" = loadtest ]; then echo "$LOADTEST_PID"; else eval echo "\$PID_$1"; fi; }
-rss_kib() { awk '$1 == "VmRSS:" { print $2; f = 1 } END { if (!f) print "NA" }' "/proc/$1/status" 2>/dev/null || echo NA; }
+# status_kib PID FIELD: a field of /proc/PID/status in KiB (VmRSS, RssAnon).
+status_kib() { awk -v k="$2:" '$1 == k { print $2; f = 1 } END { if (!f) print "NA" }' "/proc/$1/status" 2>/dev/null || echo NA; }
 # metric FILE NAME: the value of the series NAME (no labels), NA when absent.
 metric() { awk -v n="$2" '$1 == n { printf "%.0f\n", $2; f = 1; exit } END { if (!f) print "NA" }' "$1"; }
 kib() { if [ "$1" = NA ]; then echo NA; else echo $(($1 / 1024)); fi; }
@@ -176,18 +177,20 @@ header="t_s"
 for name in edge1 edge2 router nats loadtest; do header+=",${name}_rss_kib"; done
 for name in "${GO_PROCS[@]}"; do header+=",${name}_heap_kib,${name}_goroutines"; done
 header+=",redis_used_kib"
+for name in edge1 edge2 router nats loadtest; do header+=",${name}_anon_kib"; done
 echo "$header" >"$DIR/rss.csv"
 
 sample() {
   local t="$1" row name m
   row="$t"
-  for name in edge1 edge2 router nats loadtest; do row+=",$(rss_kib "$(pid_of "$name")")"; done
+  for name in edge1 edge2 router nats loadtest; do row+=",$(status_kib "$(pid_of "$name")" VmRSS)"; done
   for name in "${GO_PROCS[@]}"; do
     m="$DIR/metrics-$name.txt"
     curl -fsS -m 10 -o "$m" "${ADMIN[$name]}/metrics" 2>/dev/null || : >"$m"
     row+=",$(kib "$(metric "$m" go_memstats_heap_inuse_bytes)"),$(metric "$m" go_goroutines)"
   done
   row+=",$(kib "$(redis-cli INFO memory 2>/dev/null | tr -d '\r' | awk -F: '$1 == "used_memory" { print $2; f = 1 } END { if (!f) print "NA" }')")"
+  for name in edge1 edge2 router nats loadtest; do row+=",$(status_kib "$(pid_of "$name")" RssAnon)"; done
   echo "$row" >>"$DIR/rss.csv"
 }
 
@@ -240,20 +243,30 @@ done
 
 # The summary: growth after the warm-up of every process's RSS.
 {
-  echo "== RSS (MiB) after the warm-up (${warm_taken:-?}s): at its end, highest after it, at the end, growth"
+  echo "== RSS (MiB) after the warm-up (${warm_taken:-?}s): at its end, highest after it, at the end, growth; then the same of its anonymous part (RssAnon: heap, stacks; the rest is the binary's pages)"
   awk -F, -v warm="${warm_taken:-0}" -v maxg="$MAX_GROWTH" '
-    NR == 1 { for (i = 2; i <= NF; i++) if ($i ~ /_rss_kib$/) { col[i] = $i; sub(/_rss_kib$/, "", col[i]) }; next }
-    $1 == warm { for (i in col) base[i] = $i }
-    $1 >= warm { for (i in col) { if ($i != "NA" && $i > top[i]) top[i] = $i; last[i] = $i } }
+    NR == 1 {
+      for (i = 2; i <= NF; i++) {
+        n = $i
+        if (sub(/_rss_kib$/, "", n)) { col[i] = n; order[++k] = i }
+        else if (sub(/_anon_kib$/, "", n)) anon[n] = i
+      }
+      next
+    }
+    $1 == warm { for (i = 2; i <= NF; i++) base[i] = $i }
+    $1 >= warm { for (i = 2; i <= NF; i++) { if ($i != "NA" && $i + 0 > top[i] + 0) top[i] = $i; last[i] = $i } }
     END {
       bad = 0
-      for (i = 2; i <= NF; i++) {
-        if (!(i in col)) continue
+      for (j = 1; j <= k; j++) {
+        i = order[j]
         judged = (col[i] != "loadtest")
         g = base[i] > 0 ? 100 * (top[i] - base[i]) / base[i] : 0
         verdict = judged ? (g > maxg ? "FAIL" : "ok") : "(not judged: the load generator)"
         if (judged && g > maxg) bad = 1
-        printf "%-9s %8.1f %8.1f %8.1f %+6.1f%%  %s\n", col[i], base[i] / 1024, top[i] / 1024, last[i] / 1024, g, verdict
+        a = anon[col[i]]
+        ga = base[a] > 0 ? 100 * (top[a] - base[a]) / base[a] : 0
+        printf "%-9s %8.1f %8.1f %8.1f %+6.1f%%  anon %6.1f %6.1f %6.1f %+6.1f%%  %s\n", col[i], base[i] / 1024, top[i] / 1024, last[i] / 1024, g,
+          base[a] / 1024, top[a] / 1024, last[a] / 1024, ga, verdict
       }
       exit bad
     }' "$DIR/rss.csv" || status=1
