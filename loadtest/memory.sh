@@ -90,23 +90,7 @@ export REDIS_URL=redis://127.0.0.1:6379
 export REDIS_PREFIX="$ID:" NATS_PREFIX="$ID."
 export MOBILE_ADMIN_LISTEN=127.0.0.1:0 MOBILE_DRAIN_WINDOW=2
 
-# The NATS server writes the ports it chose to nats-server_<pid>.ports.
-start nats nats-server -a 127.0.0.1 -p -1 -m -1 --ports_file_dir "$WORK"
-# shellcheck disable=SC2154 # PID_nats is set by start
-PORTS="$WORK/nats-server_$PID_nats.ports"
-for _ in $(seq 1 150); do
-  [ -s "$PORTS" ] && break
-  kill -0 "$PID_nats" 2>/dev/null || break
-  sleep 0.1
-done
-if [ ! -s "$PORTS" ]; then
-  echo "nats-server: no ports file; its log:" >&2
-  cat "$WORK/nats.log" >&2
-  exit 1
-fi
-NATS_URL="$(sed -E 's/.*"nats":\["([^"]*)".*/\1/' "$PORTS")"
-NATS_MON="$(sed -E 's/.*"monitoring":\["([^"]*)".*/\1/' "$PORTS")"
-export NATS_URL
+start_nats
 
 EDGE_ENV=()
 if [ -n "${MEM_PROFILE_RATE:-}" ]; then EDGE_ENV+=("GODEBUG=memprofilerate=$MEM_PROFILE_RATE"); fi

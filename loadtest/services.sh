@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # Shared by the scripts that run the gateway as processes on this machine
-# (loadtest/step.sh, loadtest/memory.sh, .ci/loadtest.sh); sourced, after
+# (loadtest/step.sh, loadtest/memory.sh, loadtest/soak.sh,
+# loadtest/roundtrip.sh, .ci/loadtest.sh); sourced, after
 # the script sets WORK (a directory for the logs) and PIDS (an array).
 
 # random: 32 hex digits.
@@ -42,4 +43,27 @@ url_of() {
   echo "$name: no \"$msg\" log line; its log:" >&2
   cat "$WORK/$name.log" >&2
   return 1
+}
+
+# start_nats: a NATS server of the script's own (no JetStream, ports chosen
+# by the server), so that its memory is the gateway's alone; sets NATS_URL
+# (exported) and NATS_MON (its monitoring address) from the ports file it
+# writes, or fails with its log.
+start_nats() {
+  start nats nats-server -a 127.0.0.1 -p -1 -m -1 --ports_file_dir "$WORK"
+  # shellcheck disable=SC2154 # PID_nats is set by start
+  local ports="$WORK/nats-server_$PID_nats.ports"
+  for _ in $(seq 1 150); do
+    [ -s "$ports" ] && break
+    kill -0 "$PID_nats" 2>/dev/null || break
+    sleep 0.1
+  done
+  if [ ! -s "$ports" ]; then
+    echo "nats-server: no ports file; its log:" >&2
+    cat "$WORK/nats.log" >&2
+    return 1
+  fi
+  NATS_URL="$(sed -E 's/.*"nats":\["([^"]*)".*/\1/' "$ports")"
+  NATS_MON="$(sed -E 's/.*"monitoring":\["([^"]*)".*/\1/' "$ports")"
+  export NATS_URL
 }

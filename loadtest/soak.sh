@@ -109,22 +109,7 @@ export REDIS_URL=redis://127.0.0.1:6379
 export REDIS_PREFIX="$ID:" NATS_PREFIX="$ID."
 export MOBILE_ADMIN_LISTEN=127.0.0.1:0 MOBILE_DRAIN_WINDOW=2 MOBILE_PPROF=on
 
-# The NATS server writes the ports it chose to nats-server_<pid>.ports.
-start nats nats-server -a 127.0.0.1 -p -1 -m -1 --ports_file_dir "$DIR"
-# shellcheck disable=SC2154 # PID_nats is set by start
-PORTS="$DIR/nats-server_$PID_nats.ports"
-for _ in $(seq 1 150); do
-  [ -s "$PORTS" ] && break
-  kill -0 "$PID_nats" 2>/dev/null || break
-  sleep 0.1
-done
-if [ ! -s "$PORTS" ]; then
-  echo "nats-server: no ports file; its log:" >&2
-  cat "$DIR/nats.log" >&2
-  exit 1
-fi
-NATS_URL="$(sed -E 's/.*"nats":\["([^"]*)".*/\1/' "$PORTS")"
-export NATS_URL
+start_nats
 
 start edge1 MOBILE_TOKEN="$TOKEN" MOBILE_ROUTER=off MOBILE_LISTEN=127.0.0.1:0 "$DIR/edge"
 start edge2 MOBILE_TOKEN="$TOKEN" MOBILE_ROUTER=off MOBILE_LISTEN=127.0.0.1:0 "$DIR/edge"
