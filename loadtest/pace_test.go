@@ -117,7 +117,11 @@ func TestPhonePacedRun(t *testing.T) {
 type slowAgent struct{ slowDown time.Duration }
 
 func (a slowAgent) Handle(ctx context.Context, ev wire.Event, out agent.Output) error {
-	time.Sleep(a.slowDown)
+	select { // the agent's own slowness, the thing under test
+	case <-time.After(a.slowDown):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	return agent.Demo{}.Handle(ctx, ev, out)
 }
 

@@ -67,10 +67,8 @@ var errMoved = errors.New("device moved")
 // keeps the order of one connection's messages), so a typing indicator
 // comes before the message. Nobody hears it when the device is offline.
 func (d *Dispatcher) Publish(ctx context.Context, out wire.Output) error {
-	owner, _, err := d.owner(ctx, out.Device)
+	owner, _, err := d.route(ctx, out)
 	switch {
-	case errors.Is(err, store.ErrNotFound) && out.Via != "":
-		owner = store.Owner{Edge: out.Via} // see send
 	case errors.Is(err, store.ErrNotFound):
 		return nil // offline
 	case err != nil:
@@ -85,9 +83,9 @@ func (d *Dispatcher) Publish(ctx context.Context, out wire.Output) error {
 }
 
 // Notify sends ctl to the edge that holds ctl.Device (its owner record,
-// read now), without waiting,
-// and on the device's subject, where an edge of a release before edge
-// subjects hears it. Nobody hears it when the device is offline.
+// read now), without waiting, and on the device's subject, where an edge
+// of a release before edge subjects hears it. Nobody hears it when the
+// device is offline.
 func (d *Dispatcher) Notify(ctx context.Context, ctl wire.Control) error {
 	data, err := wire.Marshal(ctl)
 	if err != nil {
@@ -106,20 +104,28 @@ func (d *Dispatcher) Notify(ctx context.Context, ctl wire.Control) error {
 	return d.Bus.Publish(ctx, bus.DeviceSubject(ctl.Device), data, nil)
 }
 
+// route returns the owner out goes to: the device's owner record (from
+// the Cache while fresh), or, when there is none but out.Via names the
+// edge the device's event just came through, that edge at epoch 0. The
+// store may have lost the record (a Redis restart): epoch 0 has that edge
+// write out to whatever socket of the device it holds (and claim the
+// device again); none there is offline. store.ErrNotFound when neither.
+func (d *Dispatcher) route(ctx context.Context, out wire.Output) (o store.Owner, cached bool, err error) {
+	o, cached, err = d.owner(ctx, out.Device)
+	if errors.Is(err, store.ErrNotFound) && out.Via != "" {
+		return store.Owner{Edge: out.Via}, false, nil
+	}
+	return o, cached, err
+}
+
 func (d *Dispatcher) send(ctx context.Context, out wire.Output) (err error) {
-	owner, cached, err := d.owner(ctx, out.Device)
+	owner, cached, err := d.route(ctx, out)
 	defer func() {
 		if err != nil {
 			d.Cache.drop(out.Device) // moved, offline, failed: read it again next time
 		}
 	}()
 	switch {
-	case errors.Is(err, store.ErrNotFound) && out.Via != "":
-		// No record, but the device's event just came through out.Via:
-		// the store may have lost the record (a Redis restart). Epoch 0
-		// has that edge write it to whatever socket of the device it
-		// holds (and claim the device again); none there is offline.
-		owner = store.Owner{Edge: out.Via}
 	case errors.Is(err, store.ErrNotFound):
 		// No record: the device is offline, or the store lost the record,
 		// which the device's edge claims again within a heartbeat and
