@@ -46,12 +46,7 @@ export NATS_URL=nats://127.0.0.1:4222 REDIS_URL=redis://127.0.0.1:6379
 export REDIS_PREFIX="$ID:" NATS_PREFIX="$ID."
 export MOBILE_ADMIN_LISTEN=127.0.0.1:0 MOBILE_DRAIN_WINDOW=2
 
-start edge1 MOBILE_TOKEN="$TOKEN" MOBILE_ROUTER=off MOBILE_LISTEN=127.0.0.1:0 "$WORK/edge"
-start edge2 MOBILE_TOKEN="$TOKEN" MOBILE_ROUTER=off MOBILE_LISTEN=127.0.0.1:0 "$WORK/edge"
-start router MOBILE_ROUTER_LISTEN=127.0.0.1:0 MOBILE_DELIVER_TOKENS="$DELIVER_TOKEN" AGENT=demo "$WORK/router"
-EDGE1="$(url_of edge1 "gateway listening")"
-EDGE2="$(url_of edge2 "gateway listening")"
-ROUTER="$(url_of router "router listening")"
+start_gateway
 echo "edges $EDGE1 $EDGE2, router $ROUTER (REDIS_PREFIX=$REDIS_PREFIX NATS_PREFIX=$NATS_PREFIX)"
 
 # Server metrics: required once the services serve their admin port.

@@ -71,11 +71,8 @@ export NATS_URL=nats://127.0.0.1:4222 REDIS_URL=redis://127.0.0.1:6379
 export REDIS_PREFIX="$ID:" NATS_PREFIX="$ID."
 export MOBILE_ADMIN_LISTEN=127.0.0.1:0 MOBILE_DRAIN_WINDOW=2 MOBILE_PPROF=on
 
-start edge1 MOBILE_TOKEN="$TOKEN" MOBILE_ROUTER=off MOBILE_LISTEN=127.0.0.1:0 "$WORK/edge"
-start edge2 MOBILE_TOKEN="$TOKEN" MOBILE_ROUTER=off MOBILE_LISTEN=127.0.0.1:0 "$WORK/edge"
-start router MOBILE_ROUTER_LISTEN=127.0.0.1:0 MOBILE_DELIVER_TOKENS="$DELIVER_TOKEN" AGENT=demo "$WORK/router"
-EDGES="$(url_of edge1 "gateway listening"),$(url_of edge2 "gateway listening")"
-url_of router "router listening" >/dev/null
+start_gateway
+EDGES="$EDGE1,$EDGE2"
 {
   echo "commit $(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD 2>/dev/null || echo ' (with local changes)')"
   echo "date $(date -u +%FT%TZ), $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -67,3 +67,16 @@ start_nats() {
   NATS_MON="$(sed -E 's/.*"monitoring":\["([^"]*)".*/\1/' "$ports")"
   export NATS_URL
 }
+
+# start_gateway: two edges (edge1 and edge2, MOBILE_ROUTER=off, token
+# TOKEN) and a router (router, AGENT=demo, deliver token DELIVER_TOKEN)
+# from the binaries in $WORK; sets EDGE1 and EDGE2 (their /ws URLs) and
+# ROUTER (its API's URL) once they listen.
+start_gateway() {
+  start edge1 MOBILE_TOKEN="$TOKEN" MOBILE_ROUTER=off MOBILE_LISTEN=127.0.0.1:0 "$WORK/edge"
+  start edge2 MOBILE_TOKEN="$TOKEN" MOBILE_ROUTER=off MOBILE_LISTEN=127.0.0.1:0 "$WORK/edge"
+  start router MOBILE_ROUTER_LISTEN=127.0.0.1:0 MOBILE_DELIVER_TOKENS="$DELIVER_TOKEN" AGENT=demo "$WORK/router"
+  EDGE1="$(url_of edge1 "gateway listening")"
+  EDGE2="$(url_of edge2 "gateway listening")"
+  ROUTER="$(url_of router "router listening")"
+}

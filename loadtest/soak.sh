@@ -111,12 +111,7 @@ export MOBILE_ADMIN_LISTEN=127.0.0.1:0 MOBILE_DRAIN_WINDOW=2 MOBILE_PPROF=on
 
 start_nats
 
-start edge1 MOBILE_TOKEN="$TOKEN" MOBILE_ROUTER=off MOBILE_LISTEN=127.0.0.1:0 "$DIR/edge"
-start edge2 MOBILE_TOKEN="$TOKEN" MOBILE_ROUTER=off MOBILE_LISTEN=127.0.0.1:0 "$DIR/edge"
-start router MOBILE_ROUTER_LISTEN=127.0.0.1:0 MOBILE_DELIVER_TOKENS="$DELIVER_TOKEN" AGENT=demo "$DIR/router"
-EDGE1="$(url_of edge1 "gateway listening")"
-EDGE2="$(url_of edge2 "gateway listening")"
-ROUTER="$(url_of router "router listening")"
+start_gateway
 declare -A ADMIN
 for name in edge1 edge2 router; do
   ADMIN[$name]="$(url_of "$name" "admin listening")"

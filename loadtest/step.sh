@@ -45,13 +45,8 @@ export REDIS_PREFIX="$ID:" NATS_PREFIX="$ID."
 export MOBILE_ADMIN_LISTEN=127.0.0.1:0 MOBILE_DRAIN_WINDOW=2 MOBILE_PPROF=on
 
 start floor MOBILE_TOKEN="$TOKEN" "$WORK/loadtest" floor
-start edge1 MOBILE_TOKEN="$TOKEN" MOBILE_ROUTER=off MOBILE_LISTEN=127.0.0.1:0 "$WORK/edge"
-start edge2 MOBILE_TOKEN="$TOKEN" MOBILE_ROUTER=off MOBILE_LISTEN=127.0.0.1:0 "$WORK/edge"
-start router MOBILE_ROUTER_LISTEN=127.0.0.1:0 MOBILE_DELIVER_TOKENS="$DELIVER_TOKEN" AGENT=demo "$WORK/router"
+start_gateway
 FLOOR="$(url_of floor "floor listening")"
-EDGE1="$(url_of edge1 "gateway listening")"
-EDGE2="$(url_of edge2 "gateway listening")"
-ROUTER="$(url_of router "router listening")"
 ADMIN_EDGE1="$(url_of edge1 "admin listening")"
 ADMIN_ROUTER="$(url_of router "admin listening")"
 EDGES="$EDGE1,$EDGE2"
