@@ -1,6 +1,7 @@
 package testsvc
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"os/exec"
@@ -68,27 +69,7 @@ func StartRedisCluster(t testing.TB, masters, replicas int) *RedisCluster {
 		}
 	})
 	for i := range masters * (1 + replicas) {
-		port, err := FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		nodeDir := filepath.Join(dir, strconv.Itoa(i))
-		if err := os.Mkdir(nodeDir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		nodeArgs := []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", "2000", "--save", "", "--appendonly", "no",
-			"--dir", nodeDir, "--logfile", filepath.Join(nodeDir, "log")}
-		c.args = append(c.args, nodeArgs)
-		cmd := exec.Command(server, nodeArgs...)
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("starting redis-server: %v", err)
-		}
-		c.procs = append(c.procs, cmd)
-		addr := "127.0.0.1:" + strconv.Itoa(port)
-		c.Addrs = append(c.Addrs, addr)
-		waitPing(t, addr)
+		c.startNode(t, dir, i)
 	}
 	args := append([]string{"--cluster", "create"}, c.Addrs...)
 	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
@@ -101,6 +82,68 @@ func StartRedisCluster(t testing.TB, masters, replicas int) *RedisCluster {
 		})
 	}
 	return c
+}
+
+// startNode starts node i of the cluster on a free port, with its files in
+// dir/i, and waits until it answers PING. A port FreePort found free can
+// be taken by another socket before the server binds it (the kernel hands
+// out the same range to outgoing connections): the server then exits
+// saying so in its log, and the node starts again on another port.
+func (c *RedisCluster) startNode(t testing.TB, dir string, i int) {
+	t.Helper()
+	for attempt := 0; ; attempt++ {
+		port, err := FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodeDir := filepath.Join(dir, strconv.Itoa(i))
+		if attempt > 0 {
+			nodeDir += "-" + strconv.Itoa(attempt)
+		}
+		if err := os.Mkdir(nodeDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		logFile := filepath.Join(nodeDir, "log")
+		nodeArgs := []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+			"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			"--cluster-node-timeout", "2000", "--save", "", "--appendonly", "no",
+			"--dir", nodeDir, "--logfile", logFile}
+		cmd := exec.Command(c.server, nodeArgs...)
+		if err := cmd.Start(); err != nil {
+			t.Fatalf("starting redis-server: %v", err)
+		}
+		addr := "127.0.0.1:" + strconv.Itoa(port)
+		if !pingOrBindFailure(t, addr, logFile) {
+			_ = cmd.Wait() // it exited: the port was taken
+			if attempt == 4 {
+				t.Fatalf("redis-server could not listen on five free ports in a row; the last: %s", addr)
+			}
+			continue
+		}
+		c.args = append(c.args, nodeArgs)
+		c.procs = append(c.procs, cmd)
+		c.Addrs = append(c.Addrs, addr)
+		return
+	}
+}
+
+// pingOrBindFailure waits until the Redis at addr answers PING (true) or
+// its log says it could not listen (false).
+func pingOrBindFailure(t testing.TB, addr, logFile string) bool {
+	t.Helper()
+	up := false
+	WaitFor(t, 30*time.Second, "redis-server at "+addr+" to answer PING", func() bool {
+		if log, _ := os.ReadFile(logFile); bytes.Contains(log, []byte("Could not create server TCP listening socket")) {
+			return true
+		}
+		rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+		defer rdb.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		up = rdb.Ping(ctx).Err() == nil
+		return up
+	})
+	return up
 }
 
 // clusterReady reports whether the node at addr sees the cluster ok with

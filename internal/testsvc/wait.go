@@ -1,11 +1,8 @@
 package testsvc
 
 import (
-	"context"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // pollEvery is how often WaitFor and Eventually look at their condition.
@@ -47,16 +44,4 @@ func WaitChan[T any](t testing.TB, limit time.Duration, what string, ch <-chan T
 		var zero T
 		return zero
 	}
-}
-
-// waitPing waits until a Redis answers PING at addr.
-func waitPing(t testing.TB, addr string) {
-	t.Helper()
-	WaitFor(t, 30*time.Second, "redis-server at "+addr+" to answer PING", func() bool {
-		rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
-		defer rdb.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		return rdb.Ping(ctx).Err() == nil
-	})
 }
