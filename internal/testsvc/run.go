@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -113,8 +114,46 @@ func ListeningURL(t testing.TB, logs, listening string) string {
 }
 
 // FreePort returns a TCP port on 127.0.0.1 that nothing listened on a
-// moment ago.
+// moment ago and that no earlier FreePort call of this process returned.
+// The kernel hands a port it just gave out to the next bind of port 0 as
+// readily as any other (nine calls in a row repeat one about once in 200
+// runs), so without the memory two servers of one cluster, or a server of
+// one test and the port another test's killed server is to restart on,
+// could be given the same port.
 func FreePort() (int, error) {
+	for range 100 {
+		port, err := unusedPort()
+		if err != nil {
+			return 0, err
+		}
+		portsMu.Lock()
+		again := handedOut[port]
+		handedOut[port] = true
+		hook := freePortHook
+		portsMu.Unlock()
+		if again {
+			continue
+		}
+		if hook != nil {
+			hook(port)
+		}
+		return port, nil
+	}
+	return 0, fmt.Errorf("FreePort: the kernel offered 100 ports in a row that this process had handed out already")
+}
+
+var (
+	portsMu sync.Mutex
+	// handedOut holds every port FreePort returned in this process.
+	handedOut = map[int]bool{}
+	// freePortHook, when set (by a test of this package, under portsMu),
+	// sees each port FreePort is about to return: a test takes one so that
+	// the server it was meant for cannot listen on it.
+	freePortHook func(port int)
+)
+
+// unusedPort is a port the kernel finds free on 127.0.0.1 now.
+func unusedPort() (int, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err

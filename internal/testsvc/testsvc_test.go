@@ -323,3 +323,20 @@ func TestNATSRestartsOnItsPort(t *testing.T) {
 		t.Errorf("message 1 after the restart: %q", msg.Data)
 	}
 }
+
+// TestFreePortNeverRepeats: FreePort never returns a port twice in one
+// process, though the kernel, asked for a free port a thousand times,
+// offers some again (a thousand of its ~14,000 repeat dozens of times).
+func TestFreePortNeverRepeats(t *testing.T) {
+	seen := map[int]bool{}
+	for range 1000 {
+		p, err := FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[p] {
+			t.Fatalf("FreePort returned %d twice (after %d ports)", p, len(seen))
+		}
+		seen[p] = true
+	}
+}
