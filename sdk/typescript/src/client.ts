@@ -30,6 +30,7 @@ import {
   newId,
   toBase64,
 } from "./protocol.js";
+import { MAX_RETRY_AFTER, Random, parseRetryAfter, retryDelay } from "./backoff.js";
 
 /** The constructor of a WHATWG-style WebSocket (the browser's, Node 22's, or the ws package's). */
 export type WebSocketLike = new (url: string) => any;
@@ -45,9 +46,31 @@ export interface ClientOptions {
   WebSocket?: WebSocketLike;
   /** Reconnect after a drop (default true). */
   reconnect?: boolean;
-  /** First and largest reconnect delay, ms (default 500 and 30000); each delay is drawn from [0, min(max, min·2^attempt)]. */
+  /**
+   * First and largest reconnect window, ms (default 500 and 30000): the
+   * pause before a reconnect is drawn from [0, min(maxDelay, minDelay·2^attempt)]
+   * (full jitter); after an upgrade refused with 503 or 429 and a
+   * Retry-After, it is Retry-After plus that draw. docs/clients.md.
+   */
   minDelay?: number;
   maxDelay?: number;
+  /** No reconnect pause is longer than this, ms, whatever Retry-After says (default 300000: 5 minutes). */
+  maxRetryAfter?: number;
+  /**
+   * Where the WebSocket cannot show the HTTP status of a refused upgrade
+   * (a browser's, Node's built-in one), an attempt that failed before the
+   * socket opened is taken as a 503 with this Retry-After, ms (default
+   * 1000, the edge's smallest): the pause is this plus the full jitter.
+   */
+  assumedRetryAfter?: number;
+  /** The backoff starts again from the first window once a connection has been ready this long, ms (default 10000). */
+  stableAfter?: number;
+  /** The random source of the jitter, in [0, 1) (default Math.random; a seeded one in tests). */
+  random?: Random;
+  /** Waits ms before a reconnect; resolves early when signal aborts (default setTimeout). */
+  sleep?: (ms: number, signal: AbortSignal) => Promise<void>;
+  /** The clock of stableAfter, ms (default Date.now). */
+  now?: () => number;
   /** Keepalive ping every so many ms (default 25000; 0 disables). */
   pingInterval?: number;
   /** A connection whose pong does not come within so many ms is dropped (default 15000). */
@@ -84,6 +107,38 @@ export interface Disconnected {
   reason: string;
   reconnect: boolean;
 }
+
+/** A reconnect about to wait: after which failure, for how long, and why. */
+export interface Retry {
+  /** Failed attempts in a row before this pause (0: the first retry). */
+  attempt: number;
+  /** The pause, ms. */
+  delay: number;
+  /** The HTTP status of a refused upgrade, when the WebSocket could show it. */
+  status?: number;
+  /** The Retry-After of that refusal, ms, or the assumed one where the status cannot be seen. */
+  retryAfter?: number;
+  /** What failed. */
+  reason: string;
+}
+
+/** How a connection attempt ended before the socket opened: the HTTP answer of a refused upgrade. */
+interface Refusal {
+  status: number;
+  retryAfter?: number;
+}
+
+const defaultSleep = (ms: number, signal: AbortSignal): Promise<void> =>
+  new Promise((resolve) => {
+    if (signal.aborted) return resolve();
+    const t = setTimeout(done, ms);
+    function done() {
+      clearTimeout(t);
+      signal.removeEventListener("abort", done);
+      resolve();
+    }
+    signal.addEventListener("abort", done, { once: true });
+  });
 
 export interface Message {
   id: string;
@@ -123,6 +178,8 @@ export interface ClientEvents {
   state: ConnectionState;
   /** A socket closed: code 1000 is "replaced by a newer connection of this device" (no reconnect), 1001 a node going down. */
   disconnected: Disconnected;
+  /** The client waits before its next connection attempt (a drop, a refused or failed attempt). */
+  retry: Retry;
   /** A message as assembled so far: every chunk or edit re-emits it whole. */
   message: Message;
   media: MediaFile;
@@ -145,7 +202,7 @@ export interface ClientEvents {
 type Handler<T> = (v: T) => void;
 
 const ALL_EVENTS: (keyof ClientEvents)[] = [
-  "ready", "state", "disconnected", "message", "media", "mediaProgress", "prompt", "promptDone",
+  "ready", "state", "disconnected", "retry", "message", "media", "mediaProgress", "prompt", "promptDone",
   "avatar", "typing", "delivered", "error", "frame", "sent", "acknowledged",
 ];
 
@@ -182,7 +239,8 @@ function local(code: string, message: string): HermesError {
 
 /**
  * A Protocol v1 client. It says hello on every connection, reconnects with
- * jittered exponential backoff, and resends, with the same ids, the texts,
+ * full-jitter exponential backoff that honours the edge's Retry-After
+ * (docs/clients.md), and resends, with the same ids, the texts,
  * voice notes and files the gateway has not yet confirmed taking (the
  * gateway drops duplicates by id). A frame counts as taken when the pong of
  * a ping written after it comes back on the same socket without an
@@ -207,7 +265,11 @@ export class Client {
   private incoming = new Map<string, Incoming>();
   private attempt = 0;
   private stopped = true;
-  private retryTimer: any = null;
+  private retryWait: AbortController | null = null; // the pause before the next attempt
+  private opened = false; // the current socket opened
+  private seesStatus = false; // the current socket shows the HTTP answer of a refused upgrade
+  private refusal: Refusal | null = null; // the current attempt's refused upgrade
+  private readyAt = 0;
   private keepalive: any = null;
   private typingTimer: any = null;
   private firstReady: { resolve: (r: ReadyFrame) => void; reject: (e: Error) => void } | null = null;
@@ -232,6 +294,12 @@ export class Client {
       connectTimeout: 10000,
       readyTimeout: 10000,
       maxResends: 8,
+      maxRetryAfter: MAX_RETRY_AFTER,
+      assumedRetryAfter: 1000,
+      stableAfter: 10000,
+      random: Math.random,
+      sleep: defaultSleep,
+      now: () => Date.now(),
       logger: consoleLogger,
       ...opts,
       device: { ...opts.device, id: opts.device?.id || "dev-" + newId().slice(0, 12) },
@@ -326,7 +394,11 @@ export class Client {
 
   /**
    * Connects and resolves with the first ready frame; rejects on an error
-   * that stops the client (auth_failed, forbidden) or when close() is called first.
+   * that stops the client (auth_failed, forbidden), when the first
+   * connection fails (connect_failed), or when close() is called first. An
+   * upgrade the edge refuses with 503 or 429 (it sheds load) is not a
+   * failure: the client waits as it would to reconnect (Retry-After plus
+   * jitter) and tries again, and connect() resolves at the later ready.
    */
   connect(opts: { signal?: AbortSignal } = {}): Promise<ReadyFrame> {
     if (!this.stopped) return Promise.reject(local("bad_frame", "already connected"));
@@ -357,7 +429,7 @@ export class Client {
   close(): void {
     this.stopped = true;
     for (const end of [...this.closers]) end();
-    clearTimeout(this.retryTimer);
+    this.cancelRetry();
     clearTimeout(this.resendTimer);
     this.failFirst(local("internal_error", "closed"));
     if (this.ws) {
@@ -394,6 +466,9 @@ export class Client {
     let ws: any;
     this.failure = "";
     this.gotReady = false;
+    this.opened = false;
+    this.seesStatus = false;
+    this.refusal = null;
     try {
       ws = new WS(this.opts.url);
     } catch (e: any) {
@@ -403,8 +478,23 @@ export class Client {
     }
     this.ws = ws;
     ws.binaryType = "arraybuffer";
+    this.seesStatus = typeof ws.on === "function";
+    if (this.seesStatus) {
+      // The ws package hands over the HTTP answer of a refused upgrade (a
+      // 503 and its Retry-After); a browser's WebSocket shows nothing of it.
+      ws.on("unexpected-response", (_req: any, res: any) => {
+        if (this.ws === ws) {
+          const retryAfter = parseRetryAfter(res.headers?.["retry-after"], this.opts.now());
+          this.refusal = { status: res.statusCode, retryAfter };
+          this.failure = `upgrade refused with HTTP ${res.statusCode}` + (retryAfter !== undefined ? `, Retry-After ${retryAfter / 1000} s` : "");
+        }
+        res.resume?.();
+        ws.terminate();
+      });
+    }
     this.openTimer = setTimeout(() => this.giveUp(`no connection within ${this.opts.connectTimeout} ms`), this.opts.connectTimeout);
     ws.onopen = async () => {
+      this.opened = true;
       clearTimeout(this.openTimer);
       this.openTimer = setTimeout(() => this.giveUp(`no ready within ${this.opts.readyTimeout} ms`), this.opts.readyTimeout);
       let token = this.opts.token;
@@ -463,9 +553,10 @@ export class Client {
 
   private onClose(code: number, reason: string): void {
     this.detach();
+    if (this.gotReady && this.opts.now() - this.readyAt >= this.opts.stableAfter) this.attempt = 0;
     if (code === 1008 && (reason === "auth_failed" || reason === "forbidden")) {
       this.stop(new HermesError(reason, "connection refused", { fatal: true }));
-    } else if (!this.gotReady && this.firstReady) {
+    } else if (!this.gotReady && this.firstReady && !this.shed()) {
       // The first connection of connect() failed: say so rather than retry unseen.
       const why = this.failure || (code === 1006 ? `cannot connect to ${this.opts.url}` : `closed with ${code} ${reason}`.trim());
       const err = local("connect_failed", why);
@@ -489,7 +580,7 @@ export class Client {
   private stop(err: HermesError): void {
     this.stopped = true;
     for (const end of [...this.closers]) end();
-    clearTimeout(this.retryTimer);
+    this.cancelRetry();
     this.failFirst(err);
     this.setState("closed");
   }
@@ -501,18 +592,48 @@ export class Client {
     }
   }
 
+  /** The edge shed this attempt (503 or 429 before the upgrade): it is there, and says come back later. */
+  private shed(): boolean {
+    return this.opts.reconnect && this.refusal !== null && (this.refusal.status === 503 || this.refusal.status === 429);
+  }
+
   private scheduleRetry(): void {
     this.setState(this.opts.reconnect ? "connecting" : "closed");
     if (!this.opts.reconnect) {
       this.stop(local("internal_error", "connection lost"));
       return;
     }
-    const cap = Math.min(this.opts.maxDelay, this.opts.minDelay * 2 ** this.attempt++);
-    clearTimeout(this.retryTimer);
-    this.opts.logger("debug", `reconnecting in up to ${cap} ms`);
-    this.retryTimer = setTimeout(() => {
-      if (!this.stopped) this.open();
-    }, Math.random() * cap);
+    const retry: Retry = { attempt: this.attempt, delay: 0, reason: this.failure || "connection lost" };
+    let floor: number | undefined;
+    if (this.refusal) {
+      retry.status = this.refusal.status;
+      if (this.shed() && this.refusal.retryAfter !== undefined) floor = retry.retryAfter = this.refusal.retryAfter;
+    } else if (!this.opened && !this.seesStatus) {
+      // A browser cannot tell a refused upgrade from an unreachable edge: take it as the smallest Retry-After.
+      floor = retry.retryAfter = this.opts.assumedRetryAfter;
+    }
+    retry.delay = retryDelay(
+      { attempt: this.attempt++, base: this.opts.minDelay, cap: this.opts.maxDelay, floor, max: this.opts.maxRetryAfter },
+      this.opts.random,
+    );
+    this.cancelRetry();
+    const wait = (this.retryWait = new AbortController());
+    this.opts.logger("debug", `reconnecting in ${Math.round(retry.delay)} ms`, retry);
+    this.emit("retry", retry);
+    if (this.stopped || wait.signal.aborted) return; // a retry handler closed the client
+    this.opts.sleep(retry.delay, wait.signal).then(
+      () => {
+        if (this.retryWait !== wait || wait.signal.aborted || this.stopped) return;
+        this.retryWait = null;
+        this.open();
+      },
+      (e) => this.opts.logger("error", "sleep failed", e),
+    );
+  }
+
+  private cancelRetry(): void {
+    this.retryWait?.abort();
+    this.retryWait = null;
   }
 
   private setState(s: ConnectionState): void {
@@ -537,8 +658,8 @@ export class Client {
       case "ready":
         clearTimeout(this.openTimer);
         this.gotReady = true;
+        this.readyAt = this.opts.now();
         this.readyFrame = f;
-        this.attempt = 0;
         this.setState("open");
         this.emit("ready", f);
         if (this.firstReady) {
@@ -717,7 +838,7 @@ export class Client {
     if (sends > 0) {
       clearTimeout(this.resendTimer);
       const cap = Math.min(this.opts.maxDelay, this.opts.minDelay * 2 ** (sends - 1));
-      this.resendTimer = setTimeout(() => this.state === "open" && this.flush(), cap / 2 + (Math.random() * cap) / 2);
+      this.resendTimer = setTimeout(() => this.state === "open" && this.flush(), cap / 2 + (this.opts.random() * cap) / 2);
     }
     p.resolve(Date.now() - p.sentAt);
   }

@@ -1,2 +1,3 @@
 export * from "./protocol.js";
+export * from "./backoff.js";
 export * from "./client.js";

@@ -361,6 +361,84 @@ test("internal_error: resends with a growing pause, then gives up with the id", 
   }
 });
 
+test("a reconnect storm: an upgrade refused with 503 waits at least its Retry-After, then connects once there is room", async () => {
+  // One place in the hello phase, held by a socket that never says hello:
+  // the edge sheds every other upgrade with 503 and Retry-After.
+  const busy = await startGateway({ MOBILE_MAX_HELLO_CONNS: "1", MOBILE_MAX_HELLO_PER_ADDR: "1" });
+  const blockers = [];
+  const block = async () => {
+    const b = new WebSocket(busy.ws);
+    b.on("error", () => {});
+    blockers.push(b);
+    await new Promise((resolve, reject) => {
+      b.once("open", resolve);
+      b.once("close", () => reject(new Error("the blocking socket did not open")));
+    });
+  };
+  const unblock = () => blockers.splice(0).forEach((b) => b.terminate());
+  // Every attempt of the client, when it started and what the edge answered.
+  const attempts = [];
+  let attempted = () => {};
+  class Traced extends WebSocket {
+    constructor(url, ...rest) {
+      super(url, ...rest);
+      const a = { at: performance.now() };
+      attempts.push(a);
+      this.on("unexpected-response", (_req, res) => Object.assign(a, { status: res.statusCode, header: res.headers["retry-after"] }));
+      attempted();
+    }
+  }
+  const attemptsReach = (n) =>
+    within(new Promise((resolve) => (attempted = () => attempts.length >= n && resolve()) && attempted()), 60000, `attempt ${n}`);
+  const minDelay = 100;
+  const maxDelay = 1000;
+  const c = new Client({ url: busy.ws, token: busy.token, device: { id: uniq("ts-storm") }, WebSocket: Traced, minDelay, maxDelay, random: () => 0.5 });
+  clients.push(c);
+  const retries = [];
+  const retryAt = new Map();
+  c.on("retry", (r) => retries.push(r) && retryAt.set(r, performance.now()));
+  /** The refused attempt before retry r, checked against the header the edge sent; then the gap to the next attempt. */
+  const checkRefusal = async (r) => {
+    const refused = attempts[attempts.length - 1];
+    assert.equal(refused.status, 503);
+    assert.match(refused.header ?? "", /^\d+$/, "Retry-After in seconds");
+    const ra = Number(refused.header) * 1000;
+    assert.ok(ra >= 1000);
+    assert.equal(r.status, 503);
+    assert.equal(r.retryAfter, ra);
+    assert.equal(r.delay, Math.min(300000, ra + 0.5 * Math.min(maxDelay, minDelay * 2 ** r.attempt)), JSON.stringify(r));
+    const n = attempts.length;
+    await attemptsReach(n + 1);
+    const gap = attempts[n].at - retryAt.get(r);
+    assert.ok(gap >= ra, `the next attempt came ${gap} ms after a 503 with Retry-After ${refused.header}`);
+    return r;
+  };
+  try {
+    await block();
+    const ready = c.connect();
+    ready.catch(() => {}); // awaited below; a failure before then is the test's own
+    // The first connection is refused: connect() waits and tries again rather than failing.
+    const first = await checkRefusal(await waitFor(c, "retry", (r) => r.status === 503));
+    unblock();
+    assert.equal((await within(ready, 60000, "connect()")).t, "ready");
+    assert.equal(c.state, "open");
+    // Up only a moment: a drop reconnects into a full hello phase again, and the count of attempts goes on.
+    await block();
+    const from = retries.length;
+    c.drop();
+    const again = await checkRefusal(await waitFor(c, "retry", (r) => r.status === 503));
+    const counts = retries.slice(from).map((r) => r.attempt);
+    assert.ok(counts[0] > first.attempt && again.attempt > counts[0], "attempts " + retries.map((r) => r.attempt));
+    unblock();
+    await waitFor(c, "ready");
+    assert.equal(c.state, "open");
+  } finally {
+    unblock();
+    c.close();
+    await busy.stop();
+  }
+});
+
 test("card answers and deliveries made offline go after the reconnect", async () => {
   const c = newClient(uniq("ts-offline-answer"));
   await c.connect();

@@ -49,14 +49,75 @@ function newId(prefix = "") {
   return prefix + Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
 }
 
+// src/backoff.ts
+var MAX_RETRY_AFTER = 5 * 60 * 1e3;
+function backoffWindow(attempt, base, cap) {
+  if (!(base > 0) || !(cap > 0)) return 0;
+  const n = Math.max(0, Math.floor(attempt));
+  return Math.min(cap, base * 2 ** Math.min(n, 1023));
+}
+function fullJitter(attempt, base, cap, random = Math.random) {
+  return unit(random) * backoffWindow(attempt, base, cap);
+}
+function retryDelay(o, random = Math.random) {
+  const max = o.max ?? MAX_RETRY_AFTER;
+  const floor = o.floor !== void 0 && o.floor > 0 ? o.floor : 0;
+  return Math.min(max, floor + fullJitter(o.attempt, o.base, o.cap, random));
+}
+var MONTHS = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"];
+var IMF_FIXDATE = /^[a-z]{3}, (\d{2}) ([a-z]{3}) (\d{4}) (\d{2}):(\d{2}):(\d{2}) gmt$/i;
+var RFC850 = /^[a-z]{6,9}, (\d{2})-([a-z]{3})-(\d{2}) (\d{2}):(\d{2}):(\d{2}) gmt$/i;
+var ASCTIME = /^[a-z]{3} ([a-z]{3}) ([ \d]\d) (\d{2}):(\d{2}):(\d{2}) (\d{4})$/i;
+function utc(year, mon, day, h, m, s) {
+  const month = MONTHS.indexOf(mon.toLowerCase());
+  if (month < 0 || day < 1 || day > 31 || h > 23 || m > 59 || s > 60) return void 0;
+  const t = Date.UTC(year, month, day, h, m, s);
+  return Number.isFinite(t) ? t : void 0;
+}
+function parseHTTPDate(value, now = Date.now()) {
+  const v = value.trim();
+  let m = IMF_FIXDATE.exec(v);
+  if (m) return utc(+m[3], m[2], +m[1], +m[4], +m[5], +m[6]);
+  if (m = RFC850.exec(v)) {
+    let year = 2e3 + +m[3];
+    if (year > new Date(now).getUTCFullYear() + 50) year -= 100;
+    return utc(year, m[2], +m[1], +m[4], +m[5], +m[6]);
+  }
+  if (m = ASCTIME.exec(v)) return utc(+m[6], m[1], +m[2].trim(), +m[3], +m[4], +m[5]);
+  return void 0;
+}
+function parseRetryAfter(value, now = Date.now()) {
+  if (Array.isArray(value)) value = value[0];
+  if (typeof value !== "string") return void 0;
+  const v = value.trim();
+  if (/^\d+$/.test(v)) return Number(v) * 1e3;
+  const t = parseHTTPDate(v, now);
+  return t === void 0 ? void 0 : Math.max(0, t - now);
+}
+function unit(random) {
+  const r = random();
+  return Number.isFinite(r) ? Math.min(Math.max(r, 0), 1) : 0;
+}
+
 // src/client.ts
 var consoleLogger = (level, message, data) => {
   if (level === "error") console.error("hermes:", message, data ?? "");
 };
+var defaultSleep = (ms, signal) => new Promise((resolve) => {
+  if (signal.aborted) return resolve();
+  const t = setTimeout(done, ms);
+  function done() {
+    clearTimeout(t);
+    signal.removeEventListener("abort", done);
+    resolve();
+  }
+  signal.addEventListener("abort", done, { once: true });
+});
 var ALL_EVENTS = [
   "ready",
   "state",
   "disconnected",
+  "retry",
   "message",
   "media",
   "mediaProgress",
@@ -95,7 +156,15 @@ var Client = class {
     this.incoming = /* @__PURE__ */ new Map();
     this.attempt = 0;
     this.stopped = true;
-    this.retryTimer = null;
+    this.retryWait = null;
+    // the pause before the next attempt
+    this.opened = false;
+    // the current socket opened
+    this.seesStatus = false;
+    // the current socket shows the HTTP answer of a refused upgrade
+    this.refusal = null;
+    // the current attempt's refused upgrade
+    this.readyAt = 0;
     this.keepalive = null;
     this.typingTimer = null;
     this.firstReady = null;
@@ -123,6 +192,12 @@ var Client = class {
       connectTimeout: 1e4,
       readyTimeout: 1e4,
       maxResends: 8,
+      maxRetryAfter: MAX_RETRY_AFTER,
+      assumedRetryAfter: 1e3,
+      stableAfter: 1e4,
+      random: Math.random,
+      sleep: defaultSleep,
+      now: () => Date.now(),
       logger: consoleLogger,
       ...opts,
       device: { ...opts.device, id: opts.device?.id || "dev-" + newId().slice(0, 12) }
@@ -209,7 +284,11 @@ var Client = class {
   }
   /**
    * Connects and resolves with the first ready frame; rejects on an error
-   * that stops the client (auth_failed, forbidden) or when close() is called first.
+   * that stops the client (auth_failed, forbidden), when the first
+   * connection fails (connect_failed), or when close() is called first. An
+   * upgrade the edge refuses with 503 or 429 (it sheds load) is not a
+   * failure: the client waits as it would to reconnect (Retry-After plus
+   * jitter) and tries again, and connect() resolves at the later ready.
    */
   connect(opts = {}) {
     if (!this.stopped) return Promise.reject(local("bad_frame", "already connected"));
@@ -238,7 +317,7 @@ var Client = class {
   close() {
     this.stopped = true;
     for (const end of [...this.closers]) end();
-    clearTimeout(this.retryTimer);
+    this.cancelRetry();
     clearTimeout(this.resendTimer);
     this.failFirst(local("internal_error", "closed"));
     if (this.ws) {
@@ -274,6 +353,9 @@ var Client = class {
     let ws;
     this.failure = "";
     this.gotReady = false;
+    this.opened = false;
+    this.seesStatus = false;
+    this.refusal = null;
     try {
       ws = new WS(this.opts.url);
     } catch (e) {
@@ -283,8 +365,21 @@ var Client = class {
     }
     this.ws = ws;
     ws.binaryType = "arraybuffer";
+    this.seesStatus = typeof ws.on === "function";
+    if (this.seesStatus) {
+      ws.on("unexpected-response", (_req, res) => {
+        if (this.ws === ws) {
+          const retryAfter = parseRetryAfter(res.headers?.["retry-after"], this.opts.now());
+          this.refusal = { status: res.statusCode, retryAfter };
+          this.failure = `upgrade refused with HTTP ${res.statusCode}` + (retryAfter !== void 0 ? `, Retry-After ${retryAfter / 1e3} s` : "");
+        }
+        res.resume?.();
+        ws.terminate();
+      });
+    }
     this.openTimer = setTimeout(() => this.giveUp(`no connection within ${this.opts.connectTimeout} ms`), this.opts.connectTimeout);
     ws.onopen = async () => {
+      this.opened = true;
       clearTimeout(this.openTimer);
       this.openTimer = setTimeout(() => this.giveUp(`no ready within ${this.opts.readyTimeout} ms`), this.opts.readyTimeout);
       let token = this.opts.token;
@@ -340,9 +435,10 @@ var Client = class {
   }
   onClose(code, reason) {
     this.detach();
+    if (this.gotReady && this.opts.now() - this.readyAt >= this.opts.stableAfter) this.attempt = 0;
     if (code === 1008 && (reason === "auth_failed" || reason === "forbidden")) {
       this.stop(new HermesError(reason, "connection refused", { fatal: true }));
-    } else if (!this.gotReady && this.firstReady) {
+    } else if (!this.gotReady && this.firstReady && !this.shed()) {
       const why = this.failure || (code === 1006 ? `cannot connect to ${this.opts.url}` : `closed with ${code} ${reason}`.trim());
       const err = local("connect_failed", why);
       this.emit("error", err);
@@ -362,7 +458,7 @@ var Client = class {
   stop(err) {
     this.stopped = true;
     for (const end of [...this.closers]) end();
-    clearTimeout(this.retryTimer);
+    this.cancelRetry();
     this.failFirst(err);
     this.setState("closed");
   }
@@ -372,18 +468,45 @@ var Client = class {
       this.firstReady = null;
     }
   }
+  /** The edge shed this attempt (503 or 429 before the upgrade): it is there, and says come back later. */
+  shed() {
+    return this.opts.reconnect && this.refusal !== null && (this.refusal.status === 503 || this.refusal.status === 429);
+  }
   scheduleRetry() {
     this.setState(this.opts.reconnect ? "connecting" : "closed");
     if (!this.opts.reconnect) {
       this.stop(local("internal_error", "connection lost"));
       return;
     }
-    const cap = Math.min(this.opts.maxDelay, this.opts.minDelay * 2 ** this.attempt++);
-    clearTimeout(this.retryTimer);
-    this.opts.logger("debug", `reconnecting in up to ${cap} ms`);
-    this.retryTimer = setTimeout(() => {
-      if (!this.stopped) this.open();
-    }, Math.random() * cap);
+    const retry = { attempt: this.attempt, delay: 0, reason: this.failure || "connection lost" };
+    let floor;
+    if (this.refusal) {
+      retry.status = this.refusal.status;
+      if (this.shed() && this.refusal.retryAfter !== void 0) floor = retry.retryAfter = this.refusal.retryAfter;
+    } else if (!this.opened && !this.seesStatus) {
+      floor = retry.retryAfter = this.opts.assumedRetryAfter;
+    }
+    retry.delay = retryDelay(
+      { attempt: this.attempt++, base: this.opts.minDelay, cap: this.opts.maxDelay, floor, max: this.opts.maxRetryAfter },
+      this.opts.random
+    );
+    this.cancelRetry();
+    const wait = this.retryWait = new AbortController();
+    this.opts.logger("debug", `reconnecting in ${Math.round(retry.delay)} ms`, retry);
+    this.emit("retry", retry);
+    if (this.stopped || wait.signal.aborted) return;
+    this.opts.sleep(retry.delay, wait.signal).then(
+      () => {
+        if (this.retryWait !== wait || wait.signal.aborted || this.stopped) return;
+        this.retryWait = null;
+        this.open();
+      },
+      (e) => this.opts.logger("error", "sleep failed", e)
+    );
+  }
+  cancelRetry() {
+    this.retryWait?.abort();
+    this.retryWait = null;
   }
   setState(s) {
     if (this.state === s) return;
@@ -405,8 +528,8 @@ var Client = class {
       case "ready":
         clearTimeout(this.openTimer);
         this.gotReady = true;
+        this.readyAt = this.opts.now();
         this.readyFrame = f;
-        this.attempt = 0;
         this.setState("open");
         this.emit("ready", f);
         if (this.firstReady) {
@@ -573,7 +696,7 @@ var Client = class {
     if (sends > 0) {
       clearTimeout(this.resendTimer);
       const cap = Math.min(this.opts.maxDelay, this.opts.minDelay * 2 ** (sends - 1));
-      this.resendTimer = setTimeout(() => this.state === "open" && this.flush(), cap / 2 + Math.random() * cap / 2);
+      this.resendTimer = setTimeout(() => this.state === "open" && this.flush(), cap / 2 + this.opts.random() * cap / 2);
     }
     p.resolve(Date.now() - p.sentAt);
   }
