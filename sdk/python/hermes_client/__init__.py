@@ -9,7 +9,8 @@ python3-websockets, 10.4 or later)::
     await client.send_text("hello")
 
 It behaves as the TypeScript SDK does (docs/clients.md): hello on every
-connection, reconnect with full-jitter backoff, resend of the texts, voice
+connection, reconnect with full-jitter backoff that honours the edge's
+Retry-After (an upgrade refused with 503 or 429), resend of the texts, voice
 notes and files the gateway has not taken, under the same ids; files split
 into parts; chunked answers and files assembled by id and acked; cards,
 typing, avatar, ping; errors typed by the spec's codes.
@@ -23,11 +24,14 @@ import inspect
 import json
 import logging
 import os
-import random
+import random as _random
 import time
 from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 import websockets
+import websockets.exceptions
+
+from .backoff import MAX_RETRY_AFTER, parse_retry_after, retry_delay
 
 __version__ = "1.0.0"
 
@@ -65,6 +69,30 @@ class HermesError(Exception):
 
 def _local(code: str, message: str) -> HermesError:
     return HermesError(code, message, local=True)
+
+
+def _refusal(e: BaseException) -> Optional[Tuple[int, Optional[float]]]:
+    """The HTTP status and Retry-After (seconds) of an upgrade the server
+    refused: websockets raises InvalidStatus (its response has them; 14 and
+    later) or InvalidStatusCode (status_code and headers; the legacy client
+    of 10.x to 13.x). None for any other failure."""
+    response = getattr(e, "response", None)
+    if isinstance(e, getattr(websockets.exceptions, "InvalidStatus", ())) and response is not None:
+        status, headers = getattr(response, "status_code", None), getattr(response, "headers", None)
+    elif isinstance(e, getattr(websockets.exceptions, "InvalidStatusCode", ())):
+        status, headers = getattr(e, "status_code", None), getattr(e, "headers", None)
+    else:
+        return None
+    if not isinstance(status, int):
+        return None
+    values: List[str] = []
+    if headers is not None:
+        try:
+            values = list(headers.get_all("Retry-After"))
+        except AttributeError:  # a plain mapping
+            v = headers.get("Retry-After")
+            values = [v] if v is not None else []
+    return status, parse_retry_after(values)
 
 
 def new_id(prefix: str = "") -> str:
@@ -117,7 +145,17 @@ class Client:
     reply_to}), media_progress, prompt, prompt_done, avatar, typing (bool),
     delivered, error (HermesError), frame (every frame received), sent
     (every frame written), acknowledged (the id of a text or file the
-    gateway has taken), disconnected ({code, reason, reconnect}).
+    gateway has taken), disconnected ({code, reason, reconnect}), retry
+    ({attempt, delay, status, retry_after, reason}: the client waits delay
+    seconds before its next connection attempt; status and retry_after are
+    those of an upgrade the edge refused, else None).
+
+    Reconnecting: the pause is drawn from [0, min(max_delay, min_delay *
+    2**attempt)] (full jitter); after an upgrade refused with 503 or 429 and
+    a Retry-After, it is Retry-After plus that draw; never more than
+    max_retry_after (5 minutes). The count of attempts starts again once a
+    connection has been ready for stable_after seconds. random (in [0, 1)),
+    sleep and clock (monotonic seconds) can be given for tests.
 
     Handlers run one after another in a task of their own, in the order of
     the events, never in the receive loop: a slow handler delays the next
@@ -130,7 +168,11 @@ class Client:
                  typing_idle: float = 6.0, connect_timeout: float = 10.0, ready_timeout: float = 10.0,
                  max_resends: int = 8,
                  get_token: Optional[Callable[[], Union[str, Awaitable[str]]]] = None,
-                 logger: Optional[logging.Logger] = None):
+                 logger: Optional[logging.Logger] = None,
+                 max_retry_after: float = MAX_RETRY_AFTER, stable_after: float = 10.0,
+                 random: Optional[Callable[[], float]] = None,
+                 sleep: Optional[Callable[[float], Awaitable[Any]]] = None,
+                 clock: Optional[Callable[[], float]] = None):
         self.url, self.token, self.user = url, token, user
         self.device = dict(device or {})
         if not self.device.get("id"):
@@ -139,6 +181,11 @@ class Client:
         self.ping_interval, self.pong_timeout, self.auto_ack = ping_interval, pong_timeout, auto_ack
         self.typing_idle, self.connect_timeout, self.ready_timeout = typing_idle, connect_timeout, ready_timeout
         self.max_resends = max_resends
+        self.max_retry_after, self.stable_after = max_retry_after, stable_after
+        self._random = random or _random.random
+        self._sleep = sleep or asyncio.sleep
+        self._clock = clock or time.monotonic
+        self._wake: Optional[asyncio.Event] = None  # set by close(): ends the pause before a reconnect
         self.get_token = get_token
         self.log = logger or logging.getLogger("hermes_client")
         self._iterators: List[asyncio.Queue] = []  # of events(); None in one ends it
@@ -275,10 +322,15 @@ class Client:
 
     async def connect(self) -> dict:
         """Connects; returns the first ready frame. Raises HermesError on
-        auth_failed/forbidden (no reconnect then)."""
+        auth_failed/forbidden (no reconnect then), and connect_failed when
+        the first connection fails. An upgrade the edge refuses with 503 or
+        429 (it sheds load) is not a failure: the client waits as it would to
+        reconnect (Retry-After plus jitter), tries again, and returns at the
+        later ready."""
         if not self._stopped:
             raise _local("bad_frame", "already connected")
         self._stopped = False
+        self._wake = asyncio.Event()
         self._first = asyncio.get_running_loop().create_future()
         self.log.info("connecting to %s", self.url)
         self._task = asyncio.get_running_loop().create_task(self._run())
@@ -299,6 +351,8 @@ class Client:
         self._stopped = True
         self._fail_first(_local("internal_error", "closed"))
         self._end_iterators()
+        if self._wake is not None:
+            self._wake.set()
         ws = self._ws
         if ws is not None:
             await ws.close()
@@ -334,6 +388,8 @@ class Client:
         while not self._stopped:
             await self._set_state("connecting")
             code, reason, failure, ready = 1006, "", "", False
+            ready_at = 0.0
+            refusal: Optional[Tuple[int, Optional[float]]] = None  # (status, Retry-After) of a refused upgrade
             timer = None
             try:
                 async with websockets.connect(self.url, max_size=MAX_FRAME_BYTES + 4096, ping_interval=None,
@@ -366,7 +422,7 @@ class Client:
                                 continue
                             if isinstance(f, dict) and isinstance(f.get("t"), str):
                                 if f["t"] == "ready":
-                                    attempt, ready = 0, True
+                                    ready, ready_at = True, self._clock()
                                     timer.cancel()
                                 await self._handle(f)
                     finally:
@@ -374,14 +430,23 @@ class Client:
             except asyncio.TimeoutError:
                 failure = failure or f"no connection within {self.connect_timeout} s"
             except Exception as e:  # OSError, WebSocketException, a get_token that raised
-                failure = failure or f"cannot connect to {self.url}: {e}"
+                refusal = _refusal(e)
+                if refusal is not None:
+                    ra = refusal[1]
+                    failure = f"upgrade refused with HTTP {refusal[0]}" + (f", Retry-After {ra:g} s" if ra is not None else "")
+                else:
+                    failure = failure or f"cannot connect to {self.url}: {e}"
             finally:
                 if timer is not None:
                     timer.cancel()
                 self._detach()
+            if ready and self._clock() - ready_at >= self.stable_after:
+                attempt = 0  # up long enough: the backoff starts again
+            # The edge shed this attempt before the upgrade: it is there, and says come back later.
+            shed = self.reconnect and refusal is not None and refusal[0] in (503, 429)
             if code == 1008 and reason in ("auth_failed", "forbidden"):
                 self._stop(HermesError(reason, "connection refused", fatal=True))
-            elif not ready and self._first is not None and not self._first.done():
+            elif not ready and not shed and self._first is not None and not self._first.done():
                 # The first connection of connect() failed: say so rather than retry unseen.
                 err = _local("connect_failed", failure or f"closed with {code} {reason}".strip())
                 await self._emit("error", err)
@@ -399,10 +464,27 @@ class Client:
                                                   "reconnect": not self._stopped})
             if self._stopped:
                 break
-            cap = min(self.max_delay, self.min_delay * 2 ** attempt)
+            ra = refusal[1] if shed and refusal is not None else None
+            delay = retry_delay(attempt, self.min_delay, self.max_delay, self._random, floor=ra,
+                                max_delay=self.max_retry_after)
+            await self._emit("retry", {"attempt": attempt, "delay": delay, "status": refusal[0] if refusal else None,
+                                       "retry_after": ra, "reason": failure or f"closed with {code} {reason}".strip()})
             attempt += 1
-            await asyncio.sleep(random.uniform(0, cap))
+            await self._pause(delay)
         await self._set_state("closed")
+
+    async def _pause(self, delay: float) -> None:
+        """Sleeps delay seconds, or until close()."""
+        if self._stopped:
+            return
+        assert self._wake is not None
+        sleeper = asyncio.ensure_future(self._sleep(delay))
+        waker = asyncio.ensure_future(self._wake.wait())
+        try:
+            await asyncio.wait({sleeper, waker}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for t in (sleeper, waker):
+                t.cancel()
 
     def _stop(self, err: HermesError) -> None:
         self._stopped = True
@@ -628,7 +710,7 @@ class Client:
             if self._resend is not None:
                 self._resend.cancel()
             cap = min(self.max_delay, self.min_delay * 2 ** (sends - 1))
-            self._resend = asyncio.get_running_loop().create_task(self._retry_flush(random.uniform(cap / 2, cap)))
+            self._resend = asyncio.get_running_loop().create_task(self._retry_flush(cap / 2 + self._random() * cap / 2))
         if not fut.done():
             fut.set_result(time.monotonic() - sent_at)
 

@@ -84,3 +84,12 @@ def bound_gateway():
     gw = Gateway({"MOBILE_EXTRA_TOKENS": "bound-dev=bound-token"})
     yield gw
     gw.stop()
+
+
+@pytest.fixture
+def busy_gateway():
+    """One place in the hello phase: a socket that never says hello holds it,
+    and the edge refuses every other upgrade with 503 and Retry-After."""
+    gw = Gateway({"MOBILE_MAX_HELLO_CONNS": "1", "MOBILE_MAX_HELLO_PER_ADDR": "1"})
+    yield gw
+    gw.stop()

@@ -518,3 +518,113 @@ def test_cancelled_connect_closes(gateway):
         assert c.state == "closed"
         tcp.close()
     run(go())
+
+
+
+def test_reconnect_storm_waits_retry_after_then_connects(busy_gateway, monkeypatch):
+    """An upgrade refused with 503 and Retry-After: the next attempt comes no
+    sooner than Retry-After after it, and the client connects once there is room."""
+    gw = busy_gateway
+    connect = websockets.connect
+    attempts = []  # {"at": start, "error": the refusal}, one per attempt of the client
+    pauses = []  # (start, seconds) of each pause before a reconnect
+    changed = None  # set at each attempt, refusal and pause
+
+    def note():
+        if changed is not None:
+            changed.set()
+
+    class Traced:
+        """websockets.connect, recording each attempt and the exception of a refused one."""
+
+        def __init__(self, *a, **kw):
+            self.inner, self.record = connect(*a, **kw), {"at": time.monotonic()}
+            attempts.append(self.record)
+            note()
+
+        async def __aenter__(self):
+            try:
+                return await self.inner.__aenter__()
+            except Exception as e:
+                self.record["error"] = e
+                note()
+                raise
+
+        async def __aexit__(self, *exc):
+            return await self.inner.__aexit__(*exc)
+
+    async def sleep(delay):
+        pauses.append((time.monotonic(), delay))
+        note()
+        await asyncio.sleep(delay)
+
+    async def until(pred, what, timeout=60.0):
+        deadline = time.monotonic() + timeout
+        while not pred():
+            changed.clear()
+            try:
+                await asyncio.wait_for(changed.wait(), max(0.0, deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                raise AssertionError(f"no {what} within {timeout} s; attempts {attempts}") from None
+
+    async def go():
+        nonlocal changed
+        changed = asyncio.Event()
+        blockers = []
+
+        async def block():
+            blockers.append(await connect(gw.ws, ping_interval=None))  # upgraded, never says hello
+
+        def unblock():
+            while blockers:
+                blockers.pop().transport.abort()
+
+        min_delay, max_delay = 0.1, 1.0
+        c = Client(gw.ws, gw.token, {"id": uniq("py-storm")}, min_delay=min_delay, max_delay=max_delay,
+                   random=lambda: 0.5, sleep=sleep)
+
+        retries = []
+        c.on("retry", retries.append)
+        try:
+            await block()
+            ready = asyncio.ensure_future(c.connect())
+            # The first connection is refused: connect() waits and tries again rather than failing.
+            for phase in ("connect", "reconnect"):
+                if phase == "reconnect":
+                    # Up only a moment: a drop reconnects into a full hello phase again.
+                    await block()
+                    ready = asyncio.ensure_future(c.wait_for("ready", timeout=60))
+                    c.drop()
+                n = len(attempts)
+                await until(lambda: any("error" in a for a in attempts[n:]), "refused attempt")
+                k = next(i for i in range(n, len(attempts)) if "error" in attempts[i])
+                await until(lambda: len(attempts) > k + 1, "attempt after the refusal")
+                err = attempts[k]["error"]
+                # InvalidStatusCode (websockets before 14) or InvalidStatus (14 and later).
+                response = err if hasattr(err, "status_code") else getattr(err, "response", None)
+                assert getattr(response, "status_code", None) == 503, repr(err)
+                header = response.headers.get_all("Retry-After")
+                assert header and header[0].isdigit(), header
+                ra = float(header[0])
+                assert ra >= 1
+                start, delay = next(p for p in pauses if attempts[k]["at"] <= p[0] <= attempts[k + 1]["at"])
+                assert ra + 0.5 * min_delay <= delay <= min(300.0, ra + 0.5 * max_delay), delay
+                gap = attempts[k + 1]["at"] - start
+                assert gap >= ra, f"the next attempt came {gap:.3f} s after a 503 with Retry-After {header[0]}"
+                unblock()
+                assert (await asyncio.wait_for(ready, 60))["t"] == "ready"
+                assert c.state == "open"
+        finally:
+            unblock()
+            await c.close()
+        # The retry events, once their handlers ran: the refusals as the client
+        # read them, and a count of attempts that went on across the short-lived connection.
+        refusals = [r for r in retries if r["status"] == 503]
+        assert len(refusals) >= 2 and all(r["retry_after"] >= 1 for r in refusals), retries
+        counts = [r["attempt"] for r in retries]
+        assert counts == list(range(len(counts))), retries
+        for r in refusals:
+            assert r["delay"] == min(300.0, r["retry_after"] + 0.5 * min(max_delay, min_delay * 2 ** r["attempt"])), r
+
+    monkeypatch.setattr(websockets, "connect", Traced)
+    run(go())
