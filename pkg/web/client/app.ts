@@ -193,6 +193,10 @@ function setSendState(el: Element, state: "pending" | "sent" | "failed", label: 
 
 function start(token: string, name: string, url: string) {
   client?.close();
+  // The SDK's reconnect backoff as it is: a browser's WebSocket hides the
+  // HTTP status of a refused upgrade (the edge's 503 and Retry-After), so
+  // each attempt that fails before opening waits 1 s plus full jitter
+  // (assumedRetryAfter; docs/clients.md).
   const c = new Client({ url, token, device: { id: deviceId(), name, platform: "web", app_version: "1.0.0" }, user: { name } });
   client = c;
   (window as any).hermes = c;

@@ -10,6 +10,7 @@ import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { createServer as createHTTPServer } from "node:http";
 import { createServer as createTCPServer } from "node:net";
+import { WebSocket as NodeWebSocket } from "ws";
 import { startGateway } from "./gateway.js";
 
 const chromium = process.env.CHROMIUM_PATH || "/usr/bin/chromium";
@@ -246,6 +247,74 @@ test("a wrong server URL: a visible error on the login form", { skip, timeout: 6
   assert.equal(await page.$eval("#chat", (e) => e.hidden), true);
   await page.screenshot({ path: join(artifacts, "login-wrong-url.png") });
   await page.close();
+});
+
+test("a reconnect storm: the browser cannot see the 503, so a refused attempt waits at least the assumed Retry-After of 1 s", { skip, timeout: 120000 }, async () => {
+  // An edge with one place in the hello phase, held by a socket from here
+  // that never says hello: it refuses the page's upgrades with 503 and
+  // Retry-After, which a browser's WebSocket reports only as a close 1006.
+  const busy = await startGateway({ MOBILE_MAX_HELLO_CONNS: "1", MOBILE_MAX_HELLO_PER_ADDR: "1" });
+  const blockers = [];
+  const unblock = () => blockers.splice(0).forEach((b) => b.terminate());
+  // Not newPage(): this page talks to a second edge on purpose.
+  const page = await browser.newPage();
+  page.on("pageerror", (e) => console.error("page error:", e.message));
+  try {
+    await page.goto(gw.http + "/");
+    await page.type("#token", busy.token);
+    await page.type("#device", "Storm");
+    await page.$eval("#server", (e, v) => (e.value = v), busy.ws);
+    await page.click("#connect");
+    await page.waitForSelector("body[data-state=open]");
+    // From now on, each attempt of the client (when it started, whether it
+    // opened, when it closed) and each pause it takes before the next.
+    await page.evaluate(() => {
+      const Native = window.WebSocket;
+      window.__attempts = [];
+      window.__retries = [];
+      window.WebSocket = class extends Native {
+        constructor(...args) {
+          super(...args);
+          const a = { at: performance.now(), opened: false, closed: 0 };
+          window.__attempts.push(a);
+          this.addEventListener("open", () => (a.opened = true));
+          this.addEventListener("close", () => (a.closed = performance.now()));
+        }
+      };
+      window.hermes.on("retry", (r) => window.__retries.push({ ...r, at: performance.now() }));
+    });
+    const b = new NodeWebSocket(busy.ws);
+    b.on("error", () => {});
+    blockers.push(b);
+    await new Promise((resolve, reject) => {
+      b.once("open", resolve);
+      b.once("close", () => reject(new Error("the blocking socket did not open")));
+    });
+    await page.evaluate(() => window.hermes.drop());
+    // A refused attempt (closed without opening) and the attempt after it.
+    await page.waitForFunction(() => {
+      const a = window.__attempts;
+      const i = a.findIndex((x) => x.closed && !x.opened);
+      return i >= 0 && a.length > i + 1;
+    }, { timeout: 60000 });
+    const { attempts, retries } = await page.evaluate(() => ({ attempts: window.__attempts, retries: window.__retries }));
+    const i = attempts.findIndex((x) => x.closed && !x.opened);
+    const [refused, next] = [attempts[i], attempts[i + 1]];
+    const r = retries.find((r) => r.at >= refused.closed);
+    assert.ok(r, "a pause after the refused attempt: " + JSON.stringify(retries));
+    assert.equal(r.status, undefined, "a browser does not see the status");
+    assert.equal(r.retryAfter, 1000);
+    assert.ok(r.delay >= 1000 && r.delay <= 1000 + Math.min(30000, 500 * 2 ** r.attempt), JSON.stringify(r));
+    const gap = next.at - refused.closed;
+    assert.ok(gap >= 1000, `the next attempt came ${gap} ms after the refused one closed`);
+    // Room again: the client gets in.
+    unblock();
+    await page.waitForSelector("body[data-state=open]", { timeout: 60000 });
+  } finally {
+    unblock();
+    await page.close();
+    await busy.stop();
+  }
 });
 
 test("two tabs: each its own device, both stay connected, no reconnect storm", { skip, timeout: 90000 }, async () => {
