@@ -79,6 +79,8 @@ test("Retry-After: delay-seconds and HTTP-dates parse; garbage is ignored", () =
   assert.equal(parseRetryAfter(" 30 ", now), 30000);
   assert.equal(parseRetryAfter("0", now), 0);
   assert.equal(parseRetryAfter(["2", "9"], now), 2000, "the first of repeated headers");
+  assert.equal(parseRetryAfter("9".repeat(400), now), Infinity, "past a double: very long, which the cap bounds");
+  assert.equal(retryDelay({ attempt: 0, base: BASE, cap: CAP, floor: parseRetryAfter("9".repeat(400), now) }, () => 0.5), MAX_RETRY_AFTER);
   // RFC 9110's three forms of one instant.
   assert.equal(parseRetryAfter("Sun, 06 Nov 1994 08:49:37 GMT", now), 7000);
   assert.equal(parseRetryAfter("Sunday, 06-Nov-94 08:49:37 GMT", now), 7000);
