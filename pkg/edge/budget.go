@@ -7,18 +7,20 @@ import "sync/atomic"
 // chart's 1 GiB memory limit.
 const DefaultBudgetBytes = 256 << 20
 
-// Defaults of the hello phase (Config.MaxHelloBytes, MaxHelloConns and
-// MaxHelloConnsPerAddr). A hello arrives in one segment and is read at
-// once, so a phone is in the hello phase for a round trip to the store:
-// 10,000 sockets is a reconnect storm of several thousand phones a second.
-// 16 MiB is what 4,096 sockets each stalled with a 4 KiB reader hold, or
-// 1,365 with a whole 8 KiB message besides. 256 per address leaves room
-// for a carrier's NAT, while an attacker needs 40 addresses to fill the
-// edge-wide cap.
+// Defaults of the hello phase (Config.MaxHelloBytes, MaxHelloConns,
+// MaxHelloConnsPerAddr, HelloPrefixV4 and HelloPrefixV6). Each socket in
+// the phase holds at most 12 KiB of messages, so 16 MiB admits 1,365 at
+// once, the binding bound by default: a phone is in the phase for a round
+// trip and two store calls, so that is what an edge answering thousands
+// of hellos a second has in flight; past it a crowd is shed with a
+// Retry-After. 256 strangers per source leave room for a carrier's NAT;
+// an IPv6 client holds a whole /64, so that is one source.
 const (
 	DefaultHelloBytes        = 16 << 20
 	DefaultHelloConns        = 10_000
 	DefaultHelloConnsPerAddr = 256
+	DefaultHelloPrefixV4     = 32
+	DefaultHelloPrefixV6     = 64
 )
 
 // queueFloor is what a connection may always queue, over MaxQueuedBytes or

@@ -50,11 +50,19 @@ var (
 	smallBuf = sync.Pool{New: func() any { b := make([]byte, 0, smallBufSize); return &b }}
 )
 
-// errHelloPhaseFull refuses an upgrade past MaxHelloConns or
-// MaxHelloConnsPerAddr: 503, and the client retries a second later.
-var errHelloPhaseFull = ws.RejectConnectionError(ws.RejectionStatus(503),
-	ws.RejectionReason("too many connections are saying hello; retry later"),
-	ws.RejectionHeader(ws.HandshakeHeaderString("Retry-After: 1\r\n")))
+// helloPhaseFull refuses an upgrade that found no place in the hello
+// phase (see admission.go): 503, and the client comes back after
+// retryAfter seconds. The answers are made once, one for each value.
+func helloPhaseFull(retryAfter int) error { return helloRefusals[retryAfter] }
+
+var helloRefusals = func() (r [maxRetryAfter + 1]error) {
+	for i := range r {
+		r[i] = ws.RejectConnectionError(ws.RejectionStatus(503),
+			ws.RejectionReason("too many connections are saying hello; retry later"),
+			ws.RejectionHeader(ws.HandshakeHeaderString(fmt.Sprintf("Retry-After: %d\r\n", max(i, minRetryAfter)))))
+	}
+	return r
+}()
 
 var (
 	// errClientClosed: the peer sent a close frame; our answer is queued and
@@ -190,7 +198,8 @@ func (s *Server) handshake(nc net.Conn) {
 	var fwd, host, proto []byte
 	forwarded := false // any forwarding header, for the untrusted-peer warning
 	var client netip.Addr
-	admitted := false // counted in the hello phase (admitHello)
+	var src netip.Prefix
+	admitted := false // holds a place in the hello phase (admitHello)
 	u := ws.Upgrader{
 		OnRequest: func(uri []byte) error {
 			path, _, _ := bytes.Cut(uri, []byte("?"))
@@ -225,25 +234,25 @@ func (s *Server) handshake(nc net.Conn) {
 			if trusted {
 				client = s.clientFromHeaders(string(fwd))
 			}
-			if !s.admitHello(client) {
+			var retryAfter int
+			if src, admitted, retryAfter = s.admitHello(client); !admitted {
 				s.tel.m.acceptFailed(acceptStageHello)
-				return nil, errHelloPhaseFull
+				return nil, helloPhaseFull(retryAfter)
 			}
-			admitted = true
 			return nil, nil
 		},
 	}
 	cr := &countingReader{r: rc}
 	if _, err := u.Upgrade(cr); err != nil {
 		s.log.Debug("upgrade failed", "peer", peer, "err", err)
-		if cr.n > 0 && err != errHelloPhaseFull {
+		if cr.n > 0 && !isHelloRefusal(err) {
 			// A connection that sent nothing at all is a TCP health
 			// check, not a failure.
 			s.tel.m.acceptFailed(acceptStageUpgrade)
 		}
 		if admitted {
 			s.mu.Lock()
-			s.leaveHelloPhaseLocked(client)
+			s.hello.cancel(src)
 			s.mu.Unlock()
 		}
 		nc.Close()
@@ -258,13 +267,13 @@ func (s *Server) handshake(nc net.Conn) {
 	c.seen()
 	s.mu.Lock()
 	if s.closed || s.draining {
-		s.leaveHelloPhaseLocked(client)
+		s.hello.cancel(src)
 		s.mu.Unlock()
 		nc.Close()
 		return
 	}
 	s.conns[c] = struct{}{}
-	s.awaiting[c] = time.Since(s.start) + s.cfg.HelloTimeout
+	s.hello.enter(c, src, time.Since(s.start), s.cfg.HelloTimeout)
 	s.mu.Unlock()
 	s.nConns.Add(1)
 	c.opened = time.Now()
@@ -287,6 +296,16 @@ func (s *Server) handshake(nc net.Conn) {
 			}
 		}
 	})
+}
+
+// isHelloRefusal reports whether err is one of helloPhaseFull's answers.
+func isHelloRefusal(err error) bool {
+	for _, r := range helloRefusals {
+		if err == r {
+			return true
+		}
+	}
+	return false
 }
 
 // countingReader counts the bytes read through it.
@@ -381,17 +400,16 @@ func (c *conn) isClosing() bool {
 // a message starts in the pooled 16 KiB buffer and past it grows as its
 // bytes arrive (see grow), each growth taken from the edge's read budget.
 // Before hello the socket has no pooled buffer: its message grows from
-// nothing, and the pooled reader it holds and every growth are taken from
-// the smaller budget of unauthenticated sockets (Config.MaxHelloBytes).
+// nothing, at most to MaxPreHelloBytes; what it and the pooled reader hold
+// is counted in the hello budget, whose bound the hello phase's admission
+// keeps by counting sockets (see admission.go), so it is never refused.
 func (c *conn) readMessage(br *bufio.Reader) error {
 	m := msgReader{c: c, limit: protocol.MaxFrameBytes, budget: &c.srv.reading}
 	defer func() { m.budget.release(m.reserved) }()
 	if !c.isHelloed() {
 		m.limit, m.budget = MaxPreHelloBytes, &c.srv.helloBytes
 		// The reader is held for as long as the message takes to come.
-		if !m.take(readerSize) {
-			return nil
-		}
+		m.take(readerSize)
 	} else {
 		bp := smallBuf.Get().(*[]byte)
 		defer smallBuf.Put(bp)
@@ -462,17 +480,18 @@ type msgReader struct {
 }
 
 // take reserves n more bytes of m's budget; when they do not fit, the
-// connection gets a fatal internal_error and take reports false.
+// connection gets a fatal internal_error and take reports false. Before
+// hello they always fit: the hello phase's admission holds the bound.
 func (m *msgReader) take(n int64) bool {
-	if m.budget.take(n) {
+	c := m.c
+	if m.budget == &c.srv.helloBytes {
+		m.budget.force(n)
 		m.reserved += n
 		return true
 	}
-	c := m.c
-	if m.budget == &c.srv.helloBytes {
-		c.logger().Warn("refusing a message before hello: the budget of unauthenticated sockets is spent", "budget", c.srv.cfg.MaxHelloBytes)
-		c.fatal(protocol.NewFatal(protocol.CodeInternalError, "the gateway is reading too many connections' hellos; reconnect later"))
-		return false
+	if m.budget.take(n) {
+		m.reserved += n
+		return true
 	}
 	c.logger().Warn("refusing a message: the edge's read budget is spent", "bytes", len(m.msg)+int(n), "budget", c.srv.cfg.MaxReadBytes)
 	c.fatal(protocol.NewFatal(protocol.CodeInternalError, "the gateway is reading too many large messages; reconnect and send it again"))
@@ -852,7 +871,7 @@ func (c *conn) teardown(reason error) {
 		// No close frame began it: the socket just ended.
 		code, byPeer = closeAbnormal, !edgeCut(reason)
 	}
-	c.srv.helloDone(c)
+	c.srv.helloDone(c, false)
 	if c.pe != nil {
 		c.srv.poller.remove(c.pe)
 	}
@@ -892,7 +911,7 @@ func (c *conn) teardown(reason error) {
 // or silent peer, a read or write deadline, shutdown) rather than the peer
 // going away (EOF, reset).
 func edgeCut(reason error) bool {
-	return errors.Is(reason, errSlowReader) || errors.Is(reason, errPingTimeout) ||
+	return errors.Is(reason, errSlowReader) || errors.Is(reason, errPingTimeout) || errors.Is(reason, errEvicted) ||
 		errors.Is(reason, errServerClosed) || errors.Is(reason, os.ErrDeadlineExceeded)
 }
 

@@ -16,9 +16,11 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	env := fieldEnv
 	config.Seconds(fs, &c.PingInterval, "ping-interval", env["PingInterval"], def.PingInterval, "keepalive: ping sockets silent this long; close those silent for 3 intervals")
 	config.MiB(fs, &c.MaxReadBytes, "max-read", env["MaxReadBytes"], def.MaxReadBytes, "bytes of large messages being read, across the edge; past it a message gets a fatal internal_error")
-	config.MiB(fs, &c.MaxHelloBytes, "max-hello", env["MaxHelloBytes"], def.MaxHelloBytes, "bytes the sockets that have not said hello hold while their messages are read, across the edge; past it such a socket gets a fatal internal_error")
-	config.Int(fs, &c.MaxHelloConns, "max-hello-conns", env["MaxHelloConns"], def.MaxHelloConns, "sockets that have not said hello yet, across the edge; past it an upgrade gets HTTP 503")
-	config.Int(fs, &c.MaxHelloConnsPerAddr, "max-hello-per-addr", env["MaxHelloConnsPerAddr"], def.MaxHelloConnsPerAddr, "sockets that have not said hello yet from one client address (after trusted proxies); past it an upgrade gets HTTP 503")
+	config.MiB(fs, &c.MaxHelloBytes, "max-hello", env["MaxHelloBytes"], def.MaxHelloBytes, "bytes the sockets in the hello phase may hold while their messages are read (12 KiB each), across the edge: the phase admits at most this / 12 KiB sockets")
+	config.Int(fs, &c.MaxHelloConns, "max-hello-conns", env["MaxHelloConns"], def.MaxHelloConns, "sockets in the hello phase (upgraded, hello not answered yet), across the edge; past it a stranger that holds more than its share or waited an eighth of the hello timeout gives its place, else an upgrade gets HTTP 503 with Retry-After")
+	config.Int(fs, &c.MaxHelloConnsPerAddr, "max-hello-per-addr", env["MaxHelloConnsPerAddr"], def.MaxHelloConnsPerAddr, "sockets whose hello was not accepted yet from one source (an address after trusted proxies, grouped by -hello-prefix-v4/-v6); past it the source's own oldest gives its place if it waited an eighth of the hello timeout, else HTTP 503")
+	config.Int(fs, &c.HelloPrefixV4, "hello-prefix-v4", env["HelloPrefixV4"], def.HelloPrefixV4, "bits of an IPv4 client address that name one source for the hello phase's per-source bound")
+	config.Int(fs, &c.HelloPrefixV6, "hello-prefix-v6", env["HelloPrefixV6"], def.HelloPrefixV6, "bits of an IPv6 client address that name one source for the hello phase's per-source bound (a client holds a whole /64)")
 	config.MiB(fs, &c.MaxQueuedBytes, "max-queued", env["MaxQueuedBytes"], def.MaxQueuedBytes, "bytes queued to phones, across the edge; past it sockets with over 1 MiB queued are closed as slow readers")
 	config.MiB(fs, &c.MaxUploadBytes, "max-upload", env["MaxUploadBytes"], def.MaxUploadBytes, "bytes of unfinished uploads, across the edge; past it a part gets internal_error")
 	config.Seconds(fs, &c.WriteTimeout, "write-timeout", env["WriteTimeout"], def.WriteTimeout, "a phone whose TCP acknowledges nothing this long while a write waits is cut off")
@@ -40,6 +42,8 @@ var fieldEnv = map[string]string{
 	"MaxHelloBytes":        "MOBILE_MAX_HELLO_MIB",
 	"MaxHelloConns":        "MOBILE_MAX_HELLO_CONNS",
 	"MaxHelloConnsPerAddr": "MOBILE_MAX_HELLO_PER_ADDR",
+	"HelloPrefixV4":        "MOBILE_HELLO_PREFIX_V4",
+	"HelloPrefixV6":        "MOBILE_HELLO_PREFIX_V6",
 	"MaxQueuedBytes":       "MOBILE_MAX_QUEUED_MIB",
 	"MaxUploadBytes":       "MOBILE_MAX_UPLOAD_MIB",
 	"WriteTimeout":         "MOBILE_WRITE_TIMEOUT",

@@ -35,6 +35,7 @@ type metrics struct {
 	draining     metric.Int64UpDownCounter
 	slowReaders  metric.Int64Counter
 	acceptFails  metric.Int64Counter
+	evictions    metric.Int64Counter
 	helloTime    metric.Float64Histogram
 	budgetUsed   metric.Int64ObservableGauge
 	budgetLimit  metric.Int64ObservableGauge
@@ -90,7 +91,7 @@ const (
 const (
 	acceptStageAccept  = "accept"           // the listener's Accept failed (out of files, …)
 	acceptStageUpgrade = "upgrade"          // the HTTP request was no valid WebSocket upgrade of /ws, or did not complete in time
-	acceptStageHello   = "hello_phase_full" // refused (503): MaxHelloConns or MaxHelloConnsPerAddr sockets await hello
+	acceptStageHello   = "hello_phase_full" // refused (503): the hello phase had no place, and no stranger could give up its own
 )
 
 // closeCodes are the code label values (RFC 6455 7.4.1): the codes the
@@ -165,6 +166,9 @@ func newMetrics(m metric.Meter) *metrics {
 	x.acceptFails, e = m.Int64Counter("hermes_accept_failures",
 		metric.WithDescription("Connections the edge could not take: the listener's accept failed, or the WebSocket upgrade did."))
 	in.Check(e)
+	x.evictions, e = m.Int64Counter("hermes_hello_evictions",
+		metric.WithDescription("Sockets that had not said hello closed to give their place in the hello phase to a newcomer."))
+	in.Check(e)
 	x.helloTime, e = m.Float64Histogram("hermes_handshake_duration", metric.WithUnit("s"),
 		metric.WithDescription("From a hello's arrival to its ready being queued, for hellos that got ready."),
 		metric.WithExplicitBucketBoundaries(helloBuckets...))
@@ -221,7 +225,7 @@ func (m *metrics) zero() {
 	for _, opts := range m.byStage.Known() {
 		m.acceptFails.Add(bg, 0, opts...)
 	}
-	for _, c := range []metric.Int64Counter{m.dedupHits, m.uploadBytes, m.outboxOut, m.moved, m.unacked} {
+	for _, c := range []metric.Int64Counter{m.dedupHits, m.uploadBytes, m.outboxOut, m.moved, m.unacked, m.evictions} {
 		c.Add(bg, 0)
 	}
 	for _, opts := range m.byType.All() {
@@ -295,6 +299,10 @@ func (m *metrics) slowReaderClosed(reason string) {
 
 // acceptFailed counts a connection lost at stage.
 func (m *metrics) acceptFailed(stage string) { m.acceptFails.Add(bg, 1, m.byStage.Of(stage)...) }
+
+// helloEvicted counts a stranger closed to give its place in the hello
+// phase to a newcomer.
+func (m *metrics) helloEvicted() { m.evictions.Add(bg, 1) }
 
 // handshake counts a hello by its result: handshakeOK or an error code.
 func (m *metrics) handshake(result string) { m.handshakes.Add(bg, 1, m.byResult.Of(result)...) }

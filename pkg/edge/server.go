@@ -83,19 +83,23 @@ type Config struct {
 	// with a fatal internal_error (close 1008): the phone reconnects and
 	// sends it again, and sockets reading small frames are not affected.
 	MaxReadBytes int64
-	// MaxHelloBytes bounds what the sockets that have not said hello hold
-	// while a message of theirs is read, across the edge (16 MiB): the
-	// pooled 4 KiB reader and the message's buffer, as its bytes arrive. A
-	// socket whose next bytes do not fit gets a fatal internal_error (close
-	// 1008). Authenticated sockets never draw from it.
-	MaxHelloBytes int64
-	// MaxHelloConns bounds the sockets in the hello phase (upgraded, no
-	// hello accepted yet) across the edge (10,000), and
-	// MaxHelloConnsPerAddr those from one client address, after the
-	// trusted-proxy rules (256). Past either, an upgrade is refused with
-	// HTTP 503 and Retry-After; a socket that said hello no longer counts.
+	// MaxHelloConns bounds the sockets in the hello phase (upgraded, hello
+	// not answered yet) across the edge (10,000), and MaxHelloBytes what
+	// their messages may hold (16 MiB): each holds at most a 4 KiB reader
+	// and an 8 KiB message, so the phase admits at most MaxHelloBytes /
+	// 12 KiB sockets too (1,365 by default). MaxHelloConnsPerAddr bounds the strangers
+	// (sockets whose hello was not accepted yet) of one source, a client
+	// address after the trusted-proxy rules, IPv4 addresses grouped by
+	// HelloPrefixV4 bits (32) and IPv6 ones by HelloPrefixV6 (64) (256).
+	// Past a bound a stranger that holds more than its share, or has
+	// waited HelloTimeout/8, gives its place to the newcomer (see
+	// admission.go); when none can, the upgrade is refused with HTTP 503
+	// and a Retry-After.
+	MaxHelloBytes        int64
 	MaxHelloConns        int
 	MaxHelloConnsPerAddr int
+	HelloPrefixV4        int
+	HelloPrefixV6        int
 	// MaxQueuedBytes bounds the bytes queued outbound, across the edge
 	// (256 MiB). Past it, a frame for a connection that already has more
 	// than 1 MiB queued closes that connection as a slow reader (its
@@ -171,10 +175,20 @@ func (c Config) Validate() error {
 	for name, n := range map[string]int64{"MaxOutboundBytes": int64(c.MaxOutboundBytes), "MaxReadBytes": c.MaxReadBytes,
 		"MaxQueuedBytes": c.MaxQueuedBytes, "MaxUploadBytes": c.MaxUploadBytes, "PingMisses": int64(c.PingMisses),
 		"MaxHelloBytes": c.MaxHelloBytes, "MaxHelloConns": int64(c.MaxHelloConns), "MaxHelloConnsPerAddr": int64(c.MaxHelloConnsPerAddr),
+		"HelloPrefixV4": int64(c.HelloPrefixV4), "HelloPrefixV6": int64(c.HelloPrefixV6),
 		"MaxPageConns": int64(c.MaxPageConns)} {
 		if n < 0 {
 			errs = append(errs, fmt.Errorf("%s: %d is negative", setting(name), n))
 		}
+	}
+	if c.HelloPrefixV4 > 32 {
+		errs = append(errs, fmt.Errorf("%s: %d is more bits than an IPv4 address has", setting("HelloPrefixV4"), c.HelloPrefixV4))
+	}
+	if c.HelloPrefixV6 > 128 {
+		errs = append(errs, fmt.Errorf("%s: %d is more bits than an IPv6 address has", setting("HelloPrefixV6"), c.HelloPrefixV6))
+	}
+	if c.MaxHelloBytes > 0 && c.MaxHelloBytes < helloSocketBytes {
+		errs = append(errs, fmt.Errorf("%s: %d bytes is less than one socket in the hello phase may hold (%d)", setting("MaxHelloBytes"), c.MaxHelloBytes, helloSocketBytes))
 	}
 	if c.AckWait >= dispatch.DefaultTimeout {
 		// The router stops waiting for the delivery first: every phone
@@ -229,6 +243,12 @@ func (c *Config) setDefaults() {
 	if c.MaxHelloConnsPerAddr <= 0 {
 		c.MaxHelloConnsPerAddr = DefaultHelloConnsPerAddr
 	}
+	if c.HelloPrefixV4 <= 0 {
+		c.HelloPrefixV4 = DefaultHelloPrefixV4
+	}
+	if c.HelloPrefixV6 <= 0 {
+		c.HelloPrefixV6 = DefaultHelloPrefixV6
+	}
 	if c.ID == "" {
 		c.ID = "edge-" + ids.Hex(4)
 	}
@@ -255,7 +275,7 @@ type Server struct {
 
 	// Byte budgets of the whole edge; see Config.MaxReadBytes and the rest.
 	reading, queued, uploading budget
-	helloBytes                 budget       // Config.MaxHelloBytes
+	helloBytes                 budget       // what the hello phase holds (see admission.go)
 	stopBudgets                func() error // ends their reporting
 
 	ctx     context.Context // cancelled by Close
@@ -267,16 +287,11 @@ type Server struct {
 	mu      sync.Mutex
 	devices map[string]*deviceSlot // device id → the socket that owns it here
 	conns   map[*conn]struct{}
-	// awaiting holds the connections that have not said hello, with the
-	// time (since start) they must have by; helloSweep enforces it.
-	awaiting map[*conn]time.Duration
-	// helloing counts the sockets in the hello phase (admitted by
-	// admitHello, not yet let go by leaveHello): all, and by client
-	// address.
-	helloing       int
-	helloingByAddr map[netip.Addr]int
-	lns            []net.Listener
-	closed         bool
+	// hello is the hello phase: the sockets whose hello is not answered
+	// yet, and admission to it.
+	hello  *helloPhase
+	lns    []net.Listener
+	closed bool
 	// recovering (under mu): the devices recover is looking at.
 	recovering map[string]bool
 	// early (under mu): notices about devices with no socket here when
@@ -349,22 +364,21 @@ func New(cfg Config, st store.Store, b bus.Bus, log *slog.Logger) *Server {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{
-		reading:        budget{limit: cfg.MaxReadBytes},
-		queued:         budget{limit: cfg.MaxQueuedBytes},
-		uploading:      budget{limit: cfg.MaxUploadBytes},
-		helloBytes:     budget{limit: cfg.MaxHelloBytes},
-		helloingByAddr: make(map[netip.Addr]int),
-		cfg:            cfg,
-		log:            log.With("edge", cfg.ID),
-		store:          st,
-		bus:            b,
-		auth:           newAuthenticator(cfg.Auth),
-		sender:         &dispatch.Dispatcher{Owners: st, Bus: b, Cache: &dispatch.OwnerCache{}},
-		tel:            newEdgeTelemetry(cfg.Telemetry),
-		devices:        make(map[string]*deviceSlot),
-		conns:          make(map[*conn]struct{}),
-		awaiting:       make(map[*conn]time.Duration),
-		start:          time.Now(),
+		reading:    budget{limit: cfg.MaxReadBytes},
+		queued:     budget{limit: cfg.MaxQueuedBytes},
+		uploading:  budget{limit: cfg.MaxUploadBytes},
+		helloBytes: budget{limit: helloSocketBytes * int64(newHelloPhase(cfg).cap)},
+		hello:      newHelloPhase(cfg),
+		cfg:        cfg,
+		log:        log.With("edge", cfg.ID),
+		store:      st,
+		bus:        b,
+		auth:       newAuthenticator(cfg.Auth),
+		sender:     &dispatch.Dispatcher{Owners: st, Bus: b, Cache: &dispatch.OwnerCache{}},
+		tel:        newEdgeTelemetry(cfg.Telemetry),
+		devices:    make(map[string]*deviceSlot),
+		conns:      make(map[*conn]struct{}),
+		start:      time.Now(),
 	}
 	s.deliverer = &dispatch.Deliverer{Dispatcher: s.sender, Blobs: st, BlobTTL: cfg.BlobTTL, HomeDevice: cfg.HomeDevice, Keeper: cfg.Keeper}
 	if p, err := sharedPoller(); err == nil {
@@ -713,14 +727,8 @@ func (s *Server) helloSweep() {
 			return
 		case <-t.C:
 		}
-		now := time.Since(s.start)
 		s.mu.Lock()
-		for c, by := range s.awaiting {
-			if now >= by {
-				late = append(late, c)
-				s.leaveHelloLocked(c)
-			}
-		}
+		late = s.hello.late(time.Since(s.start), late)
 		s.mu.Unlock()
 		for i, c := range late {
 			late[i] = nil
@@ -730,53 +738,47 @@ func (s *Server) helloSweep() {
 	}
 }
 
-// helloDone takes c off the connections awaiting hello.
-func (s *Server) helloDone(c *conn) {
+// admitHello takes a place in the hello phase for a new socket from
+// client (see admission.go). A stranger that gave up its place for it is
+// closed here. When no place can be had, ok is false and retryAfter says
+// in how many seconds to come back.
+func (s *Server) admitHello(client netip.Addr) (src netip.Prefix, ok bool, retryAfter int) {
 	s.mu.Lock()
-	s.leaveHelloLocked(c)
+	now := time.Since(s.start)
+	src, victim, ok := s.hello.admit(client, now)
+	if !ok {
+		retryAfter = s.hello.retryAfter(now)
+	}
+	s.mu.Unlock()
+	if victim != nil {
+		s.tel.m.helloEvicted()
+		victim.evict()
+	}
+	return src, ok, retryAfter
+}
+
+// helloAccepted: c's hello carried a valid token; it no longer counts as
+// a stranger of its source.
+func (s *Server) helloAccepted(c *conn) {
+	s.mu.Lock()
+	s.hello.accepted(c)
 	s.mu.Unlock()
 }
 
-// leaveHelloLocked takes c off the connections awaiting hello and out of
-// the hello-phase counts, once; s.mu is held.
-func (s *Server) leaveHelloLocked(c *conn) {
-	if _, ok := s.awaiting[c]; ok {
-		delete(s.awaiting, c)
-		s.leaveHelloPhaseLocked(c.client)
-	}
-}
-
-// admitHello counts a new socket from client into the hello phase, unless
-// the edge already holds MaxHelloConns such sockets or client
-// MaxHelloConnsPerAddr of them. Each socket admitted is let go by
-// leaveHelloPhaseLocked exactly once.
-func (s *Server) admitHello(client netip.Addr) bool {
+// helloDone takes c out of the hello phase, once: its hello was answered
+// (answered), or it closed.
+func (s *Server) helloDone(c *conn, answered bool) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.helloing >= s.cfg.MaxHelloConns || s.helloingByAddr[client] >= s.cfg.MaxHelloConnsPerAddr {
-		return false
-	}
-	s.helloing++
-	s.helloingByAddr[client]++
-	return true
+	s.hello.leave(c, answered)
+	s.mu.Unlock()
 }
 
-// leaveHelloPhaseLocked undoes one admitHello of client; s.mu is held.
-func (s *Server) leaveHelloPhaseLocked(client netip.Addr) {
-	s.helloing--
-	if n := s.helloingByAddr[client] - 1; n > 0 {
-		s.helloingByAddr[client] = n
-	} else {
-		delete(s.helloingByAddr, client)
-	}
-}
-
-// HelloPhase reports the sockets in the hello phase now, and the bytes
-// their messages hold of MaxHelloBytes.
+// HelloPhase reports the sockets in the hello phase now (strangers and
+// hellos being answered), and the bytes their messages hold.
 func (s *Server) HelloPhase() (conns int, bytes int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.helloing, s.helloBytes.inUse()
+	return s.hello.n, s.helloBytes.inUse()
 }
 
 // recover handles a device whose owner record no longer holds our epoch.

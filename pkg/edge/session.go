@@ -131,6 +131,15 @@ func (c *conn) keepAttempt(key, attempt string) {
 	c.attempts[key] = attempt
 }
 
+// errEvicted: the socket had not said hello, and its place in the hello
+// phase went to a newcomer (see admission.go).
+var errEvicted = errors.New("pushed out of the hello phase for a newcomer")
+
+// evict closes a socket that has not said hello, whose place in the hello
+// phase went to a newcomer, at once: a close frame would keep its reader
+// and message, which the newcomer was promised, until the peer answered.
+func (c *conn) evict() { c.teardown(errEvicted) }
+
 func (c *conn) helloTimeout() {
 	c.mu.Lock()
 	helloed := c.flags.is(flagHelloed)
@@ -143,6 +152,7 @@ func (c *conn) helloTimeout() {
 func (c *conn) hello(h *protocol.Hello) {
 	start := time.Now()
 	s := c.srv
+	defer s.helloDone(c, true)
 	g := s.auth.check(h.Token)
 	if !g.valid {
 		c.fatal(protocol.NewError(protocol.CodeAuthFailed, "invalid token"))
@@ -160,7 +170,7 @@ func (c *conn) hello(h *protocol.Hello) {
 		c.fatal(protocol.NewError(protocol.CodeForbidden, "this token and this device id are bound to others"))
 		return
 	}
-	s.helloDone(c)
+	s.helloAccepted(c)
 	ctx, cancel := c.opContext()
 	defer cancel()
 	// The claim also says whether the device acked on an earlier socket:

@@ -281,6 +281,8 @@ func TestHelloPhaseCaps(t *testing.T) {
 	n := hsNode(t, func(cfg *gateway.Config) {
 		cfg.Edge.MaxHelloConnsPerAddr = perAddr
 		cfg.Edge.MaxHelloConns = 2 * perAddr
+		// No silent socket waits long enough to give its place away.
+		cfg.Edge.HelloTimeout = time.Hour
 	})
 	dial := func(local string) (net.Conn, error) {
 		d := ws.Dialer{Timeout: 5 * time.Second, NetDial: func(ctx context.Context, network, addr string) (net.Conn, error) {

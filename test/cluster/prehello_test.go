@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -75,6 +76,62 @@ func TestSlowPreHelloSockets(t *testing.T) {
 	checkRSS(t, rss)
 }
 
+// TestStalledHelloFloodLeavesPhonesIn: the flood that locked every phone
+// out of an edge: 1,400 sockets from 6 addresses (under the per-address
+// cap), each sending an 8 KiB frame less its last byte and stalling until
+// the hello timeout, held the whole budget of sockets that have not said
+// hello, and every phone's hello got a fatal internal_error (1 of 41
+// answered in 45 s). Now each of 41 phones arriving meanwhile gets ready:
+// the flood's sockets hold more than their share, so theirs go first.
+func TestStalledHelloFloodLeavesPhonesIn(t *testing.T) {
+	c := newCluster(t, options{})
+	e := c.startEdge(t, "P")
+	rss := watchRSS(t, e.Pid())
+	socks := attackFrom(t, e.url, 1400, 6, nil, attackFrame(8<<10, 8<<10-1))
+	t.Logf("%d of 1,400 sockets upgraded and stalled an 8 KiB frame (%d refused); edge RSS %d MiB", socks.upgraded, socks.refused, rss()>>20)
+	phonesGetReady(t, c, "P", 41, nil)
+	checkRSS(t, rss)
+}
+
+// TestOneSlash64FloodLeavesPhonesIn: 1,400 sockets from 1,400 addresses of
+// one IPv6 /64, named by a trusted proxy, each stalling an 8 KiB frame, were
+// all admitted (the cap was per address) and locked other phones out (5 of 5
+// hellos failed). A /64 is one source now: it keeps at most its cap of
+// sockets in the hello phase, and phones of other prefixes get ready.
+func TestOneSlash64FloodLeavesPhonesIn(t *testing.T) {
+	c := newCluster(t, options{})
+	e := c.startEdge(t, "P", "MOBILE_TRUSTED_PROXIES=127.0.0.0/8")
+	rss := watchRSS(t, e.Pid())
+	socks := attackFrom(t, e.url, 1400, 6, func(i int) string { return fmt.Sprintf("2001:db8::%x", i+1) }, attackFrame(8<<10, 8<<10-1))
+	t.Logf("%d of 1,400 sockets of 2001:db8::/64 upgraded and stalled an 8 KiB frame (%d refused); edge RSS %d MiB", socks.upgraded, socks.refused, rss()>>20)
+	phonesGetReady(t, c, "P", 5, func(i int) string { return fmt.Sprintf("2001:db8:%x::1", i+1) })
+	checkRSS(t, rss)
+}
+
+// phonesGetReady connects n phones to edge, one after the other, each
+// saying hello (forwarded, when not nil, gives the i-th its
+// X-Forwarded-For), and fails unless every one gets ready.
+func phonesGetReady(t *testing.T, c *cluster, edge string, n int, forwarded func(i int) string) {
+	t.Helper()
+	start := time.Now()
+	for i := range n {
+		opts := client.Options{Timeout: 10 * time.Second, WriteTimeout: 10 * time.Second}
+		if forwarded != nil {
+			opts.Header = http.Header{"X-Forwarded-For": {forwarded(i)}}
+		}
+		conn, err := client.Dial(testCtx(t), c.edge(edge).url, opts)
+		if err != nil {
+			t.Fatalf("phone %d of %d: %v", i+1, n, err)
+		}
+		_, err = conn.Hello(within(t, 15*time.Second), c.token, device(newDevice("phone")), user)
+		conn.CloseNow()
+		if err != nil {
+			t.Fatalf("phone %d of %d: hello: %v", i+1, n, err)
+		}
+	}
+	t.Logf("%d phones got ready in %v", n, time.Since(start).Round(time.Millisecond))
+}
+
 func checkRSS(t *testing.T, rss func() int64) {
 	t.Helper()
 	t.Logf("edge RSS at most %d MiB (bound %d MiB)", rss()>>20, preHelloRSSBound>>20)
@@ -127,6 +184,7 @@ type attackSockets struct {
 	mu       sync.Mutex
 	conns    []net.Conn
 	upgraded int
+	refused  int // answered 503
 }
 
 func (a *attackSockets) close() {
@@ -142,10 +200,22 @@ func (a *attackSockets) close() {
 // addresses, upgrades each and writes frame on it, never anything more.
 // A few goroutines do it; the sockets then hold no goroutine of the test.
 func attack(t *testing.T, url string, n int, frame []byte) *attackSockets {
+	return attackFrom(t, url, n, attackAddrs, nil, frame)
+}
+
+// attackFrom is attack from addrs source addresses; forwarded, when not
+// nil, gives the i-th socket's X-Forwarded-For.
+func attackFrom(t *testing.T, url string, n, addrs int, forwarded func(i int) string, frame []byte) *attackSockets {
 	t.Helper()
 	host := strings.TrimSuffix(strings.TrimPrefix(url, "ws://"), "/ws")
-	req := "GET /ws HTTP/1.1\r\nHost: " + host + "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
-		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+	request := func(i int) string {
+		xff := ""
+		if forwarded != nil {
+			xff = "X-Forwarded-For: " + forwarded(i) + "\r\n"
+		}
+		return "GET /ws HTTP/1.1\r\nHost: " + host + "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" + xff +
+			"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+	}
 	a := &attackSockets{}
 	t.Cleanup(a.close)
 	var next atomic.Int64
@@ -161,7 +231,7 @@ func attack(t *testing.T, url string, n int, frame []byte) *attackSockets {
 				if i >= n {
 					return
 				}
-				d := net.Dialer{Timeout: 10 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 1, byte(1+i%attackAddrs))}}
+				d := net.Dialer{Timeout: 10 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 1, byte(1+i%addrs))}}
 				nc, err := d.Dial("tcp", host)
 				if err != nil {
 					failed.Store(err)
@@ -171,7 +241,7 @@ func attack(t *testing.T, url string, n int, frame []byte) *attackSockets {
 				a.conns = append(a.conns, nc)
 				a.mu.Unlock()
 				nc.SetDeadline(time.Now().Add(10 * time.Second))
-				if _, err := io.WriteString(nc, req); err != nil {
+				if _, err := io.WriteString(nc, request(i)); err != nil {
 					failed.Store(err)
 					return
 				}
@@ -186,6 +256,9 @@ func attack(t *testing.T, url string, n int, frame []byte) *attackSockets {
 					got = append(got, buf[:k]...)
 				}
 				if !bytes.HasPrefix(got, []byte("HTTP/1.1 101")) {
+					a.mu.Lock()
+					a.refused++
+					a.mu.Unlock()
 					continue
 				}
 				a.mu.Lock()
