@@ -6,10 +6,8 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -21,16 +19,22 @@ type NATSCluster struct {
 	// URLs are the servers' client URLs, one per server.
 	URLs     []string
 	bin      string
-	args     [][]string
+	args     [][]string // what Restart starts server i with
 	monitors []int
 	routes   []string // host:port of each server's route listener
-	procs    []*exec.Cmd
+	procs    []*Proc
 }
 
 // StartNATSCluster starts n nats-servers joined by routes and returns once
-// each routes to all the others. Each logs to a file in a directory of t's.
-// The processes are killed when t ends. Without nats-server the test is
-// skipped, or fails under CI.
+// each routes to all the others. Their output is kept for the messages of
+// failures. The processes are killed when t ends. Without nats-server the
+// test is skipped, or fails under CI.
+//
+// The servers start one after the other, each routing to those started
+// before it (the routes between the others it learns from them), so a
+// server whose port was taken between FreePort and its bind, which exits
+// at once, starts again on other ports without any other server having
+// been told its old ones.
 func StartNATSCluster(t testing.TB, n int) *NATSCluster {
 	t.Helper()
 	bin, err := exec.LookPath("nats-server")
@@ -49,53 +53,107 @@ func StartNATSCluster(t testing.TB, n int) *NATSCluster {
 		}
 		t.Skip(msg)
 	}
-	dir := t.TempDir()
 	c := &NATSCluster{bin: bin}
 	t.Cleanup(func() {
 		for _, p := range c.procs {
-			if p.ProcessState == nil {
-				_ = p.Process.Signal(syscall.SIGKILL)
-				_ = p.Wait() // killed: its exit status says so
-			}
+			p.kill()
 		}
 	})
-	type ports struct{ client, route, monitor int }
-	var ps []ports
-	for range n {
-		var p ports
-		for _, q := range []*int{&p.client, &p.route, &p.monitor} {
+	for i := range n {
+		c.startServer(t, i)
+	}
+	// A server started again routes to every other one itself.
+	for i := range n {
+		var others []string
+		for j, r := range c.routes {
+			if j != i {
+				others = append(others, r)
+			}
+		}
+		c.args[i] = c.serverArgs(i, c.clientPort(i), c.routes[i], c.monitors[i], others)
+	}
+	for i := range n {
+		var exited *Proc
+		if !Eventually(30*time.Second, func() bool {
+			for _, p := range c.procs {
+				if p.exitedNow() {
+					exited = p
+					return true
+				}
+			}
+			return c.routed(i)
+		}) {
+			t.Fatalf("waited %v for nats-%d to route to the %d others; its last output:\n%s", Slack(30*time.Second), i, n-1, c.procs[i].LastLines())
+		}
+		if exited != nil {
+			t.Fatalf("%s exited (%v) while the cluster formed; its last output:\n%s", exited, exited.Err(), exited.LastLines())
+		}
+	}
+	return c
+}
+
+// startServer starts server i on free ports, routing to the servers
+// started before it, and waits until it listens for routes, the last of
+// its three listeners. When one of its ports was taken since FreePort
+// chose it, the server exits at once saying so ("address already in use")
+// and starts again on other ports.
+func (c *NATSCluster) startServer(t testing.TB, i int) {
+	t.Helper()
+	for attempt := 0; ; attempt++ {
+		var client, route, monitor int
+		for _, q := range []*int{&client, &route, &monitor} {
 			v, err := FreePort()
 			if err != nil {
 				t.Fatal(err)
 			}
 			*q = v
 		}
-		ps = append(ps, p)
-	}
-	var routes []string
-	for _, p := range ps {
-		routes = append(routes, "nats://127.0.0.1:"+strconv.Itoa(p.route))
-		c.URLs = append(c.URLs, "nats://127.0.0.1:"+strconv.Itoa(p.client))
-		c.monitors = append(c.monitors, p.monitor)
-		c.routes = append(c.routes, "127.0.0.1:"+strconv.Itoa(p.route))
-	}
-	for i, p := range ps {
-		c.args = append(c.args, []string{"-a", "127.0.0.1", "-p", strconv.Itoa(p.client), "-m", strconv.Itoa(p.monitor),
-			"-n", "nats-" + strconv.Itoa(i), "--cluster_name", "hermes-test",
-			"--cluster", routes[i], "--routes", strings.Join(routes, ","),
-			"-l", filepath.Join(dir, fmt.Sprintf("nats-%d.log", i))})
-		cmd := exec.Command(bin, c.args[i]...)
-		if err := cmd.Start(); err != nil {
-			t.Fatalf("starting nats-server: %v", err)
-		}
-		c.procs = append(c.procs, cmd)
-	}
-	for i := range ps {
-		WaitFor(t, 30*time.Second, fmt.Sprintf("nats-%d to route to the %d others", i, n-1), func() bool {
-			return c.routed(i)
+		routeAddr := "127.0.0.1:" + strconv.Itoa(route)
+		args := c.serverArgs(i, client, routeAddr, monitor, c.routes)
+		name := "nats-" + strconv.Itoa(i)
+		p, _, err := Launch(name, c.bin, args, nil, nil, func(line string) (string, bool) {
+			return "", strings.Contains(line, "Listening for route connections on")
 		})
+		if err == nil {
+			c.procs = append(c.procs, p)
+			c.args = append(c.args, args)
+			c.URLs = append(c.URLs, "nats://127.0.0.1:"+strconv.Itoa(client))
+			c.routes = append(c.routes, routeAddr)
+			c.monitors = append(c.monitors, monitor)
+			return
+		}
+		if p == nil {
+			t.Fatal(err)
+		}
+		p.kill()
+		if !strings.Contains(p.LastLines(), "address already in use") {
+			t.Fatal(err)
+		}
+		if attempt == 4 {
+			t.Fatalf("%s could not listen on five sets of free ports in a row: %v", name, err)
+		}
 	}
-	return c
+}
+
+// serverArgs are the arguments of server i listening on the given ports
+// and routing to routes (host:port, none for the first server).
+func (c *NATSCluster) serverArgs(i, client int, route string, monitor int, routes []string) []string {
+	args := []string{"-a", "127.0.0.1", "-p", strconv.Itoa(client), "-m", strconv.Itoa(monitor),
+		"-n", "nats-" + strconv.Itoa(i), "--cluster_name", "hermes-test", "--cluster", "nats://" + route}
+	if len(routes) > 0 {
+		var urls []string
+		for _, r := range routes {
+			urls = append(urls, "nats://"+r)
+		}
+		args = append(args, "--routes", strings.Join(urls, ","))
+	}
+	return args
+}
+
+func (c *NATSCluster) clientPort(i int) int {
+	_, p, _ := strings.Cut(strings.TrimPrefix(c.URLs[i], "nats://"), ":")
+	n, _ := strconv.Atoi(p)
+	return n
 }
 
 // routed reports whether server i routes to every other server.
@@ -124,33 +182,36 @@ func (c *NATSCluster) routed(i int) bool {
 // Kill sends SIGKILL to server i and waits until it is gone.
 func (c *NATSCluster) Kill(i int) error {
 	p := c.procs[i]
-	if p.ProcessState != nil {
+	if p.exitedNow() {
 		return fmt.Errorf("nats cluster: nats-%d is not running", i)
 	}
-	if err := p.Process.Signal(syscall.SIGKILL); err != nil {
-		return err
-	}
-	_ = p.Wait() // killed: its exit status says so
+	p.kill()
 	return nil
 }
 
 // Restart starts the killed server i again on its ports and waits, at most
 // limit, until it routes to every other server.
 func (c *NATSCluster) Restart(i int, limit time.Duration) error {
+	if !c.procs[i].exitedNow() {
+		return fmt.Errorf("nats cluster: nats-%d is running", i)
+	}
 	deadline := time.Now().Add(limit)
 	addr := strings.TrimPrefix(c.URLs[i], "nats://")
-	for _, a := range []string{addr, c.routes[i]} {
+	for _, a := range []string{addr, c.routes[i], "127.0.0.1:" + strconv.Itoa(c.monitors[i])} {
 		if err := waitPortFree(a, deadline); err != nil {
 			return err
 		}
 	}
-	cmd := exec.Command(c.bin, c.args[i]...)
-	if err := cmd.Start(); err != nil {
+	p, _, err := Launch("nats-"+strconv.Itoa(i), c.bin, c.args[i], nil, nil, nil)
+	if err != nil {
 		return err
 	}
-	c.procs[i] = cmd
-	if !Eventually(time.Until(deadline), func() bool { return c.routed(i) }) {
-		return fmt.Errorf("nats cluster: nats-%d did not route to the others within %v", i, limit)
+	c.procs[i] = p
+	if !Eventually(time.Until(deadline), func() bool { return p.exitedNow() || c.routed(i) }) {
+		return fmt.Errorf("nats cluster: nats-%d did not route to the others within %v; its last output:\n%s", i, limit, p.LastLines())
+	}
+	if p.exitedNow() {
+		return fmt.Errorf("nats cluster: nats-%d exited at its restart (%v); its last output:\n%s", i, p.Err(), p.LastLines())
 	}
 	return nil
 }

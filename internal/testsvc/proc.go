@@ -297,3 +297,22 @@ func WaitStopped(pid int) error {
 	}
 	return nil
 }
+
+// exitedNow reports whether the process has exited and been reaped.
+func (p *Proc) exitedNow() bool {
+	select {
+	case <-p.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// kill sends SIGKILL, unless the process exited, and waits until it is
+// reaped.
+func (p *Proc) kill() {
+	if !p.exitedNow() {
+		_ = p.cmd.Process.Kill() // fails only once it exited
+	}
+	<-p.exited
+}
