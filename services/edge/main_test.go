@@ -70,7 +70,7 @@ func TestFlagDefaults(t *testing.T) {
 		adminListen:     "127.0.0.1:8789", pprof: "off", drainWindow: 10 * time.Second, maxBlob: 1 << 30, blobTTL: 15 * time.Minute,
 		edgeCfg: edge.Config{PingInterval: 30 * time.Second,
 			MaxReadBytes: 256 << 20, MaxQueuedBytes: 256 << 20, MaxUploadBytes: 256 << 20,
-			MaxHelloBytes: 16 << 20, MaxHelloConns: 10_000, MaxHelloConnsPerAddr: 256,
+			MaxHelloBytes: 16 << 20, MaxHelloConns: 10_000, MaxHelloConnsPerAddr: 256, HelloPrefixV4: 32, HelloPrefixV6: 64,
 			MaxOutboundBytes: 32 << 20, WriteTimeout: 10 * time.Second, ReadTimeout: time.Minute, OwnerTTL: 30 * time.Second,
 			AckWait: 10 * time.Second, PageTimeout: 10 * time.Second, MaxPageConns: 1024},
 		routerCfg: router.Config{PromptTTL: protocol.DefaultPromptTTL, OutboxMax: 1024, SessionQueue: 1000, OutboxTTL: 24 * time.Hour, OutboxBytes: 32 << 20, MaxOutboxBytes: 1 << 30, PushEvery: 15 * time.Minute, JournalLease: 15 * time.Second},
