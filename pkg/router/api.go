@@ -67,8 +67,13 @@ type APIConfig struct {
 	// ReadyTimeout bounds the checks of /readyz (2 s).
 	ReadyTimeout time.Duration
 
-	// HeaderTimeout bounds reading a request's headers (10 s).
+	// HeaderTimeout bounds reading a request's headers (5 s): on a new
+	// connection from when it was accepted, on a kept-alive one from the
+	// first bytes of its next request.
 	HeaderTimeout time.Duration
+	// FirstByteTimeout is how long a new connection may stay silent before
+	// the first byte of its request (2 s); then it is closed.
+	FirstByteTimeout time.Duration
 	// BodyTimeout bounds reading a request's body, from the end of its
 	// headers (30 s): a body that trickles in is cut off.
 	BodyTimeout time.Duration
@@ -76,10 +81,14 @@ type APIConfig struct {
 	// 431.
 	MaxHeaderBytes int
 	// MaxConns bounds the connections served at once (1024). When they
-	// are all open, a new one takes the place of the connection that has
-	// been idle longest without ever presenting a valid token, which is
-	// closed; with none such, it waits in the listen backlog until one
-	// closes.
+	// are all open, a new one takes the place of a stranger, a connection
+	// that has never presented a valid token, which is closed: one of the
+	// client address holding the most strangers, the one that has waited
+	// longest for its request in any state (silent since it connected,
+	// sending its headers, or idle between requests), else the one whose
+	// request has run longest. A connection that presented a valid token
+	// is never closed for a new one; with only such open, the new one
+	// waits until one closes.
 	MaxConns int
 	// AnonIdleTimeout is how long a keep-alive connection that has never
 	// presented a valid token stays open between requests (5 s; one that
@@ -114,7 +123,10 @@ func (c *APIConfig) setDefaults() {
 		c.ReadyTimeout = 2 * time.Second
 	}
 	if c.HeaderTimeout <= 0 {
-		c.HeaderTimeout = 10 * time.Second
+		c.HeaderTimeout = 5 * time.Second
+	}
+	if c.FirstByteTimeout <= 0 {
+		c.FirstByteTimeout = 2 * time.Second
 	}
 	if c.BodyTimeout <= 0 {
 		c.BodyTimeout = 30 * time.Second
@@ -315,7 +327,7 @@ func (a *API) authorize(req *http.Request, acc access) error {
 	switch {
 	case acc == deliverOnly && isDeliver, acc == agentOnly && isAgent:
 		if c, ok := req.Context().Value(connKey{}).(*limitConn); ok {
-			c.authed.Store(true)
+			c.trust.CompareAndSwap(stranger, authed) // unless evict closed it first
 		}
 		return nil
 	case isDeliver || isAgent:
@@ -500,7 +512,7 @@ func (a *API) Server(errLog *log.Logger) *http.Server {
 		// No ReadTimeout or WriteTimeout: event streams last. Bodies have
 		// BodyTimeout; each write of a stream has WriteTimeout.
 		// The connection of a request is where authorize marks a valid
-		// token; ConnState tells which connections are idle.
+		// token; ConnState tells which ones wait for a request.
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			if lc, ok := c.(*limitConn); ok {
 				return context.WithValue(ctx, connKey{}, lc)
@@ -521,12 +533,14 @@ func (a *API) Server(errLog *log.Logger) *http.Server {
 type connKey struct{}
 
 // Listener wraps ln so that at most MaxConns of its connections are open
-// at once. When all are, Accept closes the connection idle longest of
-// those that never presented a valid token, and takes its place; with none
-// such it waits for one to close.
+// at once. When all are, Accept takes a new connection and closes a
+// stranger (one that never presented a valid token) to make room for it
+// (evict); with none such, it waits for one to close. A stranger also has
+// FirstByteTimeout for the first byte of its first request and
+// AnonIdleTimeout between requests.
 func (a *API) Listener(ln net.Listener) net.Listener {
 	return &limitListener{Listener: ln, sem: make(chan struct{}, a.cfg.MaxConns), done: make(chan struct{}),
-		anonIdle: a.cfg.AnonIdleTimeout, conns: make(map[*limitConn]struct{})}
+		firstByte: a.cfg.FirstByteTimeout, anonIdle: a.cfg.AnonIdleTimeout, conns: make(map[*limitConn]struct{})}
 }
 
 type limitListener struct {
@@ -534,13 +548,22 @@ type limitListener struct {
 	sem       chan struct{}
 	done      chan struct{}
 	closeOnce sync.Once
+	firstByte time.Duration
 	anonIdle  time.Duration
+	order     atomic.Int64 // counts the connections' changes of state
 
 	mu    sync.Mutex
 	conns map[*limitConn]struct{} // open ones
 }
 
+// Accept takes the next connection first and a slot for it second, so
+// that a stranger is closed only for a connection that came, not for one
+// that might.
 func (l *limitListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
 	select {
 	case l.sem <- struct{}{}:
 	default:
@@ -548,38 +571,62 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		select {
 		case l.sem <- struct{}{}:
 		case <-l.done:
+			c.Close()
 			return nil, net.ErrClosed
 		}
 	}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.sem
-		return nil, err
-	}
-	lc := &limitConn{Conn: c, l: l}
+	now := time.Now()
+	lc := &limitConn{Conn: c, l: l, src: clientHost(c.RemoteAddr())}
+	lc.since.Store(l.order.Add(1))
+	lc.firstByte.Store(now.Add(l.firstByte).UnixNano())
+	_ = c.SetReadDeadline(now.Add(l.firstByte))
 	l.mu.Lock()
 	l.conns[lc] = struct{}{}
 	l.mu.Unlock()
 	return lc, nil
 }
 
-// evict closes the connection idle longest among those that never
-// presented a valid token, if there is one: its slot frees at once.
+// evict closes a stranger, if there is one, and its slot frees at once:
+// of the client address holding the most strangers (a flood from one
+// address does not push out the others), the one that has waited longest
+// for a request, else the one whose request has run longest.
 func (l *limitListener) evict() {
-	var oldest *limitConn
-	var since int64
-	l.mu.Lock()
-	for c := range l.conns {
-		if c.authed.Load() {
-			continue
+	for {
+		type source struct {
+			strangers int
+			first     *limitConn
 		}
-		if s := c.idleSince.Load(); s != 0 && (oldest == nil || s < since) {
-			oldest, since = c, s
+		sources := make(map[string]*source)
+		var pick *source
+		l.mu.Lock()
+		for c := range l.conns {
+			if c.trust.Load() != stranger {
+				continue
+			}
+			s := sources[c.src]
+			if s == nil {
+				s = &source{}
+				sources[c.src] = s
+			}
+			s.strangers++
+			if s.first == nil || c.before(s.first) {
+				s.first = c
+			}
 		}
-	}
-	l.mu.Unlock()
-	if oldest != nil {
-		oldest.Close()
+		l.mu.Unlock()
+		for _, s := range sources {
+			if pick == nil || s.strangers > pick.strangers || s.strangers == pick.strangers && s.first.before(pick.first) {
+				pick = s
+			}
+		}
+		if pick == nil {
+			return
+		}
+		// Unless a valid token marked it in the meantime: then pick again.
+		if pick.first.trust.CompareAndSwap(stranger, evicted) {
+			pick.first.Close()
+			return
+		}
 	}
 }
 
@@ -588,35 +635,89 @@ func (l *limitListener) Close() error {
 	return l.Listener.Close()
 }
 
+// clientHost is the address of a connection's client without its port.
+func clientHost(a net.Addr) string {
+	if host, _, err := net.SplitHostPort(a.String()); err == nil {
+		return host
+	}
+	return a.String()
+}
+
+// The trust of a connection: a stranger until a request on it presents a
+// valid token (authed) or evict closes it (evicted), never both.
+const (
+	stranger int32 = iota
+	authed
+	evicted
+)
+
 type limitConn struct {
 	net.Conn
-	l      *limitListener
-	once   sync.Once
-	authed atomic.Bool // a request on it presented a valid token
-	// idleSince is when it went idle between requests (UnixNano), 0 while
-	// a request is read or served.
-	idleSince atomic.Int64
+	l     *limitListener
+	src   string // the client's address
+	once  sync.Once
+	trust atomic.Int32
+	// since orders when it was accepted, went idle or began a request
+	// (the listener's order); serving says it is serving a request
+	// (http.StateActive).
+	since   atomic.Int64
+	serving atomic.Bool
+	// firstByte is the deadline of its first byte (UnixNano), 0 once it
+	// came; header is the read deadline the server set meanwhile, which
+	// holds from the first byte on.
+	firstByte atomic.Int64
+	header    atomic.Int64
+}
+
+// before says whether evict takes c before d: a connection waiting for a
+// request before one serving one, then the one in its state longer.
+func (c *limitConn) before(d *limitConn) bool {
+	if cs, ds := c.serving.Load(), d.serving.Load(); cs != ds {
+		return ds
+	}
+	return c.since.Load() < d.since.Load()
 }
 
 func (c *limitConn) setState(st http.ConnState) {
 	switch st {
-	case http.StateIdle:
-		c.idleSince.Store(time.Now().UnixNano())
-	case http.StateActive:
-		c.idleSince.Store(0)
+	case http.StateActive, http.StateIdle:
+		c.serving.Store(st == http.StateActive)
+		c.since.Store(c.l.order.Add(1))
 	}
 }
 
-// SetReadDeadline shortens the server's keep-alive wait (set just after
-// the connection went idle) to AnonIdleTimeout while the connection has
-// never presented a valid token.
+// SetReadDeadline shortens the server's waits for a stranger's request:
+// to FirstByteTimeout from its acceptance until its first byte, and to
+// AnonIdleTimeout from now for the keep-alive wait (set just after the
+// connection went idle) and the headers of a later request.
 func (c *limitConn) SetReadDeadline(t time.Time) error {
-	if !t.IsZero() && c.idleSince.Load() != 0 && !c.authed.Load() {
-		if limit := time.Now().Add(c.l.anonIdle); t.After(limit) {
+	if !t.IsZero() && c.trust.Load() != authed {
+		var limit time.Time
+		if fb := c.firstByte.Load(); fb != 0 {
+			c.header.Store(t.UnixNano())
+			limit = time.Unix(0, fb)
+		} else if !c.serving.Load() {
+			limit = time.Now().Add(c.l.anonIdle)
+		}
+		if !limit.IsZero() && t.After(limit) {
 			t = limit
 		}
 	}
 	return c.Conn.SetReadDeadline(t)
+}
+
+// Read lifts the first byte's deadline once it came: the server's header
+// deadline holds instead.
+func (c *limitConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 && c.firstByte.Load() != 0 && c.firstByte.Swap(0) != 0 {
+		var t time.Time
+		if h := c.header.Load(); h != 0 {
+			t = time.Unix(0, h)
+		}
+		_ = c.Conn.SetReadDeadline(t)
+	}
+	return n, err
 }
 
 func (c *limitConn) Close() error {

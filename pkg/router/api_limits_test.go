@@ -104,15 +104,19 @@ func TestAPIHeaderBound(t *testing.T) {
 	}
 }
 
-// TestAPIConnectionCap: with MaxConns 2, a third connection is not served
-// while two are open, and is served once one of them closes.
+// TestAPIConnectionCap: with MaxConns 2 held by connections that
+// presented a valid token, a third connection is not served while both
+// are open (neither is closed for it), and is served once one of them
+// closes.
 func TestAPIConnectionCap(t *testing.T) {
 	e := startSingle(t, apiConfig(func(c *router.APIConfig) { c.MaxConns = 2 }))
 	held := []net.Conn{rawConn(t, e), rawConn(t, e)}
 	for _, c := range held { // both are being served
 		br := bufio.NewReader(c)
-		io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-		readResponse(t, c, br, 10*time.Second)
+		io.WriteString(c, "GET /v1/events?wait=0 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "+agentToken+"\r\n\r\n")
+		if resp := readResponse(t, c, br, 10*time.Second); resp.StatusCode != http.StatusOK {
+			t.Fatalf("events: %d", resp.StatusCode)
+		}
 	}
 	third := rawConn(t, e)
 	br := bufio.NewReader(third)
