@@ -29,6 +29,8 @@ const (
 	// MaxAnswerWait bounds how long an answer may take before its message
 	// counts as lost.
 	MaxAnswerWait = time.Minute
+	// MaxRetry bounds how long a phone keeps trying to connect.
+	MaxRetry = 10 * time.Minute
 	// MaxDialConcurrency bounds the handshakes in flight at once.
 	MaxDialConcurrency = 1000
 	// sourceFirst and sourceCount: the source addresses 127.0.0.2 to
@@ -60,6 +62,11 @@ type Config struct {
 	JSONPath        string        // also write the report here as JSON
 	Progress        time.Duration // during the message phase, log what was answered and what is pending this often; 0 never
 	Pace            string        // pacePhone: every phone sends on a timer of its own; paceCentral: one pacer, round-robin
+	// Retry is how long a phone that could not connect keeps trying, as
+	// the SDKs do: after a 503 or 429 at least its Retry-After, with
+	// jitter; after any other failure full jitter (see backoff). 0 gives
+	// each phone one attempt.
+	Retry time.Duration
 }
 
 // The ways texts are paced in the message phase.
@@ -102,6 +109,7 @@ func (f *flagSet) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.RequireMetrics, "require-metrics", false, "fail the run when a -metrics URL cannot be read or lacks process_resident_memory_bytes or go_goroutines")
 	fs.StringVar(&f.jsonPath, "json", "", "also write the report as JSON to this file")
 	fs.StringVar(&c.Pace, "pace", paceCentral, "how texts are paced: central (one pacer, round-robin over the phones, timed from the write) or phone (each phone on a timer of its own at -rate/-conns a second, from a random phase, timed from when the text was due)")
+	fs.DurationVar(&c.Retry, "retry", 0, "how long a phone that could not connect keeps trying, waiting as the SDKs do: at least a 503's Retry-After, with full jitter (at most 10m; 0: one attempt)")
 	fs.DurationVar(&c.Progress, "progress", 0, "log the texts and deliveries answered and pending this often during the message phase (0: never)")
 }
 
@@ -176,6 +184,9 @@ func (c Config) Validate() error {
 	}
 	if c.Pace != "" && c.Pace != paceCentral && c.Pace != pacePhone { // "" is central
 		bad("-pace: %q is neither %s nor %s", c.Pace, paceCentral, pacePhone)
+	}
+	if c.Retry < 0 || c.Retry > MaxRetry {
+		bad("-retry: %s is not in [0, %s]", c.Retry, MaxRetry)
 	}
 	if c.Progress < 0 {
 		bad("-progress: %s is negative", c.Progress)

@@ -223,8 +223,39 @@ func (r *runner) connectAll(ctx context.Context, devs []*device, h *Histogram) (
 	return int(ok.Load()), time.Duration(last.Load())
 }
 
-// connect dials d's edge, says hello and starts the connection's consumer.
+// connect connects d (connectOnce), and while -retry allows, tries again
+// after each failure as the SDKs do (see backoff). h records the time from
+// the first attempt to ready.
 func (r *runner) connect(ctx context.Context, d *device, h *Histogram) error {
+	start := time.Now()
+	var b backoff
+	for {
+		retryAfter, err := r.connectOnce(ctx, d)
+		if err == nil {
+			h.Record(time.Since(start))
+			return nil
+		}
+		if r.cfg.Retry <= 0 || ctx.Err() != nil || fatalRefusal(err) {
+			return err
+		}
+		pause := b.next(retryAfter)
+		if time.Since(start)+pause > r.cfg.Retry {
+			return err
+		}
+		r.errs.add("retried")
+		sleep(ctx, pause)
+	}
+}
+
+// fatalRefusal: the SDKs stop at auth_failed and forbidden.
+func fatalRefusal(err error) bool {
+	var se *client.ServerError
+	return errors.As(err, &se) && (se.Code == protocol.CodeAuthFailed || se.Code == protocol.CodeForbidden)
+}
+
+// connectOnce dials d's edge, says hello and starts the connection's
+// consumer. A refused upgrade's Retry-After comes back with its error.
+func (r *runner) connectOnce(ctx context.Context, d *device) (retryAfter time.Duration, err error) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
@@ -234,10 +265,13 @@ func (r *runner) connect(ctx context.Context, d *device, h *Histogram) error {
 		var refused *client.HandshakeError
 		if errors.As(err, &refused) {
 			r.errs.add(fmt.Sprintf("dial:http %d", refused.Status))
+			if refused.Status == 503 || refused.Status == 429 {
+				retryAfter = parseRetryAfter(refused.Header.Get("Retry-After"))
+			}
 		} else if ctx.Err() == nil || time.Since(start) >= connectTimeout {
 			r.errs.add("dial")
 		}
-		return err
+		return retryAfter, err
 	}
 	_, err = c.Hello(ctx, r.cfg.Token, protocol.Device{ID: d.id, Name: "Load " + d.id, Platform: "loadtest", AppVersion: "1"},
 		protocol.User{ID: "lt-" + r.cfg.RunID, Name: "Load test"})
@@ -249,14 +283,13 @@ func (r *runner) connect(ctx context.Context, d *device, h *Histogram) error {
 			r.errs.add("hello")
 		}
 		c.CloseNow()
-		return err
+		return 0, err
 	}
-	h.Record(time.Since(start))
 	l := &link{c: c}
 	d.link.Store(l)
 	r.consumers.Add(1)
 	go r.consume(d, l)
-	return nil
+	return 0, nil
 }
 
 // consume reads l's frames until the connection ends, counting answers,
