@@ -7,9 +7,12 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
+	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -466,15 +469,106 @@ func (a *API) decodeWithin(w http.ResponseWriter, req *http.Request, v any, max 
 	if len(strings.TrimSpace(string(data))) == 0 {
 		return nil
 	}
-	return decodeJSON(data, v)
+	return decodeJSON(data, v, "the body")
 }
 
-// decodeJSON decodes a request body (or one delivery of a batch) into v.
-func decodeJSON(data []byte, v any) error {
-	if err := jsonv2.Unmarshal(data, v, decodeOpts); err != nil {
-		return badFrame("the body is not the JSON expected: %v", err)
+// decodeJSON decodes data, the body or one delivery of a batch (what),
+// into v. An error says what is wrong in the API's terms, the member and
+// the JSON it takes ("ttl must be a number, not a string"), never in Go's.
+func decodeJSON(data []byte, v any, what string) error {
+	err := jsonv2.Unmarshal(data, v, decodeOpts)
+	var syn *jsontext.SyntacticError
+	var sem *jsonv2.SemanticError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &syn):
+		in := ""
+		if name := memberName(syn.JSONPointer); name != "" {
+			in = " in " + name
+		}
+		return badFrame("%s is not valid JSON: %v%s (at byte %d)", what, syn.Err, in, syn.ByteOffset)
+	case errors.As(err, &sem) && sem.GoType != nil:
+		name := memberName(sem.JSONPointer)
+		if name == "" {
+			name = what
+		}
+		want := jsonType(sem.GoType)
+		if want == "a base64 string" && sem.JSONKind == '"' {
+			return badFrame("%s must be a base64 string (standard alphabet, padded)", name)
+		}
+		return badFrame("%s must be %s, not %s", name, want, jsonGot(sem, want))
 	}
-	return nil
+	return badFrame("%s is not the JSON expected", what)
+}
+
+// memberName is the member at p as a client writes it: "media.data",
+// "choices[0]"; "" for the whole value.
+func memberName(p jsontext.Pointer) string {
+	var b strings.Builder
+	for tok := range p.Tokens() {
+		if _, err := strconv.Atoi(tok); err == nil {
+			b.WriteString("[" + tok + "]")
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(tok)
+	}
+	return b.String()
+}
+
+// jsonType is the JSON that a value of Go type t is decoded from.
+func jsonType(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a whole number"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		if t.Elem().Kind() == reflect.Uint8 {
+			return "a base64 string"
+		}
+		return "an array"
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	}
+	return "other JSON"
+}
+
+// jsonGot is the JSON that sem could not decode where want was needed:
+// its kind, or the number that does not fit a number member.
+func jsonGot(sem *jsonv2.SemanticError, want string) string {
+	switch sem.JSONKind {
+	case '"':
+		return "a string"
+	case '0':
+		n := string(sem.JSONValue)
+		if want != "a number" && want != "a whole number" || n == "" || len(n) > 32 {
+			return "a number"
+		}
+		// 1.5 is no whole number; 1e30 and 1e999 are out of range.
+		if f, err := strconv.ParseFloat(n, 64); err != nil || f == math.Trunc(f) {
+			return n + " (out of range)"
+		}
+		return n
+	case 't', 'f', 'n':
+		return sem.JSONKind.String()
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	}
+	return "that value"
 }
 
 // statusWriter records the status for the request log. It passes Flush and

@@ -115,7 +115,7 @@ func (a *API) deliverBatch(w http.ResponseWriter, req *http.Request) error {
 	at := make([]int, 0, n)
 	for i, raw := range body.Deliveries {
 		var b protocol.DeliverBody
-		if err := decodeJSON(raw, &b); err != nil {
+		if err := decodeJSON(raw, &b, "a delivery"); err != nil {
 			failed(i, b.ID, err)
 			continue
 		}
