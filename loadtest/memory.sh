@@ -67,18 +67,8 @@ LOADTESTS=()
 REDIS_PREFIX=""
 # shellcheck disable=SC2317 # called by the trap, not unreachable
 cleanup() {
-  for pid in "${LOADTESTS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in "${LOADTESTS[@]}"; do wait "$pid" 2>/dev/null || true; done
-  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-  if [ -n "$REDIS_PREFIX" ]; then
-    redis-cli --scan --pattern "${REDIS_PREFIX}*" | xargs -r -n 1000 redis-cli UNLINK >/dev/null || true
-  fi
-  if [ -n "${MEM_DIR:-}" ]; then
-    mkdir -p "$MEM_DIR" || true
-    cp -r "$WORK"/. "$MEM_DIR"/ 2>/dev/null || true
-  fi
-  rm -rf "$WORK"
+  stop_all "${LOADTESTS[@]}"
+  keep_work "${MEM_DIR:-}"
 }
 trap cleanup EXIT
 

@@ -17,6 +17,27 @@ build_binaries() {
   go build -o "$WORK/loadtest" ./loadtest
 }
 
+# stop_all [PID...]: stops the given processes (load generators), then
+# every process in PIDS, waiting for each, and deletes the Redis keys of
+# REDIS_PREFIX when it is set.
+stop_all() {
+  local pid
+  for pid in "$@" "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "$@" "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  if [ -n "${REDIS_PREFIX:-}" ]; then
+    redis-cli --scan --pattern "${REDIS_PREFIX}*" | xargs -r -n 1000 redis-cli UNLINK >/dev/null || true
+  fi
+}
+
+# keep_work DIR: copies $WORK to DIR when DIR is set, then deletes $WORK.
+keep_work() {
+  if [ -n "$1" ]; then
+    mkdir -p "$1" || true
+    cp -r "$WORK"/. "$1"/ 2>/dev/null || true
+  fi
+  rm -rf "$WORK"
+}
+
 # start NAME VAR=value... COMMAND: runs COMMAND in the background with its
 # log in $WORK/NAME.log, its pid in PIDS and in PID_NAME.
 start() {

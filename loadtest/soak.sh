@@ -90,12 +90,9 @@ REDIS_PREFIX=""
 LOADTEST_PID=""
 # shellcheck disable=SC2317 # called by the trap, not unreachable
 cleanup() {
-  if [ -n "$LOADTEST_PID" ]; then kill -TERM "$LOADTEST_PID" 2>/dev/null || true; wait "$LOADTEST_PID" 2>/dev/null || true; fi
-  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-  if [ -n "$REDIS_PREFIX" ]; then
-    redis-cli --scan --pattern "${REDIS_PREFIX}*" | xargs -r -n 1000 redis-cli UNLINK >/dev/null || true
-  fi
+  local loadtest=()
+  if [ -n "$LOADTEST_PID" ]; then loadtest=("$LOADTEST_PID"); fi
+  stop_all "${loadtest[@]}"
   rm -f "$DIR/edge" "$DIR/router" "$DIR/loadtest"
 }
 trap cleanup EXIT

@@ -34,16 +34,8 @@ source loadtest/services.sh
 REDIS_PREFIX=""
 # shellcheck disable=SC2317 # called by the trap, not unreachable
 cleanup() {
-  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-  if [ -n "$REDIS_PREFIX" ]; then
-    redis-cli --scan --pattern "${REDIS_PREFIX}*" | xargs -r -n 1000 redis-cli UNLINK >/dev/null || true
-  fi
-  if [ -n "${STORM_DIR:-}" ]; then
-    mkdir -p "$STORM_DIR" || true
-    cp -r "$WORK"/. "$STORM_DIR"/ 2>/dev/null || true
-  fi
-  rm -rf "$WORK"
+  stop_all
+  keep_work "${STORM_DIR:-}"
 }
 trap cleanup EXIT
 
