@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/router"
+	"github.com/hermes-mobile/gateway/pkg/wire"
 )
 
 // slowStream opens GET /v1/events as an event stream on a socket with a
@@ -108,31 +110,86 @@ func TestEventsSlowStreamsBounded(t *testing.T) {
 	})
 }
 
-// TestEventsReadBoundedBySize: a JSON read of 100 entries of 12 KiB stops
-// once it holds 256 KiB (at most one read of 16 entries past it), and the
-// next read from its cursor goes on where it stopped: nothing lost.
+// TestEventsReadBoundedBySize: a JSON read answers at most 256 KiB of
+// the log as written, escapes included, and stops at the entry that would
+// pass it. The log holds 40 texts of 12,000 characters that JSON escapes
+// (quotes, backslashes, control characters), 33 KB each as written, and
+// one larger than the bound. A read of max=100 answers the 7 entries that
+// fit (231 KB); the 8th would pass 256 KiB. (Before, the bound was looked
+// at only between reads of 16 entries from the store: 16 entries, 530 KB.)
+// Reading on from each answer's cursor gives every entry once, in order;
+// the large one comes alone.
 func TestEventsReadBoundedBySize(t *testing.T) {
-	const entries = 100
+	const entries, bound = 40, 256 << 10
 	e := startSingle(t, apiConfig(nil))
-	text := strings.Repeat("y", 12<<10)
-	for i := range entries {
-		data, _ := json.Marshal(map[string]any{"kind": "text", "session": "mobile:log", "device": "log", "id": fmt.Sprint("m-", i), "text": text})
+	text := strings.Repeat("\"\\\x01<", 3000) // 12,000 characters; JSON writes 33,000 bytes
+	large := strings.Repeat("\x1f", 60000)    // 360,000 bytes written
+	for i := range entries + 1 {
+		ev := wire.Event{Kind: wire.EventText, Session: "mobile:log", Device: "log", ID: fmt.Sprint("m-", i), Text: text}
+		if i == entries {
+			ev.Text = large
+		}
+		data, err := wire.Marshal(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if _, err := e.store.AppendEvent(t.Context(), data, 10000); err != nil {
 			t.Fatal(err)
 		}
 	}
-	first, cursor := e.readEvents(t, "max=100")
-	// 256 KiB is 21 entries and a bit: the read that passes it is the
-	// second of 16.
-	if len(first) != 32 {
-		t.Fatalf("a read of 100 entries of 12 KiB gave %d; want 32 (two reads of 16, past 256 KiB)", len(first))
+	// read answers one JSON read after cursor: its entries as written, the
+	// ids of their events, and its cursor.
+	read := func(cursor string) (items []json.RawMessage, ids []string, next string) {
+		r := e.call(t, "GET", "/v1/events?max=100&cursor="+cursor, agentToken, nil)
+		var body struct {
+			Events []json.RawMessage `json:"events"`
+			Cursor string            `json:"cursor"`
+		}
+		if r.status != http.StatusOK || json.Unmarshal(r.body, &body) != nil {
+			t.Fatalf("GET /v1/events: %d %.200s", r.status, r.body)
+		}
+		for _, item := range body.Events {
+			var le loggedEvent
+			if err := json.Unmarshal(item, &le); err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, le.Event.ID)
+		}
+		return body.Events, ids, body.Cursor
 	}
-	rest, _ := e.readEvents(t, "max=100&cursor="+cursor)
-	if len(rest) != 32 || rest[0].Event.ID != "m-32" {
-		t.Fatalf("the next read gave %d entries from %q; want 32 from m-32", len(rest), rest[0].Event.ID)
+	written := func(items []json.RawMessage) (n int) {
+		for _, item := range items {
+			n += len(item) + 1 // and its comma
+		}
+		return n
 	}
-	small, _ := e.readEvents(t, "max=3")
-	if len(small) != 3 {
-		t.Fatalf("max=3 gave %d entries", len(small))
+
+	first, _, cursor := read("")
+	second, _, _ := read(cursor)
+	size, next := written(first), written(second[:1])
+	t.Logf("a read answered %d entries, %d bytes written; the next entry is %d bytes", len(first), size, next)
+	if len(first) != 7 || size > bound || size+next <= bound {
+		t.Fatalf("a read answered %d entries, %d bytes written, the next %d; want the 7 that fit in %d bytes", len(first), size, next, bound)
+	}
+
+	var got []string
+	cursor = ""
+	for len(got) < entries+1 {
+		items, ids, c := read(cursor)
+		if len(items) == 0 {
+			t.Fatalf("a read after %d entries answered none", len(got))
+		}
+		if size := written(items); size > bound && len(items) > 1 {
+			t.Fatalf("a read answered %d entries, %d bytes written, past %d", len(items), size, bound)
+		}
+		if slices.Contains(ids, fmt.Sprint("m-", entries)) && len(ids) != 1 {
+			t.Fatalf("the entry larger than the bound came with %d others", len(ids)-1)
+		}
+		got, cursor = append(got, ids...), c
+	}
+	for i, id := range got {
+		if id != fmt.Sprint("m-", i) {
+			t.Fatalf("entry %d is %s: %v", i, id, got)
+		}
 	}
 }

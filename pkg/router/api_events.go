@@ -34,13 +34,22 @@ const (
 	pollEvery = time.Second
 	// waitStep is the longest one wait in the store.
 	waitStep = time.Second
-	// eventsChunk is how many entries one read takes from the store.
+	// eventsChunk is how many entries one read takes from the store at
+	// most; fewer as eventsReadBytes nears.
 	eventsChunk = 16
-	// eventsReadBytes bounds the entries one read holds: past it (at least
-	// one entry read) a read stops and the client asks again from its
-	// cursor. With an entry of at most about 150 KiB (a text of 12,000
-	// characters), a read holds under 3 MiB.
+	// eventsReadBytes bounds what one read answers, counted as written
+	// (entrySize): the entries are JSON, escapes included, so a text of
+	// 12,000 control characters takes 72,000 bytes. A read stops before
+	// the entry that would pass it (but answers one entry, whatever its
+	// size) and the client asks again from its cursor. While reading, a
+	// read also holds the rest of one chunk: at most 16 entries of at most
+	// about 150 KiB, under 3 MiB.
 	eventsReadBytes = 256 << 10
+	// eventFraming is the most an entry adds to an answer besides its
+	// cursor and JSON: an event of a stream (id:, event: with a name of at
+	// most 64 bytes, data:) or an item of a JSON answer
+	// ({"cursor":…,"event":…},).
+	eventFraming = 96
 	// streamFlushBytes is how much of a stream is buffered before it is
 	// written: a stream holds its read and at most this (and an entry).
 	streamFlushBytes = 64 << 10
@@ -267,15 +276,18 @@ func (a *API) openRead(d tokens.Digest) (release func(), ok bool) {
 	}, true
 }
 
-// readBounded returns up to max entries after cursor, waiting up to wait
-// for the first, in reads of eventsChunk: it stops once it holds
-// eventsReadBytes, so that no reader holds more than that and a chunk of
-// the log whatever its entries' size.
-func (a *API) readBounded(ctx context.Context, after string, max int, wait time.Duration) ([]store.EventEntry, error) {
+// readBounded returns up to most entries after cursor, waiting up to wait
+// for the first, that take at most eventsReadBytes as written (one entry
+// whatever its size). It reads eventsChunk entries at a time, fewer as the
+// bound nears, and leaves an entry that would pass it to the next read.
+func (a *API) readBounded(ctx context.Context, after string, most int, wait time.Duration) ([]store.EventEntry, error) {
 	var out []store.EventEntry
-	size := 0
-	for len(out) < max && size < eventsReadBytes {
-		n := min(max-len(out), eventsChunk)
+	size, largest := 0, 0
+	for len(out) < most && size < eventsReadBytes {
+		n := min(most-len(out), eventsChunk)
+		if largest > 0 {
+			n = min(n, max(1, (eventsReadBytes-size)/largest))
+		}
 		es, err := a.read(ctx, after, n, wait)
 		if err != nil {
 			if len(out) > 0 {
@@ -284,10 +296,14 @@ func (a *API) readBounded(ctx context.Context, after string, max int, wait time.
 			return nil, err
 		}
 		for _, e := range es {
-			size += len(e.Cursor) + len(e.Data)
+			s := entrySize(e)
+			if len(out) > 0 && size+s > eventsReadBytes {
+				return out, nil
+			}
+			size, largest = size+s, max(largest, s)
 			after = e.Cursor
+			out = append(out, e)
 		}
-		out = append(out, es...)
 		if len(es) < n {
 			break
 		}
@@ -295,6 +311,11 @@ func (a *API) readBounded(ctx context.Context, after string, max int, wait time.
 	}
 	return out, nil
 }
+
+// entrySize is the most e takes written in an answer: its cursor, its
+// JSON as the log holds it (compact and escaped; the answers write it as
+// it is) and the framing.
+func entrySize(e store.EventEntry) int { return len(e.Cursor) + len(e.Data) + eventFraming }
 
 // Readers is the number of event reads in progress: long polls and event
 // streams waiting for an entry.
