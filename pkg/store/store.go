@@ -214,9 +214,20 @@ type OutboxItem struct {
 }
 
 // OutboxLimits bound the outboxes. Past a bound the oldest items are
-// dropped: the device's own past MaxItems and MaxBytes, the items nearest
-// their deadline in the store (of any device; with one TTL, the oldest)
-// past MaxStoreBytes.
+// dropped: the device's own past MaxItems and MaxBytes; past
+// MaxStoreBytes, the oldest item of the largest holder of the store's
+// (or the shard's) items, whichever device the push was for.
+//
+// Holders are two levels: each item is charged to its device within its
+// Share (who caused it to be kept). Past MaxStoreBytes the share that
+// holds the most bytes is found, then its device that holds the most
+// bytes within it, and that device's oldest item of that share is dropped;
+// again until the items fit. The device pushed to is a holder like any
+// other: when it holds the most, it loses its own oldest. So a device (or
+// a share) loses items only while none holds more than it: a flood of
+// made-up devices, each holding more than a real one, or all charged to
+// one share, pushes out its own items first. Bytes are items' lengths;
+// which of two holders of equal bytes loses is not specified.
 type OutboxLimits struct {
 	// MaxItems bounds one device's items; below 1 nothing is kept.
 	MaxItems int
@@ -228,15 +239,23 @@ type OutboxLimits struct {
 	// on Redis Cluster, each bounding the devices of one shard. An item
 	// longer than its part is not kept.
 	MaxStoreBytes int64
+	// Share names whom the item is charged to one level above its device
+	// (see above): the router names the credential that caused the item
+	// to be kept ("app", "deliver", "device:<id>", "agent"); an owner
+	// (tenant) id fits there too. "" is a share like any other. Shares
+	// are few: each costs the store a little state while it holds items.
+	Share string
 	// TTL is how long the item pushed is kept; it must be positive.
 	TTL time.Duration
 }
 
 // OutboxDrops counts the items one push dropped unwritten, by reason.
 type OutboxDrops struct {
-	Full    int // the device's oldest, past MaxItems
-	Bytes   int // the device's oldest past MaxBytes, or the item pushed when longer than MaxBytes
-	Store   int // the store's oldest (of any device) past MaxStoreBytes, or the item pushed when longer than its part
+	Full  int // the device's oldest, past MaxItems
+	Bytes int // the device's oldest past MaxBytes, or the item pushed when longer than MaxBytes
+	// Store: the largest holder's oldest (of this device or another) past
+	// the store-wide bound, or the item pushed when longer than its part.
+	Store   int
 	Expired int // past their TTL, removed by this push
 }
 

@@ -75,7 +75,3 @@ func (h *entryHeap[E]) Pop() any {
 	e.exp().index = -1
 	return e
 }
-
-// first returns the entry with the earliest deadline; the queue must not be
-// empty.
-func (q *expiryQueue[E]) first() E { return q.h[0] }

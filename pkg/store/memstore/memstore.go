@@ -16,8 +16,8 @@
 //
 // Memory is bounded by Options.MaxBlobBytes (blobs) and Options.MaxDedupKeys
 // (dedup keys); upload buffers are bounded per device by the caller's
-// store.UploadLimits, outboxes per device by PushOutbox's max and histories
-// per session by AppendHistory's limits.
+// store.UploadLimits, outboxes by PushOutbox's limits and histories per
+// session by AppendHistory's limits.
 package memstore
 
 import (

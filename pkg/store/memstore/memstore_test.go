@@ -326,5 +326,13 @@ func TestLazyExpiry(t *testing.T) {
 func TestOutboxStoreBound(t *testing.T) {
 	s := New(Options{})
 	t.Cleanup(func() { s.Close() })
-	storetest.OutboxStoreBound(t, s)
+	storetest.OutboxStoreBound(t, s, storetest.Pool{})
+}
+
+// TestOutboxStoreShares: the level above the devices of the store-wide
+// outbox bound.
+func TestOutboxStoreShares(t *testing.T) {
+	s := New(Options{})
+	t.Cleanup(func() { s.Close() })
+	storetest.OutboxStoreShares(t, s, storetest.Pool{})
 }

@@ -2,44 +2,77 @@ package memstore
 
 import (
 	"bytes"
+	"container/heap"
 	"context"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/hermes-mobile/gateway/pkg/store"
 )
 
-// outboxItem is one queued frame: its sequence number, bytes, device and
-// deadline, queued in outboxes.byDeadline while it is kept.
+// outboxItem is one queued frame: its sequence number, bytes and deadline,
+// queued in outboxes.byDeadline while it is kept, in its device's outbox
+// and in the holding it is charged to.
 type outboxItem struct {
 	expiry
-	device string
-	seq    int64
-	data   []byte
+	seq        int64
+	data       []byte
+	box        *outbox     // its device's queue
+	held       *holding    // its device within its share
+	prev, next *outboxItem // the holding's items, oldest first
 }
 
 // outbox is the queue of one device, oldest first.
 type outbox struct {
-	items []*outboxItem
-	bytes int // the sum of the items' lengths
+	device string
+	items  []*outboxItem
+	bytes  int // the sum of the items' lengths
 }
+
+// holding is what one device holds within one share: its items charged to
+// the share, oldest first, and their bytes.
+type holding struct {
+	device      string
+	share       *share
+	bytes       int64
+	first, last *outboxItem
+	index       int // in share.devices
+}
+
+// share is one holder above the devices (store.OutboxLimits.Share): its
+// devices by the bytes they hold in it, largest first.
+type share struct {
+	name     string
+	bytes    int64
+	byDevice map[string]*holding
+	devices  byWeight[*holding]
+	index    int // in outboxes.largest
+}
+
+func (h *holding) weight() int64 { return h.bytes }
+func (h *holding) slot() *int    { return &h.index }
+func (s *share) weight() int64   { return s.bytes }
+func (s *share) slot() *int      { return &s.index }
 
 // outboxes keeps the queues of offline devices. Sequence numbers come from
 // one counter for all devices, so a device's numbers keep growing when its
 // outbox is emptied and made again. Every item is in byDeadline, which
-// expires items one by one and finds the store's oldest past
-// MaxStoreBytes.
+// expires items one by one, and in its holding, through which the
+// store-wide bound finds the largest holder's oldest.
 type outboxes struct {
 	mu         sync.Mutex
 	seq        int64 // the last sequence number handed out
 	bytes      int64 // the sum of every item's length
 	byDevice   map[string]*outbox
 	byDeadline expiryQueue[*outboxItem]
+	shares     map[string]*share
+	largest    byWeight[*share]
 }
 
 func newOutboxes() outboxes {
-	return outboxes{byDevice: make(map[string]*outbox)}
+	return outboxes{byDevice: make(map[string]*outbox), shares: make(map[string]*share)}
 }
 
 // PushOutbox appends item to device's outbox for lim.TTL and drops the
@@ -60,11 +93,10 @@ func (s *Store) PushOutbox(ctx context.Context, device string, item []byte, lim 
 	d.Expired = q.expireLocked(now)
 	switch {
 	case lim.MaxItems < 1:
-		b := q.byDevice[device]
-		if b != nil {
+		if b := q.byDevice[device]; b != nil {
 			d.Full = len(b.items)
 			for len(b.items) > 0 {
-				q.dropLocked(b, 0)
+				q.dropLocked(b.items[0])
 			}
 		}
 		return d, nil
@@ -75,50 +107,110 @@ func (s *Store) PushOutbox(ctx context.Context, device string, item []byte, lim 
 		d.Store = 1
 		return d, nil
 	}
-	b := q.byDevice[device]
-	if b == nil {
-		b = &outbox{}
-		q.byDevice[device] = b
-	}
 	q.seq++
-	it := &outboxItem{expiry: expiry{at: now.Add(lim.TTL)}, device: device, seq: q.seq, data: item}
-	b.items = append(b.items, it)
-	b.bytes += len(item)
-	q.bytes += int64(len(item))
-	q.byDeadline.add(it)
+	it := &outboxItem{expiry: expiry{at: now.Add(lim.TTL)}, seq: q.seq, data: item}
+	q.addLocked(device, lim.Share, it)
+	b := it.box
 	for len(b.items) > lim.MaxItems {
-		q.dropLocked(b, 0)
+		q.dropLocked(b.items[0])
 		d.Full++
 	}
 	for lim.MaxBytes > 0 && b.bytes > lim.MaxBytes {
-		q.dropLocked(b, 0)
+		q.dropLocked(b.items[0])
 		d.Bytes++
 	}
 	for lim.MaxStoreBytes > 0 && q.bytes > lim.MaxStoreBytes {
-		first := q.byDeadline.first()
-		ob := q.byDevice[first.device]
-		q.dropLocked(ob, ob.index(first.seq))
+		q.dropLocked(q.largestOldest())
 		d.Store++
 	}
 	return d, nil
 }
 
-// index is the position of the item seq, which is in the outbox.
-func (b *outbox) index(seq int64) int {
-	return sort.Search(len(b.items), func(i int) bool { return b.items[i].seq >= seq })
+// addLocked queues it at the end of device's outbox, charged to device
+// within share.
+func (q *outboxes) addLocked(device, shareName string, it *outboxItem) {
+	b := q.byDevice[device]
+	if b == nil {
+		b = &outbox{device: strings.Clone(device)} // not a part of a larger buffer kept alive
+		q.byDevice[device] = b
+	}
+	sh := q.shares[shareName]
+	if sh == nil {
+		sh = &share{name: shareName, byDevice: make(map[string]*holding)}
+		q.shares[shareName] = sh
+		heap.Push(&q.largest, sh)
+	}
+	h := sh.byDevice[device]
+	if h == nil {
+		h = &holding{device: b.device, share: sh}
+		sh.byDevice[device] = h
+		heap.Push(&sh.devices, h)
+	}
+	it.box, it.held = b, h
+	b.items = append(b.items, it)
+	if h.last == nil {
+		h.first = it
+	} else {
+		h.last.next, it.prev = it, h.last
+	}
+	h.last = it
+	n := len(it.data)
+	b.bytes += n
+	q.weigh(h, int64(n))
+	q.bytes += int64(n)
+	q.byDeadline.add(it)
 }
 
-// dropLocked removes b's i-th item, and b when it is left empty.
-func (q *outboxes) dropLocked(b *outbox, i int) {
-	it := b.items[i]
+// weigh adds n bytes to h and its share and restores the orders.
+func (q *outboxes) weigh(h *holding, n int64) {
+	h.bytes += n
+	heap.Fix(&h.share.devices, h.index)
+	h.share.bytes += n
+	heap.Fix(&q.largest, h.share.index)
+}
+
+// largestOldest is the item the store-wide bound drops next: the oldest
+// item of the device that holds the most within the share that holds the
+// most. There must be one.
+func (q *outboxes) largestOldest() *outboxItem {
+	return q.largest[0].devices[0].first
+}
+
+// dropLocked removes it from everything that holds it, and each holder it
+// leaves empty.
+func (q *outboxes) dropLocked(it *outboxItem) {
 	q.byDeadline.remove(it)
-	b.bytes -= len(it.data)
-	q.bytes -= int64(len(it.data))
+	b, h := it.box, it.held
+	i := sort.Search(len(b.items), func(i int) bool { return b.items[i].seq >= it.seq })
 	copy(b.items[i:], b.items[i+1:])
 	b.items[len(b.items)-1] = nil
 	b.items = b.items[:len(b.items)-1]
+	n := len(it.data)
+	b.bytes -= n
+	q.bytes -= int64(n)
 	if len(b.items) == 0 {
-		delete(q.byDevice, it.device)
+		delete(q.byDevice, b.device)
+	}
+	if it.prev == nil {
+		h.first = it.next
+	} else {
+		it.prev.next = it.next
+	}
+	if it.next == nil {
+		h.last = it.prev
+	} else {
+		it.next.prev = it.prev
+	}
+	it.prev, it.next = nil, nil
+	q.weigh(h, -int64(n))
+	sh := h.share
+	if h.first == nil {
+		heap.Remove(&sh.devices, h.index)
+		delete(sh.byDevice, h.device)
+	}
+	if len(sh.byDevice) == 0 {
+		heap.Remove(&q.largest, sh.index)
+		delete(q.shares, sh.name)
 	}
 }
 
@@ -164,9 +256,8 @@ func (s *Store) AckOutbox(ctx context.Context, device string, epoch, upTo int64)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.expireLocked(now)
-	b, ok := q.byDevice[device]
-	for ok && len(b.items) > 0 && b.items[0].seq <= upTo {
-		q.dropLocked(b, 0)
+	for b := q.byDevice[device]; b != nil && len(b.items) > 0 && b.items[0].seq <= upTo; {
+		q.dropLocked(b.items[0])
 	}
 	return true, nil
 }
@@ -186,8 +277,7 @@ func (q *outboxes) expireLocked(now time.Time) int {
 		if !ok {
 			return n
 		}
-		b := q.byDevice[it.device]
-		q.dropLocked(b, b.index(it.seq))
+		q.dropLocked(it)
 		n++
 	}
 }
@@ -197,4 +287,41 @@ func (q *outboxes) len() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return len(q.byDevice)
+}
+
+// weighted is a holder in a byWeight heap.
+type weighted interface {
+	weight() int64
+	slot() *int // its index in the heap
+}
+
+// byWeight is a max-heap of holders by the bytes they hold
+// (heap.Interface); each holder records its index, so a change of weight
+// is fixed in O(log n).
+type byWeight[E weighted] []E
+
+func (h byWeight[E]) Len() int           { return len(h) }
+func (h byWeight[E]) Less(i, j int) bool { return h[i].weight() > h[j].weight() }
+
+func (h byWeight[E]) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	*h[i].slot() = i
+	*h[j].slot() = j
+}
+
+func (h *byWeight[E]) Push(x any) {
+	e := x.(E)
+	*e.slot() = len(*h)
+	*h = append(*h, e)
+}
+
+func (h *byWeight[E]) Pop() any {
+	old := *h
+	n := len(old) - 1
+	e := old[n]
+	var zero E
+	old[n] = zero
+	*h = old[:n]
+	*e.slot() = -1
+	return e
 }

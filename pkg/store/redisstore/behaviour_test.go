@@ -43,7 +43,7 @@ func TestKeyLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.PushOutbox(ctx, "d", []byte("frame"), store.OutboxLimits{MaxItems: 10, MaxStoreBytes: 1 << 20, TTL: time.Minute}); err != nil {
+	if _, err := s.PushOutbox(ctx, "d", []byte("frame"), store.OutboxLimits{MaxItems: 10, MaxStoreBytes: 1 << 20, Share: "app", TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	blob, err := s.PutBlob(ctx, []byte("media"), time.Minute)
@@ -52,21 +52,25 @@ func TestKeyLayout(t *testing.T) {
 	}
 
 	want := map[string]string{
-		"p:dedup:k":            "string",
-		"p:uploads:{d}":        "hash",
-		"p:upload:1:{d}:1:c:f": "hash",
-		"p:{prompts}:card:x":   "hash",
-		"p:{prompts}:due":      "zset",
-		"p:owner:{d}":          "string",
-		"p:epoch:{d}":          "string",
-		"p:outbox:{d}":         "list",
-		"p:outboxseq:{d}":      "string",
-		"p:outboxbytes:{d}":    "string",
-		"p:{outbox}:due":       "zset",
-		"p:{outbox}:bytes":     "string",
-		"p:blob:" + blob:       "string",
-		"p:{blobs}:due":        "zset",
-		"p:{blobs}:bytes":      "string",
+		"p:dedup:k":              "string",
+		"p:uploads:{d}":          "hash",
+		"p:upload:1:{d}:1:c:f":   "hash",
+		"p:{prompts}:card:x":     "hash",
+		"p:{prompts}:due":        "zset",
+		"p:owner:{d}":            "string",
+		"p:epoch:{d}":            "string",
+		"p:outbox:{d}":           "list",
+		"p:outboxseq:{d}":        "string",
+		"p:outboxbytes:{d}":      "string",
+		"p:{outbox}:deadlines":   "zset",
+		"p:{outbox}:sum":         "string",
+		"p:{outbox}:shares":      "zset",
+		"p:{outbox}:devices:app": "zset",
+		"p:{outbox}:order":       "zset",
+		"p:{outbox}:share":       "hash",
+		"p:blob:" + blob:         "string",
+		"p:{blobs}:due":          "zset",
+		"p:{blobs}:bytes":        "string",
 	}
 	all, err := rdb.Keys(ctx, "*").Result()
 	if err != nil {
@@ -99,8 +103,30 @@ func TestKeyLayout(t *testing.T) {
 	if got := rdb.Get(ctx, "p:outboxbytes:{d}").Val(); got != "5" {
 		t.Errorf("outbox bytes %q, want 5", got)
 	}
-	if got := rdb.ZRange(ctx, "p:{outbox}:due", 0, -1).Val(); !slices.Equal(got, []string{"5:" + seq + ":d"}) {
-		t.Errorf("outbox accounting %q, want [5:%s:d]", got, seq)
+	member := "5:" + seq + ":d"
+	if got := rdb.ZRange(ctx, "p:{outbox}:deadlines", 0, -1).Val(); !slices.Equal(got, []string{member}) {
+		t.Errorf("outbox accounting %q, want [%s]", got, member)
+	}
+	pad := strings.Repeat("0", 20-len(seq)) + seq
+	for key, want := range map[string]string{
+		"p:{outbox}:sum":         "5",
+		"p:{outbox}:shares":      "[{5 app}]",
+		"p:{outbox}:devices:app": "[{5 d}]",
+		"p:{outbox}:order":       "[{0 3:app1:d" + pad + ":5}]",
+		"p:{outbox}:share":       "map[" + member + ":app]",
+	} {
+		var got any
+		switch rdb.Type(ctx, key).Val() {
+		case "zset":
+			got = rdb.ZRangeWithScores(ctx, key, 0, -1).Val()
+		case "hash":
+			got = rdb.HGetAll(ctx, key).Val()
+		default:
+			got = rdb.Get(ctx, key).Val()
+		}
+		if fmt.Sprint(got) != want {
+			t.Errorf("%s = %v, want %s", key, got, want)
+		}
 	}
 	if got := rdb.HGetAll(ctx, "p:uploads:{d}").Val(); fmt.Sprint(got) != "map[1:c:f:1]" {
 		t.Errorf("uploads hash %v, want map[1:c:f:1]", got)
@@ -544,5 +570,5 @@ func TestJournalSeqAfterForgotten(t *testing.T) {
 func TestOutboxStoreBound(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, testsvc.StartRedis(t).URL(), Options{})
-	storetest.OutboxStoreBound(t, s)
+	storetest.OutboxStoreBound(t, s, storetest.Pool{})
 }

@@ -30,6 +30,22 @@ func TestClusterStore(t *testing.T) {
 		t.Cleanup(func() { s.Close() })
 		return s
 	})
+	// The store-wide outbox bound at its boundary, within one shard, each
+	// under a prefix of its own (an empty accounting).
+	for name, run := range map[string]func(*testing.T, store.Store, storetest.Pool){
+		"OutboxStoreBound":  storetest.OutboxStoreBound,
+		"OutboxStoreShares": storetest.OutboxStoreShares,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s, err := New(t.Context(), Options{URL: c.URL(), Mode: ModeCluster, Prefix: testPrefix()})
+			if err != nil {
+				t.Fatalf("New: %v", err)
+			}
+			t.Cleanup(func() { s.Close() })
+			run(t, s, outboxPool(s))
+		})
+	}
 }
 
 // TestClusterSpread: the state of many devices spreads over every master,

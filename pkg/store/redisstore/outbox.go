@@ -127,55 +127,169 @@ end
 return reply(string.format('%.0f', seq), full, over, 0, n)
 `)
 
-// accountOutboxScript keeps a shard's store-wide outbox accounting: it
-// forgets the members whose deadline passed and the members removed from
-// their outboxes, counts a new one, and takes out the members nearest
-// their deadline while the shard holds more than part bytes, returning
-// them for their outboxes to drop. A member is "<len>:<seq>:<device>".
-// KEYS: {outbox:i}:due, {outbox:i}:bytes. ARGV: new member ("": none),
-// its deadline ms, its length, part (0: none), ttl ms, then the members
-// removed. Reply: the members taken out.
+// accountOutboxScript keeps a shard's store-wide outbox accounting and
+// picks what the bound drops: the oldest item of the device holding the
+// most bytes within the share holding the most (store.OutboxLimits).
+//
+// Each item pushed with a bound is a member "<len>:<seq>:<device>" of
+// :deadlines (by deadline) and :share (member -> its share), charged to
+// its share in :shares (share -> bytes), to its device in :devices:<share>
+// (device -> bytes of that share) and ordered in :order, whose members
+// "<len(share)>:<share><len(D)>:<D><seq, 20 digits>:<len>" (all scored 0)
+// sort each device's items of each share oldest first, so the oldest is
+// one ZRANGEBYLEX away. :sum is the bytes of :deadlines.
+//
+// :due and :bytes are the accounting of the release before (nearest
+// deadline first, no holders): the items it counted are one holder of
+// their own, dropped nearest deadline first when it holds the most, and
+// leave it when acknowledged or past their deadline, as they did. It
+// never grows: new items are counted above, so it is empty a day
+// (MOBILE_OUTBOX_TTL) after an upgrade.
+//
+// The script forgets the members whose deadline passed and the members
+// removed from their outboxes, counts a new one, and takes members out
+// while the shard holds more than part bytes, returning them for their
+// outboxes to drop. Whatever is found missing on the way (a holder with
+// no item left, after keys expired at slightly different times) is
+// forgotten, so the loop always ends.
+//
+// KEYS: :due, :bytes, :deadlines, :sum, :shares, :order, :share (the
+// shard's). ARGV: new member ("": none), its deadline ms, its length, part
+// (0: none), ttl ms, its share, the prefix of the :devices:<share> keys,
+// then the members removed. Reply: the members taken out.
 var accountOutboxScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local past = '(' .. string.format('%.0f', now)
-local function size(m)
-	return tonumber(string.match(m, '^(%d+):'))
+local devPrefix = ARGV[7]
+local function parse(m)
+	local n, seq, dev = string.match(m, '^(%d+):(%d+):(.*)$')
+	return tonumber(n), seq, dev
 end
-local freed = 0
-local old = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', past)
-for _, m in ipairs(old) do
-	freed = freed + size(m)
+local function lp(s)
+	return #s .. ':' .. s
 end
-if #old > 0 then
-	redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', past)
+local function order(share, dev, seq, n)
+	return lp(share) .. lp(dev) .. string.rep('0', 20 - #seq) .. seq .. ':' .. n
 end
-for i = 6, #ARGV do
-	if redis.call('ZREM', KEYS[1], ARGV[i]) == 1 then
-		freed = freed + size(ARGV[i])
+local function count(key)
+	return tonumber(redis.call('GET', key) or '0')
+end
+local legacy, sum = count(KEYS[2]), count(KEYS[4])
+-- charge adds n bytes to dev within share (n < 0 takes them off).
+local function charge(share, dev, n)
+	local dk = devPrefix .. share
+	if tonumber(redis.call('ZINCRBY', dk, n, dev)) <= 0 then
+		redis.call('ZREM', dk, dev)
+	end
+	if tonumber(redis.call('ZINCRBY', KEYS[5], n, share)) <= 0 then
+		redis.call('ZREM', KEYS[5], share)
 	end
 end
-if freed > 0 then
-	redis.call('DECRBY', KEYS[2], freed)
+local function add(key, n)
+	local v = redis.call('INCRBY', key, n)
+	if v < 0 then
+		redis.call('SET', key, 0)
+		v = 0
+	end
+	return v
+end
+-- forget removes member m, known to be in :deadlines, charged to share.
+local function forget(m, share)
+	local n, seq, dev = parse(m)
+	redis.call('ZREM', KEYS[3], m)
+	redis.call('HDEL', KEYS[7], m)
+	redis.call('ZREM', KEYS[6], order(share, dev, seq, n))
+	charge(share, dev, -n)
+	sum = add(KEYS[4], -n)
+end
+-- drop forgets m, which left its outbox, wherever it is counted.
+local function drop(m)
+	local share = redis.call('HGET', KEYS[7], m)
+	if share then
+		forget(m, share)
+	elseif redis.call('ZREM', KEYS[3], m) == 1 then
+		sum = add(KEYS[4], -parse(m))
+	elseif redis.call('ZREM', KEYS[1], m) == 1 then
+		legacy = add(KEYS[2], -parse(m))
+	end
+end
+for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', past)) do
+	drop(m)
+end
+local old = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', past)
+if #old > 0 then
+	for _, m in ipairs(old) do
+		legacy = add(KEYS[2], -parse(m))
+	end
+	redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', past)
+end
+for i = 8, #ARGV do
+	drop(ARGV[i])
 end
 local out = {}
 if ARGV[1] == '' then
 	return out
 end
-redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
-local total = redis.call('INCRBY', KEYS[2], ARGV[3])
+local share, size = ARGV[6], tonumber(ARGV[3])
+local n, seq, dev = parse(ARGV[1])
+redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
+redis.call('HSET', KEYS[7], ARGV[1], share)
+redis.call('ZADD', KEYS[6], 0, order(share, dev, seq, n))
+charge(share, dev, size)
+sum = add(KEYS[4], size)
 local part = tonumber(ARGV[4])
-while part > 0 and total > part do
-	local m = redis.call('ZRANGE', KEYS[1], 0, 0)[1]
-	redis.call('ZREM', KEYS[1], m)
-	total = redis.call('DECRBY', KEYS[2], size(m))
-	out[#out + 1] = m
+while part > 0 and legacy + sum > part do
+	local top = redis.call('ZREVRANGE', KEYS[5], 0, 0, 'WITHSCORES')
+	local held = tonumber(top[2] or '0')
+	if legacy > 0 and legacy >= held then
+		local m = redis.call('ZRANGE', KEYS[1], 0, 0)[1]
+		if m then
+			redis.call('ZREM', KEYS[1], m)
+			legacy = add(KEYS[2], -parse(m))
+			out[#out + 1] = m
+		else
+			redis.call('DEL', KEYS[2])
+			legacy = 0
+		end
+	elseif not top[1] then
+		redis.call('DEL', KEYS[4]) -- bytes no holder holds
+		sum = 0
+	else
+		local sh = top[1]
+		local dk = devPrefix .. sh
+		local d = redis.call('ZREVRANGE', dk, 0, 0)[1]
+		local o = nil
+		if d then
+			local p = lp(sh) .. lp(d)
+			o = redis.call('ZRANGEBYLEX', KEYS[6], '[' .. p, '(' .. p .. ';', 'LIMIT', 0, 1)[1]
+			if o then
+				local oseq, on = string.match(string.sub(o, #p + 1), '^(%d+):(%d+)$')
+				local m = on .. ':' .. string.gsub(oseq, '^0+', '') .. ':' .. d
+				if redis.call('ZSCORE', KEYS[3], m) then
+					forget(m, sh)
+					out[#out + 1] = m
+				else
+					redis.call('ZREM', KEYS[6], o) -- an item no longer counted
+					charge(sh, d, -tonumber(on))
+				end
+			else
+				redis.call('ZREM', dk, d) -- a device with no item left
+			end
+		else
+			redis.call('ZREM', KEYS[5], sh) -- a share with no device left
+		end
+	end
 end
 local ttl = tonumber(ARGV[5])
-for _, k in ipairs(KEYS) do
-	if redis.call('PTTL', k) < ttl + 1 then
-		redis.call('PEXPIRE', k, ttl + 1)
+for i = 3, #KEYS do
+	if redis.call('PTTL', KEYS[i]) < ttl + 1 then
+		redis.call('PEXPIRE', KEYS[i], ttl + 1)
 	end
+end
+local dk = devPrefix .. share
+if redis.call('PTTL', dk) < ttl + 1 then
+	redis.call('PEXPIRE', dk, ttl + 1)
 end
 return out
 `)
@@ -261,9 +375,13 @@ return r
 // PushOutbox appends item to device's outbox for lim.TTL (by the Redis
 // clock) and drops the oldest items past lim's bounds: the device's in one
 // script on the device's keys, then the store's in a script on the device's
-// shard of the accounting (see Shards), which names the items of any
-// device of that shard to drop. A push that fails between the two leaves
-// its item out of the accounting until its deadline.
+// shard of the accounting (see Shards), which charges the item to lim.Share
+// and device and names the items to drop past the shard's part: the
+// largest holder's oldest, of any device of the shard (see
+// accountOutboxScript); each is then dropped by a script on its device's
+// keys. A push that fails between the scripts leaves its item, or an item
+// named to drop, in its outbox but out of the accounting (never dropped by
+// the store-wide bound) until it is acknowledged or its deadline passes.
 func (s *Store) PushOutbox(ctx context.Context, device string, item []byte, lim store.OutboxLimits) (store.OutboxDrops, error) {
 	var d store.OutboxDrops
 	if err := ctx.Err(); err != nil {
@@ -321,8 +439,8 @@ func (s *Store) PushOutbox(ctx context.Context, device string, item []byte, lim 
 	// may share a prefix with a bounded store without being dropped by it.
 	if part > 0 && (member != "" || len(gone) > 0) {
 		sh := s.tags.outbox.of(device)
-		args := append([]any{member, deadline, len(item), part, ms(lim.TTL)}, gone...)
-		taken, err := accountOutboxScript.Run(ctx, s.rdb, []string{s.outboxDueKey(sh), s.outboxBytesSumKey(sh)}, args...).StringSlice()
+		args := append([]any{member, deadline, len(item), part, ms(lim.TTL), lim.Share, s.outboxDevicesPrefix(sh)}, gone...)
+		taken, err := accountOutboxScript.Run(ctx, s.rdb, s.outboxPoolKeys(sh), args...).StringSlice()
 		if err != nil {
 			s.countOutboxDrops(d)
 			return d, s.redisErr(ctx, "PushOutbox", err)
@@ -410,8 +528,9 @@ func (s *Store) AckOutbox(ctx context.Context, device string, epoch, upTo int64)
 		return false, opErr("AckOutbox", err)
 	}
 	s.metrics.OutboxDropped(telemetry.OutboxExpired, expired)
+	sh := s.tags.outbox.of(device)
 	if len(r) > 2 {
-		args := []any{"", 0, 0, 0, 0}
+		args := []any{"", 0, 0, 0, 0, "", s.outboxDevicesPrefix(sh)}
 		for i := 2; i < len(r); i++ {
 			g, err := replyBytes(r, i)
 			if err != nil {
@@ -419,8 +538,7 @@ func (s *Store) AckOutbox(ctx context.Context, device string, epoch, upTo int64)
 			}
 			args = append(args, string(g)+":"+device)
 		}
-		sh := s.tags.outbox.of(device)
-		if err := accountOutboxScript.Run(ctx, s.rdb, []string{s.outboxDueKey(sh), s.outboxBytesSumKey(sh)}, args...).Err(); err != nil && !errors.Is(err, redis.Nil) {
+		if err := accountOutboxScript.Run(ctx, s.rdb, s.outboxPoolKeys(sh), args...).Err(); err != nil && !errors.Is(err, redis.Nil) {
 			// The items are gone from the outbox; the accounting forgets them by their deadline.
 			return ok == 1, s.redisErr(ctx, "AckOutbox", err)
 		}
@@ -434,11 +552,16 @@ func (s *Store) outboxSeqKey(d string) string { return s.prefix + "outboxseq:{" 
 // outboxBytesKey holds the bytes of d's outbox items.
 func (s *Store) outboxBytesKey(d string) string { return s.prefix + "outboxbytes:{" + d + "}" }
 
-// outboxDueKey is a shard's store-wide outbox accounting: "<len>:<seq>:<D>"
-// scored by deadline.
-func (s *Store) outboxDueKey(shard int) string { return s.prefix + s.tags.outbox[shard] + ":due" }
+// outboxPoolKeys are the KEYS of accountOutboxScript: a shard's
+// store-wide outbox accounting (see there). The first two are the release
+// before's.
+func (s *Store) outboxPoolKeys(shard int) []string {
+	t := s.prefix + s.tags.outbox[shard]
+	return []string{t + ":due", t + ":bytes", t + ":deadlines", t + ":sum", t + ":shares", t + ":order", t + ":share"}
+}
 
-// outboxBytesSumKey is the bytes of the items in a shard's outboxDueKey.
-func (s *Store) outboxBytesSumKey(shard int) string {
-	return s.prefix + s.tags.outbox[shard] + ":bytes"
+// outboxDevicesPrefix starts the keys of a shard's devices by the bytes
+// they hold in one share: the prefix and the share's name.
+func (s *Store) outboxDevicesPrefix(shard int) string {
+	return s.prefix + s.tags.outbox[shard] + ":devices:"
 }

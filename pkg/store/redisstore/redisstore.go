@@ -39,9 +39,16 @@
 //	P outboxseq:{D}                       string  the last seq handed out for D's outbox; PX at least the outbox's
 //	P pushto:{D}                          string  D's push endpoint (package push's JSON); PX the registration's ttl (30 days)
 //	P outboxbytes:{D}                     string  the bytes of D's outbox items; PX as the outbox
-//	P {outbox}:due                        zset    "<len>:<seq>:<D>" of every outbox item pushed with a store-wide
+//	P {outbox}:deadlines                  zset    "<len>:<seq>:<D>" of every outbox item pushed with a store-wide
 //	                                              bound, scored by deadline (unix ms); PX its longest item's
-//	P {outbox}:bytes                      string  bytes of the items in {outbox}:due; as {outbox}:due
+//	P {outbox}:sum                        string  bytes of the items in {outbox}:deadlines; as {outbox}:deadlines
+//	P {outbox}:share                      hash    "<len>:<seq>:<D>" -> the share the item is charged to; as above
+//	P {outbox}:shares                     zset    share -> bytes of its items; as above
+//	P {outbox}:devices:<share>            zset    D -> bytes of D's items of share; PX the longest of them
+//	P {outbox}:order                      zset    "<len(share)>:<share><len(D)>:<D><seq, 20 digits>:<len>", all
+//	                                              scored 0: each device's items of each share, oldest first; as above
+//	P {outbox}:due                        zset    the release before's accounting ("<len>:<seq>:<D>" by deadline),
+//	P {outbox}:bytes                      string  and its bytes: no longer written, read until its items are gone
 //	P blob:<32 hex>                       string  the blob; PX its ttl (with MaxBlobBytes: PXAT its deadline in {blobs}:due)
 //	P {blobs}:due                         zset    "<size>:<32 hex>" scored by deadline (unix ms); PX its longest blob's;
 //	                                              only with MaxBlobBytes

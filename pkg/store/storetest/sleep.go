@@ -19,6 +19,8 @@ var sleepTests = []test{
 	{"DeviceBytesAtBoundary", testSleepDeviceBytes},
 	{"DropsReported", testSleepDropsReported},
 	{"StoreBytes", testSleepStoreBytes},
+	{"StoreFlood", testSleepStoreFlood},
+	{"StoreFloodShares", testSleepStoreFloodShares},
 	{"ExtendBlob", testSleepExtendBlob},
 	{"ExtendBlobUnknown", testSleepExtendBlobUnknown},
 	{"PushTarget", testSleepPushTarget},
@@ -124,6 +126,7 @@ func testSleepDropsReported(t *testing.T, s store.Store) {
 // Redis Cluster, so the test holds there too.)
 func testSleepStoreBytes(t *testing.T, s store.Store) {
 	devs := []string{name(t, "a"), name(t, "b")}
+	defer sharePool(t, s, devs...)()
 	const maxStore = 1600
 	lim := store.OutboxLimits{MaxItems: 1000, MaxStoreBytes: maxStore, TTL: time.Minute}
 	pushed := map[string][]string{}
@@ -193,29 +196,4 @@ func testSleepExtendBlobUnknown(t *testing.T, s store.Store) {
 	if err := s.ExtendBlob(t.Context(), "0123456789abcdef0123456789abcdef", time.Minute); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("ExtendBlob(unknown) = %v, want ErrNotFound", err)
 	}
-}
-
-// OutboxStoreBound checks the store-wide outbox bound of a store that
-// keeps it as one count (memstore; redisstore on one server), at the
-// boundary: exactly MaxStoreBytes is kept, a byte more drops the store's
-// oldest item (another device's), and an acknowledged item no longer
-// counts. s must not hold outbox items pushed with a store-wide bound.
-func OutboxStoreBound(t *testing.T, s store.Store) {
-	a, b := name(t, "a"), name(t, "b")
-	lim := store.OutboxLimits{MaxItems: 100, MaxStoreBytes: 10, TTL: time.Minute}
-	wantDrops(t, pushLim(t, s, a, "aaaaa", lim), store.OutboxDrops{})
-	wantDrops(t, pushLim(t, s, b, "bbbbb", lim), store.OutboxDrops{})
-	wantOutbox(t, s, a, "aaaaa") // 10 bytes in all: the bound
-	wantOutbox(t, s, b, "bbbbb")
-	wantDrops(t, pushLim(t, s, b, "c", lim), store.OutboxDrops{Store: 1})
-	wantOutbox(t, s, a) // the store's oldest, although another device's
-	wantOutbox(t, s, b, "bbbbb", "c")
-	epoch := claimDevice(t, s, b, "edge-1", time.Minute)
-	ack(t, s, b, epoch, seqOf(t, peek(t, s, b, 0), "bbbbb"), true)
-	// 1 byte left ("c"): 9 more fit without a drop.
-	wantDrops(t, pushLim(t, s, a, "ddddddddd", lim), store.OutboxDrops{})
-	wantOutbox(t, s, a, "ddddddddd")
-	wantOutbox(t, s, b, "c")
-	wantDrops(t, pushLim(t, s, a, strings.Repeat("e", 11), lim), store.OutboxDrops{Store: 1})
-	wantOutbox(t, s, a, "ddddddddd")
 }
