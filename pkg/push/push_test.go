@@ -1,10 +1,12 @@
 package push_test
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"regexp"
 	"strings"
 	"sync"
@@ -26,12 +28,36 @@ func (c *counts) PushSent()    { c.sent.Add(1) }
 func (c *counts) PushFailed()  { c.failed.Add(1) }
 func (c *counts) PushDropped() { c.dropped.Add(1) }
 
+// loopback is the policy of the tests: their endpoints listen on
+// 127.0.0.1, which the default policy refuses.
+var loopback = push.Policy{AllowNets: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}
+
+// sleeps is a Config.Sleep that records the waits and returns at once.
+type sleeps struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (s *sleeps) sleep(ctx context.Context, d time.Duration) bool {
+	s.mu.Lock()
+	s.d = append(s.d, d)
+	s.mu.Unlock()
+	return ctx.Err() == nil
+}
+
+func (s *sleeps) all() []time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]time.Duration(nil), s.d...)
+}
+
 // endpoint is a loopback push endpoint that records what it receives.
 type endpoint struct {
 	*httptest.Server
-	mu     sync.Mutex
-	got    []request
-	status func(n int) int // the answer to the n-th request (from 1); nil: 200
+	mu      sync.Mutex
+	got     []request
+	status  func(n int) int                    // the answer to the n-th request (from 1); nil: 200
+	respond func(n int, w http.ResponseWriter) // or this writes it
 }
 
 type request struct {
@@ -48,7 +74,10 @@ func newEndpoint(t *testing.T) *endpoint {
 		e.got = append(e.got, request{r.URL.Path, r.Header.Clone(), body})
 		n := len(e.got)
 		e.mu.Unlock()
-		if e.status != nil {
+		switch {
+		case e.respond != nil:
+			e.respond(n, w)
+		case e.status != nil:
 			w.WriteHeader(e.status(n))
 		}
 	}))
@@ -91,14 +120,15 @@ func TestPushOncePerBurst(t *testing.T) {
 	key := []byte("push-key")
 	register(t, s, "tel-1", push.Target{Kind: push.KindWebhook, URL: hook.URL + "/hook"})
 	var m counts
-	// One worker: the notifications are handled in order, so the
-	// sentinel's arrival means every one before it was handled.
-	n := push.New(push.Config{Store: s, Key: key, Every: 15 * time.Minute, Workers: 1, Metrics: &m})
+	// Notifications are taken up (their bursts claimed) in order, so the
+	// sentinel's arrival means every one before it was taken up; the
+	// count of those sent says when their requests are over.
+	n := push.New(push.Config{Store: s, Key: key, Every: 15 * time.Minute, Workers: 1, Metrics: &m, Policy: loopback})
 	t.Cleanup(n.Close)
 
 	// Each round has a sentinel device of its own (a device's second
 	// notification within 15 min would be coalesced away).
-	burst := func(round int) {
+	burst := func(round int, sent int64) {
 		sentinelDev := "tel-sentinel-" + string(rune('0'+round))
 		register(t, s, sentinelDev, push.Target{Kind: push.KindWebhook, URL: sentinel.URL})
 		for range 5 {
@@ -107,8 +137,9 @@ func TestPushOncePerBurst(t *testing.T) {
 		n.Notify("tel-nobody", "message", "x")
 		n.Notify(sentinelDev, "message", "x")
 		sentinel.waitFor(t, round)
+		testsvc.WaitFor(t, 10*time.Second, "notifications sent", func() bool { return m.sent.Load() >= sent })
 	}
-	burst(1)
+	burst(1, 2)
 	got := hook.requests()
 	if len(got) != 1 {
 		t.Fatalf("a burst of 5 outputs sent %d notifications, want 1", len(got))
@@ -129,12 +160,12 @@ func TestPushOncePerBurst(t *testing.T) {
 	}
 
 	clk.Advance(15*time.Minute - time.Millisecond)
-	burst(2)
+	burst(2, 3)
 	if got := len(hook.requests()); got != 1 {
 		t.Fatalf("a second burst within 15 min sent %d notifications in all, want 1", got)
 	}
 	clk.Advance(time.Millisecond)
-	burst(3)
+	burst(3, 5)
 	if got := len(hook.requests()); got != 2 {
 		t.Fatalf("a burst after 15 min sent %d notifications in all, want 2", got)
 	}
@@ -149,7 +180,7 @@ func TestPushContent(t *testing.T) {
 	t.Cleanup(func() { s.Close() })
 	hook := newEndpoint(t)
 	register(t, s, "tel-1", push.Target{Kind: push.KindUnifiedPush, URL: hook.URL + "/up/abc?x=1"})
-	n := push.New(push.Config{Store: s, Content: true})
+	n := push.New(push.Config{Store: s, Content: true, Policy: loopback})
 	t.Cleanup(n.Close)
 	n.Notify("tel-1", "message", "the answer")
 	r := hook.waitFor(t, 1)[0]
@@ -179,7 +210,8 @@ func TestPushRetries(t *testing.T) {
 	register(t, s, "tel-flaky", push.Target{Kind: push.KindWebhook, URL: flaky.URL})
 	register(t, s, "tel-gone", push.Target{Kind: push.KindWebhook, URL: gone.URL})
 	var m counts
-	n := push.New(push.Config{Store: s, Backoff: 10 * time.Millisecond, Metrics: &m})
+	var waits sleeps
+	n := push.New(push.Config{Store: s, Metrics: &m, Policy: loopback, Sleep: waits.sleep})
 	t.Cleanup(n.Close)
 	n.Notify("tel-flaky", "message", "")
 	n.Notify("tel-gone", "message", "")
@@ -192,8 +224,9 @@ func TestPushRetries(t *testing.T) {
 	gone.waitFor(t, 2)
 }
 
-// TestPushQueueBounded: with the one worker busy and the queue full, a
-// notification is dropped and counted, and Notify does not block.
+// TestPushQueueBounded: with a notification in progress (Queue of them
+// may be) and the queue full, a notification is dropped and counted, and
+// Notify does not block.
 func TestPushQueueBounded(t *testing.T) {
 	s := memstore.New(memstore.Options{})
 	t.Cleanup(func() { s.Close() })
@@ -208,7 +241,7 @@ func TestPushQueueBounded(t *testing.T) {
 		register(t, s, d, push.Target{Kind: push.KindWebhook, URL: slow.URL})
 	}
 	var m counts
-	n := push.New(push.Config{Store: s, Queue: 1, Workers: 1, Metrics: &m})
+	n := push.New(push.Config{Store: s, Queue: 1, Workers: 1, Metrics: &m, Policy: loopback})
 	t.Cleanup(n.Close)
 	n.Notify("a", "message", "") // taken by the worker, which waits on slow
 	<-arrived
@@ -288,7 +321,7 @@ func TestPushNtfy(t *testing.T) {
 	srv, msgs := ntfyStandIn(t, "tk_secret")
 	register(t, s, "tel-1", push.Target{Kind: push.KindNtfy, URL: srv.URL + "/hermes_tel-1", Token: "tk_secret"})
 	var m counts
-	n := push.New(push.Config{Store: s, Metrics: &m})
+	n := push.New(push.Config{Store: s, Metrics: &m, Policy: loopback})
 	t.Cleanup(n.Close)
 	n.Notify("tel-1", "message", "the secret answer")
 	select {
@@ -324,6 +357,17 @@ func TestTargetValidate(t *testing.T) {
 		{"ntfy topic of 65 characters", push.Target{Kind: "ntfy", URL: "https://ntfy.sh/" + strings.Repeat("a", 65)}, false},
 		{"ntfy without topic", push.Target{Kind: "ntfy", URL: "https://ntfy.sh/"}, false},
 		{"token on a webhook", push.Target{Kind: "webhook", URL: "https://a.example/", Token: "x"}, false},
+		{"token of 256 bytes", push.Target{Kind: "ntfy", URL: "https://ntfy.sh/t", Token: strings.Repeat("k", 256)}, true},
+		{"token of 257 bytes", push.Target{Kind: "ntfy", URL: "https://ntfy.sh/t", Token: strings.Repeat("k", 257)}, false},
+		{"token of every printable byte", push.Target{Kind: "ntfy", URL: "https://ntfy.sh/t", Token: "!~tk_AZaz09-._+/="}, true},
+		{"token with CR LF", push.Target{Kind: "ntfy", URL: "https://ntfy.sh/t", Token: "tk_a\r\nX-Evil: 1"}, false},
+		{"token with LF", push.Target{Kind: "ntfy", URL: "https://ntfy.sh/t", Token: "tk_a\nb"}, false},
+		{"token with a tab", push.Target{Kind: "ntfy", URL: "https://ntfy.sh/t", Token: "tk_a\tb"}, false},
+		{"token with NUL", push.Target{Kind: "ntfy", URL: "https://ntfy.sh/t", Token: "tk_a\x00"}, false},
+		{"token with DEL", push.Target{Kind: "ntfy", URL: "https://ntfy.sh/t", Token: "tk_a\x7f"}, false},
+		{"token with a space", push.Target{Kind: "ntfy", URL: "https://ntfy.sh/t", Token: "tk a"}, false},
+		{"token past ASCII", push.Target{Kind: "ntfy", URL: "https://ntfy.sh/t", Token: "tk_ä"}, false},
+		{"url without a host", push.Target{Kind: "webhook", URL: "http://:8080/hook"}, false},
 	} {
 		if err := tc.t.Validate(); (err == nil) != tc.ok {
 			t.Errorf("%s: Validate = %v, want ok %v", tc.name, err, tc.ok)
