@@ -32,7 +32,11 @@ func (a *API) putPush(w http.ResponseWriter, req *http.Request) error {
 	if len(t.URL) > push.MaxURLBytes {
 		return tooBig("url is %d bytes, longer than %d", len(t.URL), push.MaxURLBytes)
 	}
-	if err := t.Validate(); err != nil {
+	// The form, the header values, and a host that is an address the
+	// push policy refuses (loopback, metadata, private, in any notation):
+	// a clear 400 now. A name is checked on what it resolves to when a
+	// notification is sent.
+	if err := a.r.push.Check(t); err != nil {
 		return badFrame("%v", err)
 	}
 	data, err := json.Marshal(t)

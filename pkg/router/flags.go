@@ -22,6 +22,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	config.SecretVar(fs, &c.PushKey, "push-key", fieldEnv["PushKey"], "key of the HMAC-SHA256 signature (X-Hermes-Signature) of webhook push notifications")
 	config.Seconds(fs, &c.PushEvery, "push-every", fieldEnv["PushEvery"], def.PushEvery, "at most one push notification per device per this long")
 	config.Bool(fs, &c.PushContent, "push-content", fieldEnv["PushContent"], false, "put the waiting message's text in push notifications")
+	config.Bool(fs, &c.PushAllowPrivate, "push-allow-private", fieldEnv["PushAllowPrivate"], false, "let push endpoints be at private addresses (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7): a self-hosted ntfy on the LAN")
+	config.String(fs, &c.PushAllowNets, "push-allow-nets", fieldEnv["PushAllowNets"], "", "comma-separated networks (CIDRs) push endpoints may be in whatever they are, loopback included; cloud metadata addresses stay refused")
 	config.Seconds(fs, &c.JournalLease, "journal-lease", fieldEnv["JournalLease"], def.JournalLease, "how long a router holds a device's events without renewing; another takes them over after it")
 }
 
@@ -29,17 +31,19 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 // (BlobTTL's is the service's), so Validate's errors name what an operator
 // sets.
 var fieldEnv = map[string]string{
-	"PromptTTL":      "MOBILE_PROMPT_TTL",
-	"OutboxMax":      "MOBILE_OUTBOX_MAX",
-	"OutboxTTL":      "MOBILE_OUTBOX_TTL",
-	"OutboxBytes":    "MOBILE_OUTBOX_MIB",
-	"MaxOutboxBytes": "MOBILE_MAX_OUTBOX_MIB",
-	"SessionQueue":   "MOBILE_SESSION_QUEUE",
-	"JournalLease":   "MOBILE_JOURNAL_LEASE",
-	"BlobTTL":        "MOBILE_BLOB_TTL",
-	"PushKey":        "MOBILE_PUSH_KEY",
-	"PushEvery":      "MOBILE_PUSH_EVERY",
-	"PushContent":    "MOBILE_PUSH_CONTENT",
+	"PromptTTL":        "MOBILE_PROMPT_TTL",
+	"OutboxMax":        "MOBILE_OUTBOX_MAX",
+	"OutboxTTL":        "MOBILE_OUTBOX_TTL",
+	"OutboxBytes":      "MOBILE_OUTBOX_MIB",
+	"MaxOutboxBytes":   "MOBILE_MAX_OUTBOX_MIB",
+	"SessionQueue":     "MOBILE_SESSION_QUEUE",
+	"JournalLease":     "MOBILE_JOURNAL_LEASE",
+	"BlobTTL":          "MOBILE_BLOB_TTL",
+	"PushKey":          "MOBILE_PUSH_KEY",
+	"PushEvery":        "MOBILE_PUSH_EVERY",
+	"PushContent":      "MOBILE_PUSH_CONTENT",
+	"PushAllowPrivate": "MOBILE_PUSH_ALLOW_PRIVATE",
+	"PushAllowNets":    "MOBILE_PUSH_ALLOW_NETS",
 }
 
 // setting names field in an error: its variable, or "router: <field>" for

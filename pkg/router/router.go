@@ -103,6 +103,14 @@ type Config struct {
 	// PushBackoff is the first wait between a notification's attempts (1
 	// s), doubling up to 1 min; tests shorten it.
 	PushBackoff time.Duration
+	// PushAllowPrivate lets push endpoints be at private addresses
+	// (MOBILE_PUSH_ALLOW_PRIVATE): a self-hosted ntfy on the LAN. See
+	// push.Policy.
+	PushAllowPrivate bool
+	// PushAllowNets lets push endpoints be in these networks, whatever
+	// they are, comma-separated CIDRs (MOBILE_PUSH_ALLOW_NETS): one LAN's
+	// subnet, or loopback for tests. Metadata addresses stay refused.
+	PushAllowNets string
 }
 
 // The outbox's defaults: what is kept for a phone that sleeps.
@@ -150,6 +158,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxOutboxBytes < 0 {
 		errs = append(errs, fmt.Errorf("%s: %d is negative", setting("MaxOutboxBytes"), c.MaxOutboxBytes))
+	}
+	if _, err := push.ParseNets(c.PushAllowNets); err != nil {
+		errs = append(errs, fmt.Errorf("%s: %w", setting("PushAllowNets"), err))
 	}
 	if c.JournalLease > 0 && c.JournalLease < 3*time.Second {
 		errs = append(errs, fmt.Errorf("%s: %v is under 3 s: it is renewed every third of it", setting("JournalLease"), c.JournalLease))
@@ -270,7 +281,9 @@ func New(cfg Config, st store.Store, b bus.Bus, a agent.Agent, log *slog.Logger)
 	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	r.quit, r.stop = context.WithCancel(r.ctx)
+	pushNets, _ := push.ParseNets(cfg.PushAllowNets) // Validate reports an error
 	r.push = push.New(push.Config{Store: st, Key: []byte(cfg.PushKey), Every: cfg.PushEvery, Content: cfg.PushContent,
+		Policy:  push.Policy{AllowPrivate: cfg.PushAllowPrivate, AllowNets: pushNets},
 		Backoff: cfg.PushBackoff, Log: log.With("component", "push"), Metrics: r.tel.m})
 	return r
 }
