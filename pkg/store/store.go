@@ -237,7 +237,9 @@ type OutboxLimits struct {
 	// MaxStoreBytes bounds the sum of the lengths of every device's items
 	// in the store; 0 means no bound. redisstore splits it into Shards parts
 	// on Redis Cluster, each bounding the devices of one shard. An item
-	// longer than its part is not kept.
+	// longer than its part is not kept. memstore also bounds what the
+	// outboxes cost its process in memory (memstore.Options), in the same
+	// order.
 	MaxStoreBytes int64
 	// Share names whom the item is charged to one level above its device
 	// (see above): the router names the credential that caused the item

@@ -16,8 +16,10 @@
 //
 // Memory is bounded by Options.MaxBlobBytes (blobs) and Options.MaxDedupKeys
 // (dedup keys); upload buffers are bounded per device by the caller's
-// store.UploadLimits, outboxes by PushOutbox's limits and histories per
-// session by AppendHistory's limits.
+// store.UploadLimits, outboxes per device by PushOutbox's limits and in all
+// by Options.MaxOutboxBytes (what they cost in memory, see cost.go) as
+// well as the limits' MaxStoreBytes, and histories per session by
+// AppendHistory's limits.
 package memstore
 
 import (
@@ -51,6 +53,16 @@ type Options struct {
 	// Claim), so a message repeated after MaxDedupKeys newer ones may be
 	// delivered twice. Zero or negative means DefaultMaxDedupKeys (1,000,000).
 	MaxDedupKeys int
+	// MaxOutboxBytes bounds the memory every outbox together takes: each
+	// item counts its bytes as allocated and the structures that keep it,
+	// each device, holder and share with items its own (within a few
+	// percent of the heap they take). A push past it drops the largest
+	// holder's oldest items, as past store.OutboxLimits.MaxStoreBytes
+	// (which counts the items' lengths only, and bounds too), counted
+	// in OutboxDrops.Store. Zero means DefaultMaxOutboxBytes() (an eighth of
+	// the memory available to the process, at most 1 GiB); negative, no
+	// bound but MaxStoreBytes.
+	MaxOutboxBytes int64
 	// SweepInterval is how often the background sweeper removes expired
 	// items. Zero or negative means DefaultSweepInterval (1 s).
 	SweepInterval time.Duration
@@ -93,13 +105,19 @@ func New(opts Options) *Store {
 	if opts.SweepInterval <= 0 {
 		opts.SweepInterval = DefaultSweepInterval
 	}
+	switch {
+	case opts.MaxOutboxBytes == 0:
+		opts.MaxOutboxBytes = DefaultMaxOutboxBytes()
+	case opts.MaxOutboxBytes < 0:
+		opts.MaxOutboxBytes = 0
+	}
 	s := &Store{
 		clock:   clock.Or(opts.Clock),
 		dedup:   newDedup(opts.MaxDedupKeys),
 		uploads: newUploads(),
 		prompts: newPrompts(),
 		owners:  newOwners(),
-		outbox:  newOutboxes(),
+		outbox:  newOutboxes(opts.MaxOutboxBytes),
 		blobs:   newBlobs(opts.MaxBlobBytes),
 		history: newHistories(),
 		done:    make(chan struct{}),

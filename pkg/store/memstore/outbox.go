@@ -60,19 +60,25 @@ func (s *share) slot() *int      { return &s.index }
 // one counter for all devices, so a device's numbers keep growing when its
 // outbox is emptied and made again. Every item is in byDeadline, which
 // expires items one by one, and in its holding, through which the
-// store-wide bound finds the largest holder's oldest.
+// store-wide bounds find the largest holder's oldest.
+//
+// Two store-wide bounds drop in that order: the caller's MaxStoreBytes,
+// on the items' lengths (the contract both stores keep), and maxCost, on
+// what the outboxes cost this process in memory (see cost.go).
 type outboxes struct {
 	mu         sync.Mutex
 	seq        int64 // the last sequence number handed out
 	bytes      int64 // the sum of every item's length
+	cost       int64 // the memory every item, device, holding and share costs
+	maxCost    int64 // bound of cost; 0: none
 	byDevice   map[string]*outbox
 	byDeadline expiryQueue[*outboxItem]
 	shares     map[string]*share
 	largest    byWeight[*share]
 }
 
-func newOutboxes() outboxes {
-	return outboxes{byDevice: make(map[string]*outbox), shares: make(map[string]*share)}
+func newOutboxes(maxCost int64) outboxes {
+	return outboxes{byDevice: make(map[string]*outbox), shares: make(map[string]*share), maxCost: maxCost}
 }
 
 // PushOutbox appends item to device's outbox for lim.TTL and drops the
@@ -103,7 +109,8 @@ func (s *Store) PushOutbox(ctx context.Context, device string, item []byte, lim 
 	case lim.MaxBytes > 0 && len(item) > lim.MaxBytes:
 		d.Bytes = 1
 		return d, nil
-	case lim.MaxStoreBytes > 0 && int64(len(item)) > lim.MaxStoreBytes:
+	case lim.MaxStoreBytes > 0 && int64(len(item)) > lim.MaxStoreBytes,
+		q.maxCost > 0 && itemCost(item) > q.maxCost:
 		d.Store = 1
 		return d, nil
 	}
@@ -119,7 +126,7 @@ func (s *Store) PushOutbox(ctx context.Context, device string, item []byte, lim 
 		q.dropLocked(b.items[0])
 		d.Bytes++
 	}
-	for lim.MaxStoreBytes > 0 && q.bytes > lim.MaxStoreBytes {
+	for (lim.MaxStoreBytes > 0 && q.bytes > lim.MaxStoreBytes) || (q.maxCost > 0 && q.cost > q.maxCost) {
 		q.dropLocked(q.largestOldest())
 		d.Store++
 	}
@@ -133,18 +140,21 @@ func (q *outboxes) addLocked(device, shareName string, it *outboxItem) {
 	if b == nil {
 		b = &outbox{device: strings.Clone(device)} // not a part of a larger buffer kept alive
 		q.byDevice[device] = b
+		q.cost += deviceCost(device)
 	}
 	sh := q.shares[shareName]
 	if sh == nil {
 		sh = &share{name: shareName, byDevice: make(map[string]*holding)}
 		q.shares[shareName] = sh
 		heap.Push(&q.largest, sh)
+		q.cost += shareCost(shareName)
 	}
 	h := sh.byDevice[device]
 	if h == nil {
 		h = &holding{device: b.device, share: sh}
 		sh.byDevice[device] = h
 		heap.Push(&sh.devices, h)
+		q.cost += holdingCost
 	}
 	it.box, it.held = b, h
 	b.items = append(b.items, it)
@@ -158,6 +168,7 @@ func (q *outboxes) addLocked(device, shareName string, it *outboxItem) {
 	b.bytes += n
 	q.weigh(h, int64(n))
 	q.bytes += int64(n)
+	q.cost += itemCost(it.data)
 	q.byDeadline.add(it)
 }
 
@@ -169,7 +180,7 @@ func (q *outboxes) weigh(h *holding, n int64) {
 	heap.Fix(&q.largest, h.share.index)
 }
 
-// largestOldest is the item the store-wide bound drops next: the oldest
+// largestOldest is the item the store-wide bounds drop next: the oldest
 // item of the device that holds the most within the share that holds the
 // most. There must be one.
 func (q *outboxes) largestOldest() *outboxItem {
@@ -188,8 +199,10 @@ func (q *outboxes) dropLocked(it *outboxItem) {
 	n := len(it.data)
 	b.bytes -= n
 	q.bytes -= int64(n)
+	q.cost -= itemCost(it.data)
 	if len(b.items) == 0 {
 		delete(q.byDevice, b.device)
+		q.cost -= deviceCost(b.device)
 	}
 	if it.prev == nil {
 		h.first = it.next
@@ -207,10 +220,12 @@ func (q *outboxes) dropLocked(it *outboxItem) {
 	if h.first == nil {
 		heap.Remove(&sh.devices, h.index)
 		delete(sh.byDevice, h.device)
+		q.cost -= holdingCost
 	}
 	if len(sh.byDevice) == 0 {
 		heap.Remove(&q.largest, sh.index)
 		delete(q.shares, sh.name)
+		q.cost -= shareCost(sh.name)
 	}
 }
 
