@@ -34,7 +34,9 @@ import (
 func TestSleepingPhoneMissesNothing(t *testing.T) {
 	t.Parallel()
 	key := "push-key-" + randomHex(8)
-	c := newCluster(t, options{routerEnv: []string{"MOBILE_PUSH_KEY=" + key}})
+	// The push endpoint is the test's, on loopback, which push refuses
+	// unless allowed.
+	c := newCluster(t, options{routerEnv: []string{"MOBILE_PUSH_KEY=" + key, "MOBILE_PUSH_ALLOW_NETS=127.0.0.1/32"}})
 	dev := newDevice("tel-sleep")
 
 	var mu sync.Mutex
