@@ -152,13 +152,13 @@ func (p Policy) CheckHost(host string) error {
 	}
 	if a, ok := looseIPv4(h); ok {
 		if err := p.CheckAddr(a); err != nil {
-			return fmt.Errorf("host %s is %w", host, err)
+			return fmt.Errorf("host %s is %s written another way: %w", host, a, err)
 		}
 		return fmt.Errorf("host %s is the IPv4 address %s written in a non-standard form; write it %s", host, a, a)
 	}
 	if h == "localhost" || strings.HasSuffix(h, ".localhost") {
 		if err := p.CheckAddr(netip.AddrFrom4([4]byte{127, 0, 0, 1})); err != nil {
-			return fmt.Errorf("host %s is %w", host, err)
+			return fmt.Errorf("host %s resolves to loopback: %w", host, err)
 		}
 	}
 	return nil
