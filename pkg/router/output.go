@@ -29,6 +29,16 @@ type output struct {
 	via string
 }
 
+// The shares of the outbox's store-wide bound (store.OutboxLimits.Share):
+// the credential that caused an output to be kept. Past the bound the
+// share holding the most loses first (then its device holding the most),
+// so the agent's answers to made-up devices cannot push out what cron's
+// deliver token queued. An owner (tenant) id may take this place.
+const (
+	shareAgent   = "agent"   // the agent's outputs, whichever token the device showed
+	shareDeliver = "deliver" // cron's deliveries (Keep)
+)
+
 var _ agent.Output = (*output)(nil)
 
 // send delivers out to the device, or keeps it in the device's outbox while
@@ -83,7 +93,7 @@ func (o *output) send(ctx context.Context, out wire.Output) error {
 	push := func() error {
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		return o.r.keep(pctx, o.device, out, data, 0)
+		return o.r.keep(pctx, o.device, shareAgent, out, data, 0)
 	}
 	for {
 		err := push()
@@ -122,7 +132,7 @@ func (r *Router) Keep(ctx context.Context, device string, out wire.Output, ttl t
 	// keeping it gets time of its own, as output.send's does.
 	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := r.keep(kctx, device, out, data, ttl); err != nil {
+	if err := r.keep(kctx, device, shareDeliver, out, data, ttl); err != nil {
 		return err
 	}
 	r.kept(ctx, device, out)
@@ -149,10 +159,12 @@ func (r *Router) kept(ctx context.Context, device string, out wire.Output) {
 }
 
 // keep pushes data, the offline form of out, to device's outbox for ttl
-// (OutboxTTL when 0), first making the media it refers to live as long,
-// and logs what the push dropped.
-func (r *Router) keep(ctx context.Context, device string, out wire.Output, data []byte, ttl time.Duration) error {
+// (OutboxTTL when 0), charged to share, first making the media it refers
+// to live as long, and logs what the push dropped (past the store-wide
+// bound, maybe other devices' items).
+func (r *Router) keep(ctx context.Context, device, share string, out wire.Output, data []byte, ttl time.Duration) error {
 	lim := r.cfg.OutboxLimits(ttl)
+	lim.Share = share
 	if out.Media != nil && out.Media.Blob != "" {
 		if err := r.store.ExtendBlob(ctx, out.Media.Blob, lim.TTL); err != nil && !errors.Is(err, store.ErrNotFound) {
 			return err
@@ -163,7 +175,7 @@ func (r *Router) keep(ctx context.Context, device string, out wire.Output, data 
 		return err
 	}
 	if d.Total() > 0 {
-		r.log.WarnContext(ctx, "outbox items dropped unwritten", "device", device,
+		r.log.WarnContext(ctx, "outbox items dropped unwritten", "device", device, "share", share,
 			"full", d.Full, "bytes", d.Bytes, "store", d.Store, "expired", d.Expired,
 			"max_items", lim.MaxItems, "max_bytes", lim.MaxBytes, "max_store_bytes", lim.MaxStoreBytes)
 	}
