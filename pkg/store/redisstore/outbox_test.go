@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/store/storetest"
+	"github.com/hermes-mobile/gateway/pkg/telemetry"
 )
 
 // TestOutboxStoreShares: the share level of the store-wide outbox bound,
@@ -211,5 +213,48 @@ func TestOutboxUpgrade(t *testing.T) {
 	}
 	if count(pk[1]) != 20 {
 		t.Fatalf("the old count holds %d bytes, want 20 (l2's and l4's)", count(pk[1]))
+	}
+}
+
+// TestOutboxStoreDropMetric: each item the store-wide bound drops counts in
+// hermes_outbox_dropped_total{reason="store"}, whichever device held it;
+// an item the accounting names but no outbox holds any more does not.
+func TestOutboxStoreDropMetric(t *testing.T) {
+	t.Parallel()
+	tel, err := telemetry.New(context.Background(), telemetry.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tel.Shutdown(context.Background())
+	s := newStore(t, testsvc.StartRedis(t).URL(), Options{Telemetry: tel})
+	ctx := t.Context()
+	const dropped = `hermes_outbox_dropped_total{reason="store"}`
+	lim := store.OutboxLimits{MaxItems: 100, MaxStoreBytes: 10, TTL: time.Minute}
+	drops := func(device, share, item string, want int) {
+		t.Helper()
+		if d := push(t, s, device, share, item, lim); d != (store.OutboxDrops{Store: want}) {
+			t.Fatalf("push %q to %s: drops %+v, want %d past the store bound", item, device, d, want)
+		}
+	}
+	drops("a", "agent", "aaaaaa", 0)
+	drops("b", "deliver", "bbb", 0)
+	drops("a", "agent", "a", 0) // 10 bytes: the bound
+	drops("b", "deliver", "x", 1)
+	wantItems(t, s, "a", "a")
+	drops("a", "agent", "aaaaaa", 1)
+	wantItems(t, s, "a", "aaaaaa")
+	if m := testsvc.Samples(t, tel.Handler()); m[dropped] != 2 {
+		t.Fatalf("%s = %v, want 2", dropped, m[dropped])
+	}
+	// a's item leaves its outbox behind the accounting's back (as a node
+	// of the release before acknowledges it). The bound then picks it, the
+	// largest holder's oldest: it leaves the count, and no drop is counted.
+	if err := s.rdb.LPop(ctx, s.outboxKey("a")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	drops("b", "deliver", "b", 0)
+	wantItems(t, s, "b", "bbb", "x", "b")
+	if m := testsvc.Samples(t, tel.Handler()); m[dropped] != 2 {
+		t.Fatalf("%s = %v, want 2", dropped, m[dropped])
 	}
 }
