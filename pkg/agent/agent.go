@@ -75,8 +75,8 @@ type Prompt struct {
 	// slash_confirm card: a subset of the kind's table, in its order. The
 	// safe option (deny, cancel) is always offered.
 	Options []string
-	// TTL, when set, shortens the card's lifetime below the router's
-	// MOBILE_PROMPT_TTL (it never lengthens it): a card answers a wait of the
-	// agent and must not outlive it.
+	// TTL, when set, is the card's lifetime instead of the router's
+	// MOBILE_PROMPT_TTL, at most its MOBILE_PROMPT_MAX_TTL: a card answers
+	// a wait of the agent and must neither outlive it nor end before it.
 	TTL time.Duration
 }

@@ -159,8 +159,36 @@ type promptRequest struct {
 	Description string   `json:"description"`
 	Choices     []string `json:"choices"`
 	Options     []string `json:"options"`
-	// TimeoutSeconds shortens the card's lifetime (never past MOBILE_PROMPT_TTL).
+	// TTL is the card's lifetime in seconds, 1 to MOBILE_PROMPT_MAX_TTL;
+	// 0 (or absent) is MOBILE_PROMPT_TTL, and -1 the longest,
+	// MOBILE_PROMPT_MAX_TTL: a card for a wait without a limit lives
+	// until answered or closed, at most that long.
+	TTL int `json:"ttl"`
+	// TimeoutSeconds shortens the card's lifetime, never lengthens it (an
+	// older agent's way to ask for less than MOBILE_PROMPT_TTL).
 	TimeoutSeconds int `json:"timeout_seconds"`
+}
+
+// lifetime is how long the card body asks for lives, within the router's
+// bound (MOBILE_PROMPT_MAX_TTL), or a bad_frame error saying the bound.
+func (body promptRequest) lifetime(cfg Config) (time.Duration, error) {
+	maxSeconds := int(cfg.PromptMaxTTL / time.Second)
+	life := cfg.PromptTTL
+	switch {
+	case body.TTL == -1:
+		life = cfg.PromptMaxTTL
+	case body.TTL < -1 || body.TTL > maxSeconds:
+		return 0, badFrame("ttl must be 1 to %d seconds (MOBILE_PROMPT_MAX_TTL), 0 for MOBILE_PROMPT_TTL or -1 for the longest", maxSeconds)
+	case body.TTL > 0:
+		life = time.Duration(body.TTL) * time.Second
+	}
+	if body.TimeoutSeconds < 0 {
+		return 0, badFrame("timeout_seconds must not be negative")
+	}
+	if body.TimeoutSeconds > 0 {
+		life = min(life, time.Duration(min(body.TimeoutSeconds, 1<<30))*time.Second)
+	}
+	return life, nil
 }
 
 // postPrompt is POST /v1/sessions/{session}/prompts: a card. Its answer,
@@ -196,15 +224,15 @@ func (a *API) postPrompt(w http.ResponseWriter, req *http.Request) error {
 			return err
 		}
 	}
-	if body.TimeoutSeconds < 0 {
-		return badFrame("timeout_seconds must not be negative")
+	ttl, err := body.lifetime(a.r.cfg)
+	if err != nil {
+		return err
 	}
 	if len(body.Options) > 0 {
 		if _, err := protocol.OfferOptions(body.Kind, body.Options); err != nil {
 			return badFrame("%s", err.Error())
 		}
 	}
-	ttl := time.Duration(min(body.TimeoutSeconds, 1<<20)) * time.Second // the router caps it at MOBILE_PROMPT_TTL
 	id, err := a.r.Output(dev).Prompt(req.Context(), agent.Prompt{
 		Kind: body.Kind, Text: body.Text, Command: body.Command, Description: body.Description, Choices: body.Choices,
 		Options: body.Options, TTL: ttl,

@@ -13,7 +13,8 @@ import (
 // the caller: an edge's node shares it with the edge's.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	def := DefaultConfig()
-	config.Seconds(fs, &c.PromptTTL, "prompt-ttl", fieldEnv["PromptTTL"], def.PromptTTL, "prompt card lifetime")
+	config.Seconds(fs, &c.PromptTTL, "prompt-ttl", fieldEnv["PromptTTL"], def.PromptTTL, "prompt card lifetime unless the agent asks for another")
+	config.Seconds(fs, &c.PromptMaxTTL, "prompt-max-ttl", fieldEnv["PromptMaxTTL"], def.PromptMaxTTL, "the longest prompt card lifetime an agent may ask for (never below the prompt card lifetime)")
 	config.Int(fs, &c.OutboxMax, "outbox-max", fieldEnv["OutboxMax"], def.OutboxMax, "frames kept per offline device; the oldest are dropped past it")
 	config.Seconds(fs, &c.OutboxTTL, "outbox-ttl", fieldEnv["OutboxTTL"], def.OutboxTTL, "how long an offline device's frames are kept")
 	config.MiB(fs, &c.OutboxBytes, "outbox-mib", fieldEnv["OutboxBytes"], def.OutboxBytes, "bytes of frames kept per offline device; the oldest are dropped past it")
@@ -32,6 +33,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 // sets.
 var fieldEnv = map[string]string{
 	"PromptTTL":        "MOBILE_PROMPT_TTL",
+	"PromptMaxTTL":     "MOBILE_PROMPT_MAX_TTL",
 	"OutboxMax":        "MOBILE_OUTBOX_MAX",
 	"OutboxTTL":        "MOBILE_OUTBOX_TTL",
 	"OutboxBytes":      "MOBILE_OUTBOX_MIB",

@@ -212,8 +212,8 @@ func (o *output) Prompt(ctx context.Context, p agent.Prompt) (string, error) {
 		return "", errors.New("unknown prompt kind " + p.Kind)
 	}
 	ttl := o.r.cfg.PromptTTL
-	if p.TTL > 0 && p.TTL < ttl {
-		ttl = p.TTL
+	if p.TTL > 0 {
+		ttl = min(p.TTL, o.r.cfg.PromptMaxTTL)
 	}
 	opts := protocol.PromptOptions(p.Kind, p.Choices)
 	if len(p.Options) > 0 {

@@ -38,8 +38,14 @@ import (
 
 // Config of a router. Zero values take the defaults.
 type Config struct {
-	// PromptTTL is a card's lifetime (MOBILE_PROMPT_TTL, 300 s).
+	// PromptTTL is a card's lifetime unless the agent asks for another
+	// (MOBILE_PROMPT_TTL, 300 s).
 	PromptTTL time.Duration
+	// PromptMaxTTL bounds the lifetime an agent may ask for a card
+	// (MOBILE_PROMPT_MAX_TTL, 24 h; never below PromptTTL). A card for a
+	// wait without a limit (ttl -1) lives until answered or closed, at
+	// most this long.
+	PromptMaxTTL time.Duration
 	// OutboxMax bounds the frames kept for an offline device
 	// (MOBILE_OUTBOX_MAX, 1024); the oldest are dropped first.
 	OutboxMax int
@@ -121,6 +127,10 @@ const (
 	DefaultMaxOutboxBytes = 1024 << 20
 )
 
+// DefaultPromptMaxTTL is the longest a card may live by default
+// (MOBILE_PROMPT_MAX_TTL).
+const DefaultPromptMaxTTL = 24 * time.Hour
+
 // OutboxLimits are the store's bounds of the outboxes, for an item kept
 // for ttl (OutboxTTL when ttl is not positive or longer).
 func (c Config) OutboxLimits(ttl time.Duration) store.OutboxLimits {
@@ -144,7 +154,7 @@ func DefaultConfig() Config {
 // values stand for their defaults and are valid.
 func (c Config) Validate() error {
 	var errs []error
-	for name, d := range map[string]time.Duration{"PromptTTL": c.PromptTTL, "OutboxTTL": c.OutboxTTL,
+	for name, d := range map[string]time.Duration{"PromptTTL": c.PromptTTL, "PromptMaxTTL": c.PromptMaxTTL, "OutboxTTL": c.OutboxTTL,
 		"JournalLease": c.JournalLease, "JournalTTL": c.JournalTTL, "CloseGrace": c.CloseGrace, "SweepEvery": c.SweepEvery,
 		"HandleTimeout": c.HandleTimeout, "BlobTTL": c.BlobTTL, "RetryFor": c.RetryFor} {
 		if d < 0 {
@@ -173,6 +183,10 @@ func (c *Config) setDefaults() {
 	if c.PromptTTL <= 0 {
 		c.PromptTTL = protocol.DefaultPromptTTL
 	}
+	if c.PromptMaxTTL <= 0 {
+		c.PromptMaxTTL = DefaultPromptMaxTTL
+	}
+	c.PromptMaxTTL = max(c.PromptMaxTTL, c.PromptTTL)
 	if c.OutboxMax <= 0 {
 		c.OutboxMax = DefaultOutboxMax
 	}

@@ -73,7 +73,7 @@ func TestFlagDefaults(t *testing.T) {
 			MaxHelloBytes: 16 << 20, MaxHelloConns: 10_000, MaxHelloConnsPerAddr: 256, HelloPrefixV4: 32, HelloPrefixV6: 64,
 			MaxOutboundBytes: 32 << 20, WriteTimeout: 10 * time.Second, ReadTimeout: time.Minute, OwnerTTL: 30 * time.Second,
 			AckWait: 10 * time.Second, PageTimeout: 10 * time.Second, MaxPageConns: 1024},
-		routerCfg: router.Config{PromptTTL: protocol.DefaultPromptTTL, OutboxMax: 1024, SessionQueue: 1000, OutboxTTL: 24 * time.Hour, OutboxBytes: 32 << 20, MaxOutboxBytes: 1 << 30, PushEvery: 15 * time.Minute, JournalLease: 15 * time.Second},
+		routerCfg: router.Config{PromptTTL: protocol.DefaultPromptTTL, PromptMaxTTL: router.DefaultPromptMaxTTL, OutboxMax: 1024, SessionQueue: 1000, OutboxTTL: 24 * time.Hour, OutboxBytes: 32 << 20, MaxOutboxBytes: 1 << 30, PushEvery: 15 * time.Minute, JournalLease: 15 * time.Second},
 		agent:     agent.Choice{Name: "demo", OpenAIBaseURL: "https://api.openai.com/v1", OpenAITimeout: 120 * time.Second}}
 	if !reflect.DeepEqual(f, want) {
 		t.Fatalf("defaults = %+v, want %+v", f, want)

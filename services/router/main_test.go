@@ -72,7 +72,7 @@ func TestFlagDefaults(t *testing.T) {
 	clearEnv(t)
 	want := flags{listen: "127.0.0.1:8788", redisMode: "single", redisPrefix: "hermes:", redisPool: 32, agent: agent.Choice{Name: "demo", OpenAIBaseURL: "https://api.openai.com/v1", OpenAITimeout: 120 * time.Second}, eventsMax: "10000",
 		logLevel: "info", adminListen: "127.0.0.1:8790", maxBlob: 1 << 30, pprof: "off", blobTTL: 15 * time.Minute,
-		router: router.Config{PromptTTL: protocol.DefaultPromptTTL, OutboxMax: 1024, SessionQueue: 1000, OutboxTTL: 24 * time.Hour, OutboxBytes: 32 << 20, MaxOutboxBytes: 1 << 30, PushEvery: 15 * time.Minute, JournalLease: 15 * time.Second}}
+		router: router.Config{PromptTTL: protocol.DefaultPromptTTL, PromptMaxTTL: router.DefaultPromptMaxTTL, OutboxMax: 1024, SessionQueue: 1000, OutboxTTL: 24 * time.Hour, OutboxBytes: 32 << 20, MaxOutboxBytes: 1 << 30, PushEvery: 15 * time.Minute, JournalLease: 15 * time.Second}}
 	if f := mustParse(t); !reflect.DeepEqual(f, want) {
 		t.Fatalf("defaults = %+v, want %+v", f, want)
 	}
@@ -143,7 +143,7 @@ func TestSettings(t *testing.T) {
 	}
 	want := settings{level: -4, agent: "link", eventsMax: 250,
 		api: router.APIConfig{DeliverTokens: []string{"cron-1", "cron-2"}, AgentTokens: []string{"agent-1"}, HomeDevice: "tel-1"},
-		router: router.Config{PromptTTL: 45 * time.Second, OutboxMax: 64, OutboxTTL: 2 * time.Minute, OutboxBytes: 32 << 20, MaxOutboxBytes: 1 << 30, PushEvery: 15 * time.Minute, SessionQueue: 50,
+		router: router.Config{PromptTTL: 45 * time.Second, PromptMaxTTL: router.DefaultPromptMaxTTL, OutboxMax: 64, OutboxTTL: 2 * time.Minute, OutboxBytes: 32 << 20, MaxOutboxBytes: 1 << 30, PushEvery: 15 * time.Minute, SessionQueue: 50,
 			JournalLease: 6 * time.Second, BlobTTL: 5 * time.Minute}}
 	if !reflect.DeepEqual(s, want) {
 		t.Fatalf("settings = %+v, want %+v", s, want)
