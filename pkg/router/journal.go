@@ -285,7 +285,7 @@ func (r *Router) handleEntry(device string, e store.JournalEntry) int {
 func (r *Router) drop(ctx context.Context, ev wire.Event) {
 	r.log.Error("dropping an event: its routers died on it too often", "device", ev.Device, "kind", ev.Kind, "attempts", r.cfg.MaxAttempts)
 	r.tel.m.journalDropped()
-	out := &output{r: r, device: ev.Device, via: ev.Edge, hold: true}
+	out := &output{r: r, device: ev.Device, via: ev.Edge, hold: true, share: shareFor(ev)}
 	text := fmt.Sprintf("This message could not be handled (the agent failed on it %d times) and was dropped.", r.cfg.MaxAttempts)
 	if err := out.Message(ctx, ids.New("m"), text, false, true); err != nil {
 		r.log.Warn("telling the phone of a dropped event failed", "device", ev.Device, "err", err)
@@ -313,7 +313,7 @@ func (r *Router) handle(ctx context.Context, qe queuedEvent) {
 	defer cancel()
 	ctx, span := r.tel.start(withParent(ctx, qe.trace), "agent.handle", ev.Kind)
 	defer span.End()
-	out := &output{r: r, device: ev.Device, via: ev.Edge, hold: true}
+	out := &output{r: r, device: ev.Device, via: ev.Edge, hold: true, share: shareFor(ev)}
 	defer func() {
 		if p := recover(); p != nil {
 			r.log.ErrorContext(ctx, "agent panicked", "device", ev.Device, "panic", p)

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"time"
@@ -27,6 +28,9 @@ type output struct {
 	// via: the edge the event being answered came from, tried when the
 	// device has no owner record (wire.Output.Via).
 	via string
+	// share is what the outbox charges what it keeps of this output to
+	// (shareFor); empty: shareAgent.
+	share string
 }
 
 // The shares of the outbox's store-wide bound (store.OutboxLimits.Share):
@@ -35,9 +39,23 @@ type output struct {
 // so the agent's answers to made-up devices cannot push out what cron's
 // deliver token queued. An owner (tenant) id may take this place.
 const (
-	shareAgent   = "agent"   // the agent's outputs, whichever token the device showed
-	shareDeliver = "deliver" // cron's deliveries (Keep)
+	shareAgent   = "agent"   // the outputs of an agent through the API
+	shareDeliver = "deliver" // cron's deliveries (Keep), and the answers to a cron socket's texts
 )
+
+// shareFor is the share of the answers to ev: the token that admitted its
+// device, so that one token's made-up devices compete with each other,
+// not with a phone of its own token or with cron. A device of
+// MOBILE_EXTRA_TOKENS is a share of its own.
+func shareFor(ev wire.Event) string {
+	switch ev.Auth {
+	case "device":
+		return "device:" + ev.Device
+	case "app", "deliver":
+		return ev.Auth
+	}
+	return shareAgent
+}
 
 var _ agent.Output = (*output)(nil)
 
@@ -93,7 +111,7 @@ func (o *output) send(ctx context.Context, out wire.Output) error {
 	push := func() error {
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		return o.r.keep(pctx, o.device, shareAgent, out, data, 0)
+		return o.r.keep(pctx, o.device, cmp.Or(o.share, shareAgent), out, data, 0)
 	}
 	for {
 		err := push()
