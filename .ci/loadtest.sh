@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The short load test: two edges (MOBILE_ROUTER=off) and one router as
-# processes on loopback, on the local Redis (127.0.0.1:6379) and NATS
-# (127.0.0.1:4222) with prefixes of their own; the load generator holds 2,000
-# connections split over both edges, sends texts (answered by the router's
-# demo agent) and router deliveries for 30 s, then drops a quarter of the
-# connections at once and waits for them to come back. It fails on any lost
+# processes on loopback, on the local Redis (REDIS_URL, else 127.0.0.1:6379)
+# and NATS (NATS_URL, else 127.0.0.1:4222) with prefixes of their own; the
+# load generator holds 2,000 connections split over both edges, sends texts
+# (answered by the router's demo agent) and router deliveries for 30 s, then
+# drops a quarter of the connections at once and waits for them to come back. It fails on any lost
 # message or delivery, error frame, unexpected close or failed connection,
 # and when a server process died. Then it runs a short smoke of step mode
 # (LOADTEST_STEP=0 skips it) and checks the k6 scripts' syntax.
@@ -42,7 +42,9 @@ go build -o "$WORK/loadtest" ./loadtest
 ID="lt$(random | cut -c1-10)"
 TOKEN="$(random)"
 DELIVER_TOKEN="$(random)"
-export NATS_URL=nats://127.0.0.1:4222 REDIS_URL=redis://127.0.0.1:6379
+# The shared Redis and NATS .ci/run gives the tests (NATS_URL when it
+# started its own NATS beside another on 4222).
+export NATS_URL="${NATS_URL:-nats://127.0.0.1:4222}" REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379}"
 export REDIS_PREFIX="$ID:" NATS_PREFIX="$ID."
 export MOBILE_ADMIN_LISTEN=127.0.0.1:0 MOBILE_DRAIN_WINDOW=2
 
