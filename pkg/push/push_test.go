@@ -22,11 +22,26 @@ import (
 )
 
 // counts is push.Metrics for the tests.
-type counts struct{ sent, failed, dropped atomic.Int64 }
+type counts struct {
+	sent, failed, dropped atomic.Int64
+	forgotten             sync.Map // kind → *atomic.Int64
+}
 
 func (c *counts) PushSent()    { c.sent.Add(1) }
 func (c *counts) PushFailed()  { c.failed.Add(1) }
 func (c *counts) PushDropped() { c.dropped.Add(1) }
+func (c *counts) PushForgotten(kind string) {
+	n, _ := c.forgotten.LoadOrStore(kind, new(atomic.Int64))
+	n.(*atomic.Int64).Add(1)
+}
+
+// forgot is how many registrations of kind were forgotten.
+func (c *counts) forgot(kind string) int64 {
+	if n, ok := c.forgotten.Load(kind); ok {
+		return n.(*atomic.Int64).Load()
+	}
+	return 0
+}
 
 // loopback is the policy of the tests: their endpoints listen on
 // 127.0.0.1, which the default policy refuses.
@@ -348,7 +363,7 @@ func TestTargetValidate(t *testing.T) {
 		{"url of exactly 2048 bytes", push.Target{Kind: "unifiedpush", URL: exact}, true},
 		{"url of 2049 bytes", push.Target{Kind: "unifiedpush", URL: exact + "a"}, false},
 		{"no kind", push.Target{URL: "https://a.example/"}, false},
-		{"unknown kind", push.Target{Kind: "fcm", URL: "https://a.example/"}, false},
+		{"unknown kind", push.Target{Kind: "gcm", URL: "https://a.example/"}, false},
 		{"no url", push.Target{Kind: "webhook"}, false},
 		{"relative url", push.Target{Kind: "webhook", URL: "/hook"}, false},
 		{"ftp url", push.Target{Kind: "webhook", URL: "ftp://a.example/"}, false},
@@ -368,6 +383,19 @@ func TestTargetValidate(t *testing.T) {
 		{"token with a space", push.Target{Kind: "ntfy", URL: "https://ntfy.sh/t", Token: "tk a"}, false},
 		{"token past ASCII", push.Target{Kind: "ntfy", URL: "https://ntfy.sh/t", Token: "tk_ä"}, false},
 		{"url without a host", push.Target{Kind: "webhook", URL: "http://:8080/hook"}, false},
+		{"fcm token", push.Target{Kind: "fcm", Token: "dGVzdA:APA91bH-_x.y"}, true},
+		{"fcm token of 4096 bytes", push.Target{Kind: "fcm", Token: strings.Repeat("k", push.MaxDeviceTokenBytes)}, true},
+		{"fcm token of 4097 bytes", push.Target{Kind: "fcm", Token: strings.Repeat("k", push.MaxDeviceTokenBytes+1)}, false},
+		{"fcm without a token", push.Target{Kind: "fcm"}, false},
+		{"fcm with a url", push.Target{Kind: "fcm", URL: "https://a.example/", Token: "t"}, false},
+		{"fcm token with LF", push.Target{Kind: "fcm", Token: "a\nb"}, false},
+		{"fcm token with a space", push.Target{Kind: "fcm", Token: "a b"}, false},
+		{"apns token", push.Target{Kind: "apns", Token: strings.Repeat("0aF9", 16)}, true},
+		{"apns token of an odd length", push.Target{Kind: "apns", Token: "abc"}, false},
+		{"apns token not hex", push.Target{Kind: "apns", Token: "zz"}, false},
+		{"apns token with a slash", push.Target{Kind: "apns", Token: "ab/../cd"}, false},
+		{"apns without a token", push.Target{Kind: "apns"}, false},
+		{"apns with a url", push.Target{Kind: "apns", URL: "https://a.example/", Token: "ab"}, false},
 	} {
 		if err := tc.t.Validate(); (err == nil) != tc.ok {
 			t.Errorf("%s: Validate = %v, want ok %v", tc.name, err, tc.ok)

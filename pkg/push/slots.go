@@ -7,7 +7,8 @@ import (
 )
 
 // slots bounds the requests in flight: at most total at once, at most
-// perHost to one endpoint (scheme://host:port). A request for an endpoint
+// perHost to one endpoint (scheme://host:port), or the endpoint's own
+// limit (a push service's). A request for an endpoint
 // at its bound waits without holding a slot, so endpoints that hang hold
 // perHost slots each and never delay a request to another endpoint while
 // slots are left; waiters are let go in arrival order among those that
@@ -16,6 +17,7 @@ type slots struct {
 	mu      sync.Mutex
 	free    int
 	perHost int
+	limits  map[string]int // endpoints bounded otherwise than by perHost
 	busy    map[string]int
 	waiting []*slotWaiter // none of them could go: free is 0 or its host is full
 }
@@ -26,7 +28,15 @@ type slotWaiter struct {
 }
 
 func newSlots(total, perHost int) *slots {
-	return &slots{free: total, perHost: perHost, busy: make(map[string]int)}
+	return &slots{free: total, perHost: perHost, busy: make(map[string]int), limits: make(map[string]int)}
+}
+
+// limit bounds host's requests in flight to n instead of perHost. Call it
+// before the first acquire.
+func (s *slots) limit(host string, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.limits[host] = n
 }
 
 // acquire takes a slot for host, waiting until one is free; ctx's error
@@ -78,7 +88,13 @@ func (s *slots) release(host string) {
 	s.waiting = kept
 }
 
-func (s *slots) canGo(host string) bool { return s.free > 0 && s.busy[host] < s.perHost }
+func (s *slots) canGo(host string) bool {
+	bound, ok := s.limits[host]
+	if !ok {
+		bound = s.perHost
+	}
+	return s.free > 0 && s.busy[host] < bound
+}
 
 func (s *slots) take(host string) {
 	s.free--

@@ -7,6 +7,7 @@ import (
 
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/hermes-mobile/gateway/pkg/push"
 	"github.com/hermes-mobile/gateway/pkg/telemetry"
 )
 
@@ -20,6 +21,8 @@ type metrics struct {
 	takeover metric.Int64Counter
 
 	pushSent, pushFailed, pushDropped metric.Int64Counter
+	pushForgotten                     metric.Int64Counter
+	byPushKind                        telemetry.LabelSet // fcm, apns
 }
 
 // latencyBuckets (seconds) cover a loopback write (sub-millisecond) up to
@@ -57,7 +60,10 @@ func newMetrics(m metric.Meter) *metrics {
 		metric.WithDescription("Push notifications given up on: every attempt failed, the endpoint refused, or its registration could not be read."))
 	in.Check(e)
 	x.pushDropped, e = m.Int64Counter("hermes_push_dropped",
-		metric.WithDescription("Push notifications dropped unsent because the push queue was full."))
+		metric.WithDescription("Push notifications dropped unsent because the push queue was full, or a push service's share of it."))
+	in.Check(e)
+	x.pushForgotten, e = m.Int64Counter("hermes_push_forgotten",
+		metric.WithDescription("Push registrations forgotten because their service (FCM, APNs) reported the token no longer valid, by kind."))
 	in.Check(e)
 	if err := in.Err(); err != nil {
 		panic(fmt.Sprintf("router: creating the instruments: %v", err))
@@ -65,6 +71,10 @@ func newMetrics(m metric.Meter) *metrics {
 	x.pushSent.Add(bg, 0)
 	x.pushFailed.Add(bg, 0)
 	x.pushDropped.Add(bg, 0)
+	x.byPushKind = telemetry.NewLabelSet("kind", push.KindFCM, push.KindAPNs)
+	for _, opts := range x.byPushKind.Known() {
+		x.pushForgotten.Add(bg, 0, opts...)
+	}
 	x.outboxIn.Add(bg, 0)
 	x.dropped.Add(bg, 0)
 	x.backlog.Add(bg, 0)
@@ -98,3 +108,7 @@ func (m *metrics) journalDropped() { m.dropped.Add(bg, 1) }
 func (m *metrics) PushSent()    { m.pushSent.Add(bg, 1) }
 func (m *metrics) PushFailed()  { m.pushFailed.Add(bg, 1) }
 func (m *metrics) PushDropped() { m.pushDropped.Add(bg, 1) }
+
+// PushForgotten counts a registration of kind forgotten for a dead token
+// (push.Metrics).
+func (m *metrics) PushForgotten(kind string) { m.pushForgotten.Add(bg, 1, m.byPushKind.Of(kind)...) }
