@@ -1,7 +1,6 @@
 package router
 
 import (
-	"encoding/json"
 	"net/http"
 
 	"github.com/hermes-mobile/gateway/pkg/admin"
@@ -18,8 +17,10 @@ func pushDevice(req *http.Request) (string, error) {
 }
 
 // putPush is PUT /v1/devices/{device}/push: registers the device's push
-// endpoint, {kind, url, token}, for push.TargetTTL (30 days), replacing
-// any; registering again renews it.
+// endpoint, {kind, url, token} (fcm and apns: {kind, token}, the app's
+// own token, which the app may also register over its socket with a push
+// frame), for push.TargetTTL (30 days), replacing any; registering again
+// renews it.
 func (a *API) putPush(w http.ResponseWriter, req *http.Request) error {
 	dev, err := pushDevice(req)
 	if err != nil {
@@ -32,18 +33,15 @@ func (a *API) putPush(w http.ResponseWriter, req *http.Request) error {
 	if len(t.URL) > push.MaxURLBytes {
 		return tooBig("url is %d bytes, longer than %d", len(t.URL), push.MaxURLBytes)
 	}
-	// The form, the header values, and a host that is an address the
-	// push policy refuses (loopback, metadata, private, in any notation):
-	// a clear 400 now. A name is checked on what it resolves to when a
-	// notification is sent.
+	// The form, the header values, a host that is an address the push
+	// policy refuses (loopback, metadata, private, in any notation), a
+	// service (fcm, apns) this router does not send to: a clear 400 now.
+	// A name is checked on what it resolves to when a notification is
+	// sent.
 	if err := a.r.push.Check(t); err != nil {
 		return badFrame("%v", err)
 	}
-	data, err := json.Marshal(t)
-	if err != nil {
-		return err
-	}
-	if err := a.r.store.SetPushTarget(req.Context(), dev, data, push.TargetTTL); err != nil {
+	if err := a.r.push.Register(req.Context(), dev, t); err != nil {
 		return err
 	}
 	admin.WriteJSON(w, http.StatusOK, okBody{OK: true})

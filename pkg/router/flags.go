@@ -25,6 +25,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	config.Bool(fs, &c.PushContent, "push-content", fieldEnv["PushContent"], false, "put the waiting message's text in push notifications")
 	config.Bool(fs, &c.PushAllowPrivate, "push-allow-private", fieldEnv["PushAllowPrivate"], false, "let push endpoints be at private addresses (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7): a self-hosted ntfy on the LAN")
 	config.String(fs, &c.PushAllowNets, "push-allow-nets", fieldEnv["PushAllowNets"], "", "comma-separated networks (CIDRs) push endpoints may be in whatever they are, loopback included; cloud metadata addresses stay refused")
+	c.PushServices.registerFlags(fs)
 	config.Seconds(fs, &c.JournalLease, "journal-lease", fieldEnv["JournalLease"], def.JournalLease, "how long a router holds a device's events without renewing; another takes them over after it")
 }
 

@@ -117,6 +117,9 @@ type Config struct {
 	// they are, comma-separated CIDRs (MOBILE_PUSH_ALLOW_NETS): one LAN's
 	// subnet, or loopback for tests. Metadata addresses stay refused.
 	PushAllowNets string
+	// PushServices turns on FCM and APNs (MOBILE_PUSH_FCM_*,
+	// MOBILE_PUSH_APNS_*), whose notifications expire after OutboxTTL.
+	PushServices PushServices
 }
 
 // The outbox's defaults: what is kept for a phone that sleeps.
@@ -172,6 +175,8 @@ func (c Config) Validate() error {
 	if _, err := push.ParseNets(c.PushAllowNets); err != nil {
 		errs = append(errs, fmt.Errorf("%s: %w", setting("PushAllowNets"), err))
 	}
+	_, _, perrs := c.PushServices.load()
+	errs = append(errs, perrs...)
 	if c.JournalLease > 0 && c.JournalLease < 3*time.Second {
 		errs = append(errs, fmt.Errorf("%s: %v is under 3 s: it is renewed every third of it", setting("JournalLease"), c.JournalLease))
 	}
@@ -296,7 +301,12 @@ func New(cfg Config, st store.Store, b bus.Bus, a agent.Agent, log *slog.Logger)
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	r.quit, r.stop = context.WithCancel(r.ctx)
 	pushNets, _ := push.ParseNets(cfg.PushAllowNets) // Validate reports an error
+	fcm, apns, perrs := cfg.PushServices.load()      // and these
+	if len(perrs) > 0 {
+		log.Error("push services left off", "err", errors.Join(perrs...))
+	}
 	r.push = push.New(push.Config{Store: st, Key: []byte(cfg.PushKey), Every: cfg.PushEvery, Content: cfg.PushContent,
+		FCM: fcm, APNs: apns, TTL: cfg.OutboxTTL,
 		Policy:  push.Policy{AllowPrivate: cfg.PushAllowPrivate, AllowNets: pushNets},
 		Backoff: cfg.PushBackoff, Log: log.With("component", "push"), Metrics: r.tel.m})
 	return r
