@@ -20,8 +20,9 @@ const chart = root + "/charts/hermes-gateway"
 // kubeVersion is the oldest Kubernetes the chart supports (Chart.yaml).
 const kubeVersion = "1.30.0"
 
-// helm finds the helm binary: $HELM, then PATH, then /tmp/helmbin/helm
-// (where .ci/helm.sh installs it).
+// helm finds the helm binary: $HELM, then PATH, then
+// /tmp/helmbin/<version>/helm (where .ci/helm.sh builds it; the newest
+// version there).
 func helm(t *testing.T) string {
 	t.Helper()
 	if h := os.Getenv("HELM"); h != "" {
@@ -30,11 +31,24 @@ func helm(t *testing.T) string {
 	if h, err := exec.LookPath("helm"); err == nil {
 		return h
 	}
-	if _, err := os.Stat("/tmp/helmbin/helm"); err == nil {
-		return "/tmp/helmbin/helm"
+	if built, _ := filepath.Glob("/tmp/helmbin/v*/helm"); len(built) > 0 {
+		slices.SortFunc(built, func(a, b string) int {
+			return slices.Compare(versionParts(filepath.Base(filepath.Dir(a))), versionParts(filepath.Base(filepath.Dir(b))))
+		})
+		return built[len(built)-1]
 	}
 	t.Skip("no helm (set HELM, or run .ci/helm.sh, which installs it)")
 	return ""
+}
+
+// versionParts are the numbers of "v4.3.2", to order versions.
+func versionParts(v string) []int {
+	var n []int
+	for _, f := range strings.Split(strings.TrimPrefix(v, "v"), ".") {
+		i, _ := strconv.Atoi(f)
+		n = append(n, i)
+	}
+	return n
 }
 
 // object is one rendered manifest.
