@@ -93,6 +93,8 @@ func decode(msg []byte) (ClientFrame, *Error) {
 		return &Ack{ID: Truncate(w.ID, MaxIDChars)}, nil
 	case TypeDeliver:
 		return decodeDeliver(&w)
+	case TypePush:
+		return decodePush(&w)
 	case "":
 		return nil, NewError(CodeBadFrame, "frame has no type (t)")
 	}
@@ -145,7 +147,7 @@ func TypeOf(msg []byte) string {
 
 func knownClientType(t string) bool {
 	switch t {
-	case TypeHello, TypeText, TypeAudio, TypeMedia, TypePrompt, TypeTyping, TypePing, TypeAck, TypeDeliver:
+	case TypeHello, TypeText, TypeAudio, TypeMedia, TypePrompt, TypeTyping, TypePing, TypeAck, TypeDeliver, TypePush:
 		return true
 	}
 	return false
@@ -272,6 +274,28 @@ func decodeDeliver(w *wire) (ClientFrame, *Error) {
 		return nil, e
 	}
 	return d, nil
+}
+
+// decodePush checks a push frame: a kind of PushKinds (any case), and a
+// token (empty: remove) of printable ASCII, at most MaxPushTokenBytes.
+// Its errors never quote the token.
+func decodePush(w *wire) (ClientFrame, *Error) {
+	if w.Kind == "" {
+		return nil, NewError(CodeBadFrame, "push frame needs a kind: fcm or apns")
+	}
+	kind := strings.ToLower(w.Kind)
+	if !contains(PushKinds, kind) {
+		return nil, NewError(CodeUnsupportedFrame, "push kind must be fcm or apns")
+	}
+	if len(w.Token) > MaxPushTokenBytes {
+		return nil, NewError(CodeTooBig, "push token is longer than "+strconv.Itoa(MaxPushTokenBytes)+" bytes")
+	}
+	for i := 0; i < len(w.Token); i++ {
+		if c := w.Token[i]; c <= ' ' || c >= 0x7f {
+			return nil, NewError(CodeBadFrame, "push token must be printable ASCII, without spaces")
+		}
+	}
+	return &Push{Kind: kind, Token: strings.Clone(w.Token)}, nil
 }
 
 // checkText enforces MaxTextChars on a text or caption.

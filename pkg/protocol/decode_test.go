@@ -124,6 +124,8 @@ func TestDecodeEveryFrameType(t *testing.T) {
 			&protocol.Deliver{ID: "d1", Target: "tel-1", Text: "cron says hi"}},
 		{"deliver media", `{"t":"deliver","id":"d2","media":{"kind":"voice","mime":"audio/ogg","filename":"v.ogg","data":"YWJj"}}`,
 			&protocol.Deliver{ID: "d2", Media: &protocol.DeliverMedia{Kind: "voice", Mime: "audio/ogg", Filename: "v.ogg", Data: []byte("abc")}}},
+		{"push", `{"t":"push","kind":"fcm","token":"dGVzdA:APA91b-x_y"}`, &protocol.Push{Kind: "fcm", Token: "dGVzdA:APA91b-x_y"}},
+		{"push removal", `{"t":"push","kind":"apns","token":""}`, &protocol.Push{Kind: "apns"}},
 		{"unknown members ignored", `{"t":"text","id":"m1","text":"x","extra":{"deep":[1,2,{"x":null}]},"v":1}`,
 			&protocol.Text{ID: "m1", Text: "x"}},
 		{"member names are exact", `{"t":"text","id":"m1","text":"x","TEXT":"y","Id":"z"}`,
@@ -755,6 +757,40 @@ func TestDecodeDeliver(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { check(t, marshal(t, tt.frame), tt.want) })
+	}
+}
+
+// TestDecodePush: the push frame (the gateway's extension): a kind of fcm
+// or apns in any case, a token of printable ASCII up to 4096 bytes, an
+// empty or absent one removing; nothing else, and no error quotes the
+// token.
+func TestDecodePush(t *testing.T) {
+	max := strings.Repeat("k", protocol.MaxPushTokenBytes)
+	tests := []struct {
+		name  string
+		frame map[string]any
+		want  result
+	}{
+		{"fcm", map[string]any{"t": "push", "kind": "fcm", "token": "abc:APA91b"}, wantFrame(&protocol.Push{Kind: "fcm", Token: "abc:APA91b"})},
+		{"APNS in capitals", map[string]any{"t": "PUSH", "kind": "APNS", "token": "0a1B"}, wantFrame(&protocol.Push{Kind: "apns", Token: "0a1B"})},
+		{"no token removes", map[string]any{"t": "push", "kind": "fcm"}, wantFrame(&protocol.Push{Kind: "fcm"})},
+		{"token of 4096 bytes", map[string]any{"t": "push", "kind": "fcm", "token": max}, wantFrame(&protocol.Push{Kind: "fcm", Token: max})},
+		{"token of 4097 bytes", map[string]any{"t": "push", "kind": "fcm", "token": max + "k"}, fails(protocol.CodeTooBig)},
+		{"no kind", map[string]any{"t": "push", "token": "x"}, fails(protocol.CodeBadFrame)},
+		{"unknown kind", map[string]any{"t": "push", "kind": "webhook", "token": "x"}, fails(protocol.CodeUnsupportedFrame)},
+		{"token with a space", map[string]any{"t": "push", "kind": "fcm", "token": "SECRET x"}, fails(protocol.CodeBadFrame)},
+		{"token with LF", map[string]any{"t": "push", "kind": "fcm", "token": "SECRET\nx"}, fails(protocol.CodeBadFrame)},
+		{"token past ASCII", map[string]any{"t": "push", "kind": "fcm", "token": "SECRETé"}, fails(protocol.CodeBadFrame)},
+		{"token not a string", map[string]any{"t": "push", "kind": "fcm", "token": 5}, fails(protocol.CodeBadFrame)},
+		{"kind not a string", map[string]any{"t": "push", "kind": []int{1}}, fails(protocol.CodeBadFrame)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			check(t, marshal(t, tt.frame), tt.want)
+			if _, err := protocol.Decode(marshal(t, tt.frame)); err != nil && strings.Contains(err.Error(), "SECRET") {
+				t.Errorf("the error quotes the token: %v", err)
+			}
+		})
 	}
 }
 

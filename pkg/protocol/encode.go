@@ -25,6 +25,10 @@ type Ready struct {
 	DeviceID   string
 	DeviceName string
 	AvatarURL  string
+	// Push are the kinds of push token the app may register with a push
+	// frame (capabilities.push, omitted when none): the gateway's
+	// extension.
+	Push []string
 }
 
 // AppendReady appends a ready frame.
@@ -40,7 +44,27 @@ func AppendReady(b []byte, r Ready) []byte {
 	b = append(b, `},"avatar_url":`...)
 	b = AppendString(b, r.AvatarURL)
 	b = append(b, `,"capabilities":`...)
-	b = append(b, capabilities...)
+	b = append(b, capabilities[:len(capabilities)-1]...)
+	if len(r.Push) > 0 {
+		b = append(b, `,"push":[`...)
+		for i, k := range r.Push {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = AppendString(b, k)
+		}
+		b = append(b, ']')
+	}
+	return append(b, "}}"...)
+}
+
+// AppendPush appends the answer to a push frame that was done: kind's
+// token registered, or (registered false) taken back.
+func AppendPush(b []byte, kind string, registered bool) []byte {
+	b = append(b, `{"t":"push","kind":`...)
+	b = AppendString(b, kind)
+	b = append(b, `,"registered":`...)
+	b = strconv.AppendBool(b, registered)
 	return append(b, '}')
 }
 

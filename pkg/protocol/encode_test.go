@@ -54,6 +54,13 @@ func TestAppendFrames(t *testing.T) {
 		}, strings.Replace(strings.Replace(specReady, `"https://agent.example.com/avatar/"`, `""`, 1),
 			`"session":"mobile:tel-1","device":{"id":"tel-1","name":"Phone"}`, `"session":"mobile:dev-ab","device":{"id":"dev-ab","name":""}`, 1)},
 
+		{"ready with push kinds", func(b []byte) []byte {
+			return protocol.AppendReady(b, protocol.Ready{Session: "mobile:tel-1", DeviceID: "tel-1", DeviceName: "Phone", AvatarURL: "https://agent.example.com/avatar/",
+				Push: []string{"fcm", "apns"}})
+		}, strings.Replace(specReady, `"max_text_chars":12000}`, `"max_text_chars":12000,"push":["fcm","apns"]}`, 1)},
+		{"push registered", func(b []byte) []byte { return protocol.AppendPush(b, "fcm", true) }, `{"t":"push","kind":"fcm","registered":true}`},
+		{"push removed", func(b []byte) []byte { return protocol.AppendPush(b, "apns", false) }, `{"t":"push","kind":"apns","registered":false}`},
+
 		{"message first chunk", func(b []byte) []byte {
 			return protocol.AppendMessage(b, protocol.Message{ID: "r1", Text: "Hello", Index: 0, Total: 2})
 		}, `{"t":"message","id":"r1","text":"Hello","chunk":{"index":0,"total":2},"final":false}`},
@@ -166,6 +173,7 @@ func TestAppendFramesStartWithType(t *testing.T) {
 		"typing":      protocol.AppendTyping(nil, false),
 		"pong":        protocol.AppendPong(nil, nil),
 		"error":       protocol.AppendError(nil, &protocol.Error{}),
+		"push":        protocol.AppendPush(nil, "fcm", true),
 	}
 	for typ, out := range frames {
 		if want := `{"t":"` + typ + `"`; !bytes.HasPrefix(out, []byte(want)) {

@@ -20,7 +20,23 @@ const (
 	TypePong       = "pong"
 	TypeError      = "error"
 	TypeDelivered  = "delivered"
+	// TypePush registers the app's push token (client to server) and
+	// answers it (server to client): an extension of Protocol v1, see
+	// docs/protocol-notes.md. A server that does not know it ignores it,
+	// as the spec says of an unknown type.
+	TypePush = "push"
 )
+
+// Push kinds an app registers over its socket: the token Firebase Cloud
+// Messaging (Android) or the Apple Push Notification service (iOS) gave
+// it. ready's capabilities.push lists those the server sends.
+const (
+	PushFCM  = "fcm"
+	PushAPNs = "apns"
+)
+
+// PushKinds are the kinds a push frame may name.
+var PushKinds = []string{PushFCM, PushAPNs}
 
 // Avatar states.
 const (
@@ -67,7 +83,7 @@ func IsMediaOut(kind string) bool { return contains(MediaOut, kind) }
 
 // ClientFrame is one decoded, validated frame from the app. It is one of
 // *Hello, *Text, *Audio, *MediaUp, *PromptAnswer, *Typing, *Ping, *Ack,
-// *Deliver.
+// *Deliver, *Push.
 type ClientFrame interface{ Type() string }
 
 // Device is the app's description of itself, every string truncated to 120
@@ -130,6 +146,15 @@ type PromptAnswer struct {
 // Typing says the user is typing.
 type Typing struct{}
 
+// Push registers Token, the app's FCM registration token or APNs device
+// token (Kind), as its own device's push endpoint; an empty Token takes
+// the device's registration of Kind back. Token is printable ASCII, at
+// most MaxPushTokenBytes.
+type Push struct {
+	Kind  string
+	Token string
+}
+
 // Ping asks for a pong carrying the same ts. TS is the raw JSON value, nil
 // when absent.
 type Ping struct{ TS []byte }
@@ -169,3 +194,4 @@ func (*Typing) Type() string       { return TypeTyping }
 func (*Ping) Type() string         { return TypePing }
 func (*Ack) Type() string          { return TypeAck }
 func (*Deliver) Type() string      { return TypeDeliver }
+func (*Push) Type() string         { return TypePush }

@@ -38,6 +38,8 @@ var decodeSeeds = []string{
 	`{"t":"ack","id":"m1"}`,
 	`{"t":"deliver","id":"d1","target":"tel-1","text":"cron"}`,
 	`{"t":"deliver","media":{"kind":"voice","mime":"audio/ogg","filename":"v.ogg","data":"T2dnUw=="}}`,
+	`{"t":"push","kind":"fcm","token":"dGVzdA:APA91b-x_y"}`,
+	`{"t":"Push","kind":"APNS","token":""}`,
 	`{"t":"foo","text":5,"data":"!!"}`,
 	// Broken.
 	``,
@@ -61,6 +63,9 @@ var decodeSeeds = []string{
 	`{"t":"deliver","media":{"kind":"audio","data":"YQ=="}}`,
 	`{"t":"deliver","media":{}}`,
 	`{"t":"text","t":"foo","text":1}`,
+	`{"t":"push","token":"x"}`,
+	`{"t":"push","kind":"gcm","token":"x"}`,
+	`{"t":"push","kind":"fcm","token":"a b"}`,
 	`{"t":"text","id":"1","text":"x"} trailing`,
 }
 
@@ -74,7 +79,7 @@ var decodeErrorCodes = map[protocol.Code]bool{
 
 var clientTypes = map[string]bool{
 	"hello": true, "text": true, "audio": true, "media": true, "prompt": true,
-	"typing": true, "ping": true, "ack": true, "deliver": true,
+	"typing": true, "ping": true, "ack": true, "deliver": true, "push": true,
 }
 
 func FuzzDecode(f *testing.F) {
@@ -239,6 +244,13 @@ func checkFrame(t *testing.T, fr protocol.ClientFrame) {
 			str("media mime", m.Mime, true, 0)
 			str("media filename", m.Filename, false, protocol.MaxFilenameChars)
 		}
+	case *protocol.Push:
+		if f.Kind != protocol.PushFCM && f.Kind != protocol.PushAPNs {
+			t.Fatalf("push kind %q", f.Kind)
+		}
+		if len(f.Token) > protocol.MaxPushTokenBytes || strings.ContainsFunc(f.Token, func(r rune) bool { return r <= ' ' || r >= 0x7f }) {
+			t.Fatalf("push token of %d bytes, not printable ASCII", len(f.Token))
+		}
 	default:
 		t.Fatalf("unexpected frame type %T", fr)
 	}
@@ -269,6 +281,8 @@ func reencode(t *testing.T, fr protocol.ClientFrame) []byte {
 		return []byte(`{"t":"ping","ts":` + string(f.TS) + `}`)
 	case *protocol.Ack:
 		m = map[string]any{"id": f.ID}
+	case *protocol.Push:
+		m = map[string]any{"kind": f.Kind, "token": f.Token}
 	case *protocol.Deliver:
 		m = map[string]any{"id": f.ID, "target": f.Target, "text": f.Text}
 		if f.Media != nil {

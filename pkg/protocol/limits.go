@@ -59,6 +59,10 @@ const (
 	// gets too_big, so a client cannot make the edge hold and send back
 	// megabytes per ping.
 	MaxPingTSBytes = 1024
+	// MaxPushTokenBytes bounds a push frame's token (the gateway's
+	// extension, not the specification's): neither FCM nor APNs promises
+	// a length, and the store keeps one per device (push.MaxDeviceTokenBytes).
+	MaxPushTokenBytes = 4096
 )
 
 // MiB formats a byte limit in whole mebibytes ("8 MiB"), for the error
