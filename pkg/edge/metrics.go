@@ -62,7 +62,7 @@ var frameTypes = []string{
 	protocol.TypeHello, protocol.TypeText, protocol.TypeAudio, protocol.TypeMedia, protocol.TypePrompt,
 	protocol.TypeTyping, protocol.TypePing, protocol.TypeAck, protocol.TypeDeliver, protocol.TypeReady,
 	protocol.TypeMessage, protocol.TypePromptDone, protocol.TypeAvatar, protocol.TypePong, protocol.TypeError,
-	frameUnknown, frameInvalid,
+	protocol.TypePush, frameUnknown, frameInvalid,
 }
 
 // Type label values for frames that have no Protocol v1 type.

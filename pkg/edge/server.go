@@ -29,6 +29,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/dispatch"
 	"github.com/hermes-mobile/gateway/pkg/ids"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
+	"github.com/hermes-mobile/gateway/pkg/push"
 	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/telemetry"
 	"github.com/hermes-mobile/gateway/pkg/wire"
@@ -120,8 +121,10 @@ type Config struct {
 	// PingMisses is how many unanswered keepalive intervals are tolerated
 	// after the first (2).
 	PingMisses int
-	// OwnerTTL is how long a device's owner record lives without the edge's
-	// heartbeat (30 s); the heartbeat runs every OwnerTTL/3.
+	// OwnerTTL is how long the edge's lease lives without its heartbeat
+	// (30 s): once it lapses, the owner records naming the edge read as
+	// none. The heartbeat renews it every OwnerTTL/3; the records
+	// themselves live 120 × OwnerTTL and are refreshed every third of that.
 	OwnerTTL time.Duration
 	// BlobTTL is how long uploaded media stays in the store for the agent (15 min).
 	BlobTTL time.Duration
@@ -142,6 +145,11 @@ type Config struct {
 	// Keeper keeps a deliver frame with a ttl that its device cannot take
 	// now (the router's outbox); nil refuses a ttl.
 	Keeper dispatch.Keeper
+	// Push registers the push token an app sends in a push frame, for
+	// its own device, and names the kinds it takes (ready's
+	// capabilities.push): the notifier of the process's router. Nil
+	// takes none.
+	Push *push.Notifier
 	// DeviceSubjects: besides its edge subject, subscribe to each held
 	// device's subject and announce takeovers there too, as edges did
 	// before edge subjects, so that routers and edges of that release
@@ -633,38 +641,82 @@ func (s *Server) deviceConn(device string) *conn {
 	return nil
 }
 
-// heartbeat keeps this edge's owner records alive and closes the sockets of
-// devices whose ownership moved elsewhere without us hearing of it.
+// recordLives is how many OwnerTTLs an owner record lives without a
+// refresh (an hour by default): the edge's lease, renewed every third of
+// OwnerTTL, is what keeps the records standing between refreshes, so an
+// idle phone costs the store one write an hour (every third of this).
+const recordLives = 120
+
+// recordTTL is the ttl of an owner record this edge claims or refreshes.
+func (s *Server) recordTTL() time.Duration { return recordLives * s.cfg.OwnerTTL }
+
+// heartbeat renews this edge's lease every OwnerTTL/3: one write keeps
+// every owner record naming this edge standing (store.Owners.RenewEdge).
+// Every third of recordTTL it refreshes the records themselves, which
+// also finds the devices whose ownership moved elsewhere without us
+// hearing of it. When the lease was found lapsed (a pause, the store lost
+// or restarted), senders read our records as none meanwhile and may have
+// kept outputs in the outboxes: every device is checked at once, the
+// ones still ours read their outbox again, the others are recovered.
 func (s *Server) heartbeat() {
-	t := time.NewTicker(s.cfg.OwnerTTL / 3)
+	beat := s.cfg.OwnerTTL / 3
+	t := time.NewTicker(beat)
 	defer t.Stop()
-	for {
+	refreshEvery := max(1, int(s.recordTTL()/3/beat))
+	for n := 1; ; n++ {
+		ctx, cancel := context.WithTimeout(s.ctx, beat)
+		fresh, err := s.store.RenewEdge(ctx, s.cfg.ID, s.cfg.OwnerTTL)
+		cancel()
+		if err != nil {
+			s.log.Warn("renewing the edge's lease failed", "err", err)
+		}
+		// The first renewal is fresh too: nothing was read as none yet.
+		if lapsed := err == nil && fresh && n > 1; lapsed || n%refreshEvery == 0 {
+			s.refreshOwned(lapsed)
+		}
 		select {
 		case <-s.ctx.Done():
 			return
 		case <-t.C:
 		}
 		s.forgetEarly(s.cfg.OwnerTTL)
-		owned := make(map[string]int64)
-		s.mu.Lock()
-		for dev, slot := range s.devices {
-			if slot.conn != nil {
-				owned[dev] = slot.conn.epoch.Load()
-			}
+	}
+}
+
+// refreshOwned refreshes the owner records of the devices held here and
+// recovers those whose ownership was lost; lapsed: the lease had lapsed,
+// so the devices still held read their outboxes again.
+func (s *Server) refreshOwned(lapsed bool) {
+	owned := make(map[string]int64)
+	s.mu.Lock()
+	for dev, slot := range s.devices {
+		if slot.conn != nil {
+			owned[dev] = slot.conn.epoch.Load()
 		}
-		s.mu.Unlock()
-		if len(owned) == 0 {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.OwnerTTL/3)
-		lost, err := s.store.RefreshDevices(ctx, owned, s.cfg.OwnerTTL)
-		cancel()
-		if err != nil {
-			s.log.Warn("owner heartbeat failed", "err", err)
-			continue
-		}
-		for _, dev := range lost {
-			s.recover(dev, owned[dev])
+	}
+	s.mu.Unlock()
+	if len(owned) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.OwnerTTL/3)
+	lost, err := s.store.RefreshDevices(ctx, owned, s.recordTTL())
+	cancel()
+	if err != nil {
+		s.log.Warn("refreshing owner records failed", "err", err)
+		return
+	}
+	for _, dev := range lost {
+		epoch := owned[dev]
+		delete(owned, dev)
+		s.recover(dev, epoch)
+	}
+	if !lapsed {
+		return
+	}
+	s.log.Info("the edge's lease had lapsed; its devices read their outboxes again", "devices", len(owned))
+	for dev, epoch := range owned {
+		if c := s.deviceConn(dev); c != nil && c.epoch.Load() == epoch {
+			c.rereadOutbox()
 		}
 	}
 }
@@ -816,7 +868,7 @@ func (s *Server) recover(dev string, epoch int64) {
 		return // ours after all (a caller's read was older than a claim)
 	}
 	if errors.Is(err, store.ErrNotFound) {
-		if e, err := s.store.ClaimDevice(ctx, dev, s.cfg.ID, s.cfg.OwnerTTL); err == nil {
+		if e, err := s.store.ClaimDevice(ctx, dev, s.cfg.ID, s.recordTTL()); err == nil {
 			c.epoch.CompareAndSwap(epoch, e)
 			c.logger().Info("re-claimed a device whose owner record was lost", "epoch", e)
 			// Senders found no owner meanwhile and kept what they had for

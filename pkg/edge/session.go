@@ -12,6 +12,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/dispatch"
 	"github.com/hermes-mobile/gateway/pkg/ids"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
+	"github.com/hermes-mobile/gateway/pkg/push"
 	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/telemetry"
 	"github.com/hermes-mobile/gateway/pkg/wire"
@@ -72,6 +73,8 @@ func (c *conn) handle(msg []byte) {
 		c.onAck(f.ID)
 	case *protocol.Deliver:
 		c.onDeliver(f)
+	case *protocol.Push:
+		c.onPush(f)
 	}
 }
 
@@ -176,7 +179,7 @@ func (c *conn) hello(h *protocol.Hello) {
 	// The claim also says whether the device acked on an earlier socket:
 	// then what this socket writes, from the outbox on, counts only once
 	// acked.
-	claim, err := s.store.ClaimDeviceAcks(ctx, dev.ID, s.cfg.ID, s.cfg.OwnerTTL)
+	claim, err := s.store.ClaimDeviceAcks(ctx, dev.ID, s.cfg.ID, s.recordTTL())
 	epoch, acks := claim.Epoch, claim.Acks
 	if err != nil {
 		c.logger().Warn("claiming device failed", "device", dev.ID, "err", err)
@@ -223,7 +226,7 @@ func (c *conn) hello(h *protocol.Hello) {
 	}
 	s.announceTakeover(ctx, c, claim.Prev)
 	c.send(protocol.AppendReady(newFrame(512), protocol.Ready{
-		Session: c.session, DeviceID: dev.ID, DeviceName: dev.Name, AvatarURL: c.avatarURL,
+		Session: c.session, DeviceID: dev.ID, DeviceName: dev.Name, AvatarURL: c.avatarURL, Push: s.cfg.Push.AppKinds(),
 	}))
 	c.srv.tel.m.helloReady(time.Since(start))
 	c.logger().Debug("session ready", "epoch", epoch)
@@ -533,6 +536,41 @@ func (c *conn) reshowCard(rec store.PromptRecord) {
 	}
 	card.TimeoutSeconds = max(1, int(time.Until(rec.Expires).Seconds()+0.5))
 	c.send(protocol.AppendPrompt(newFrame(512), card))
+}
+
+// onPush registers the app's push token for the socket's own device
+// (which a token bound to a device can only be), as PUT
+// /v1/devices/{device}/push does, or, with an empty token, takes back the
+// device's registration of that kind; either is answered with a push
+// frame saying which.
+func (c *conn) onPush(f *protocol.Push) {
+	p := c.srv.cfg.Push
+	if !p.Offers(f.Kind) {
+		c.sendError(protocol.NewError(protocol.CodeUnsupportedFrame, "push: this server sends no "+f.Kind+" notifications (ready's capabilities.push lists those it sends)"))
+		return
+	}
+	t := push.Target{Kind: f.Kind, Token: f.Token}
+	if f.Token != "" {
+		if err := p.Check(t); err != nil {
+			c.sendError(protocol.NewError(protocol.CodeBadFrame, "push: "+err.Error()))
+			return
+		}
+	}
+	ctx, cancel := c.opContext()
+	defer cancel()
+	var err error
+	if f.Token != "" {
+		err = p.Register(ctx, c.device, t)
+	} else {
+		_, err = p.Unregister(ctx, c.device, f.Kind)
+	}
+	if err != nil {
+		c.logger().Warn("push registration failed", "kind", f.Kind, "err", err)
+		c.sendError(protocol.NewError(protocol.CodeInternalError, "push: gateway storage unavailable; send it again"))
+		return
+	}
+	c.logger().Debug("push registration", "kind", f.Kind, "registered", f.Token != "")
+	c.send(protocol.AppendPush(newFrame(64), f.Kind, f.Token != ""))
 }
 
 var errDeliverForbidden = protocol.NewError(protocol.CodeForbidden, "deliver is accepted only from cron: a loopback peer or a deliver token")

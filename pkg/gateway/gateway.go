@@ -216,6 +216,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err e
 			keeper = g.keeper
 		}
 		cfg.Edge.Keeper = keeper
+		if cfg.Edge.Push == nil {
+			// An app's own push token is registered as the router's
+			// API registers one, by this process's notifier.
+			cfg.Edge.Push = keeper.Notifier()
+		}
 	}
 	g.Edge = edge.New(cfg.Edge, g.Store, g.Bus, log.With("component", "edge"))
 	go func() { g.served <- g.Edge.Serve(g.ln) }()

@@ -193,11 +193,24 @@ type Owners interface {
 	// whoever owns it; a record already there lives ttl from now. The
 	// record outlives the owner record: ReleaseDevice leaves it.
 	SetDeviceAcks(ctx context.Context, device string, ttl time.Duration) error
-	// DeviceOwner returns the owner of device; ErrNotFound when none.
+	// DeviceOwner returns the owner of device; ErrNotFound when none. A
+	// record naming an edge whose lease (RenewEdge) lapsed reads as none;
+	// one naming an edge that never held a lease (an edge of the release
+	// before leases, which refreshes each record instead) stands on its
+	// own ttl.
 	DeviceOwner(ctx context.Context, device string) (Owner, error)
 	// DeviceOwners returns the owner of each device, in order, in one round
-	// trip: the zero Owner (epoch 0) for a device that has none.
+	// trip: the zero Owner (epoch 0) for a device that has none, as
+	// DeviceOwner reads it.
 	DeviceOwners(ctx context.Context, devices []string) ([]Owner, error)
+	// RenewEdge keeps edge's lease for ttl: while it lives, the owner
+	// records naming edge stand, whatever is left of their own ttl, so an
+	// idle phone costs the store nothing between its record's rare
+	// refreshes; once it lapses (the edge died, paused, or lost the store)
+	// they read as none within a second. fresh reports that the lease did
+	// not exist: the edge's first renewal, or its records read as none
+	// for a while and senders may have kept outputs in their outboxes.
+	RenewEdge(ctx context.Context, edge string, ttl time.Duration) (fresh bool, err error)
 	// RefreshDevices extends the ownership of each device still held at the
 	// given epoch and returns the devices whose ownership was lost.
 	RefreshDevices(ctx context.Context, owned map[string]int64, ttl time.Duration) ([]string, error)

@@ -32,10 +32,47 @@ type owners struct {
 	byExpiry expiryQueue[*ownerEntry]
 	acks     map[string]*acksEntry // the devices that ack
 	acksExp  expiryQueue[*acksEntry]
+	// leases: each edge's lease (RenewEdge) and until when it lives; an
+	// edge that ever held one is kept, lapsed, for leaseMemory, so that
+	// its records read as none.
+	leases map[string]lease
 }
 
+// lease is an edge's lease: it lives until alive, and is remembered until
+// remember.
+type lease struct{ alive, remember time.Time }
+
+// leaseMemory is how long an edge that held a lease is remembered after
+// its last renewal, as redisstore's edge:{E}:seen key.
+const leaseMemory = 24 * time.Hour
+
 func newOwners() owners {
-	return owners{byDevice: make(map[string]*ownerEntry), acks: make(map[string]*acksEntry)}
+	return owners{byDevice: make(map[string]*ownerEntry), acks: make(map[string]*acksEntry), leases: make(map[string]lease)}
+}
+
+// RenewEdge keeps edge's lease for ttl.
+func (s *Store) RenewEdge(ctx context.Context, edge string, ttl time.Duration) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	if ttl <= 0 {
+		return false, errBadTTL
+	}
+	o := &s.owners
+	now := s.clock.Now()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	l, ok := o.leases[edge]
+	fresh := !ok || !now.Before(l.alive)
+	o.leases[edge] = lease{alive: now.Add(ttl), remember: now.Add(leaseMemory)}
+	return fresh, nil
+}
+
+// standsLocked reports whether e's record stands at now: its edge's lease
+// lives, or its edge never held one. o.mu is held.
+func (o *owners) standsLocked(e *ownerEntry, now time.Time) bool {
+	l, ok := o.leases[e.owner.Edge]
+	return !ok || now.Before(l.alive)
 }
 
 // ClaimDevice makes edge the owner of device for ttl and returns a new epoch.
@@ -113,7 +150,7 @@ func (s *Store) DeviceOwner(ctx context.Context, device string) (store.Owner, er
 	defer o.mu.Unlock()
 	o.expireLocked(now)
 	e, ok := o.byDevice[device]
-	if !ok {
+	if !ok || !o.standsLocked(e, now) {
 		return store.Owner{}, store.ErrNotFound
 	}
 	return e.owner, nil
@@ -132,7 +169,7 @@ func (s *Store) DeviceOwners(ctx context.Context, devices []string) ([]store.Own
 	o.expireLocked(now)
 	owners := make([]store.Owner, len(devices))
 	for i, d := range devices {
-		if e, ok := o.byDevice[d]; ok {
+		if e, ok := o.byDevice[d]; ok && o.standsLocked(e, now) {
 			owners[i] = e.owner
 		}
 	}
@@ -199,9 +236,14 @@ func (o *owners) expireLocked(now time.Time) {
 	for {
 		e, ok := o.acksExp.popExpired(now)
 		if !ok {
-			return
+			break
 		}
 		delete(o.acks, e.device)
+	}
+	for edge, l := range o.leases { // a handful: one per edge
+		if !now.Before(l.remember) {
+			delete(o.leases, edge)
+		}
 	}
 }
 

@@ -138,7 +138,18 @@ func (s *Store) DeviceOwner(ctx context.Context, device string) (store.Owner, er
 	if err != nil {
 		return store.Owner{}, s.redisErr(ctx, "DeviceOwner", err)
 	}
-	return parseOwner("DeviceOwner", v)
+	o, err := parseOwner("DeviceOwner", v)
+	if err != nil {
+		return store.Owner{}, err
+	}
+	owners := []store.Owner{o}
+	if err := s.standing(ctx, "DeviceOwner", owners); err != nil {
+		return store.Owner{}, err
+	}
+	if owners[0].Edge == "" {
+		return store.Owner{}, store.ErrNotFound
+	}
+	return o, nil
 }
 
 // DeviceOwners reads the devices' owner records in one pipeline (not MGET:
@@ -177,6 +188,9 @@ func (s *Store) DeviceOwners(ctx context.Context, devices []string) ([]store.Own
 		if owners[i], err = parseOwner("DeviceOwners", v); err != nil {
 			return nil, err
 		}
+	}
+	if err := s.standing(ctx, "DeviceOwners", owners); err != nil {
+		return nil, err
 	}
 	return owners, nil
 }

@@ -32,8 +32,11 @@
 //	P {prompts}:card:<id>                 hash    "device", "expires" (unix µs), "rec" (the PromptRecord as JSON);
 //	                                              PX until Expires + PromptGrace
 //	P {prompts}:due                       zset    card id scored by Expires (unix µs); PX its longest card's
-//	P owner:{D}                           string  "<edge>|<epoch>"; PX the claim or refresh ttl
+//	P owner:{D}                           string  "<edge>|<epoch>"; PX the claim or refresh ttl; stands while
+//	                                              P edge:{<edge>} lives, or when P edge:{<edge>}:seen does not exist
 //	P epoch:{D}                           string  the last epoch handed out for D; PX the claim or refresh ttl
+//	P edge:{E}                            string  "1": edge E's lease; PX the ttl of its last RenewEdge
+//	P edge:{E}:seen                       string  "1": E holds leases; PX 24 h from its last RenewEdge
 //	P acks:{D}                            string  "1": D acks (SetDeviceAcks); PX the ttl of the last SetDeviceAcks
 //	P outbox:{D}                          list    "<seq>|<deadline unix ms>|<item>", oldest first; PX its longest item's ttl
 //	P outboxseq:{D}                       string  the last seq handed out for D's outbox; PX at least the outbox's
@@ -202,6 +205,7 @@ type Store struct {
 	clock        clock.Clock
 	tags         layout        // the hash tags of the shared state: serverLayout or clusterLayout
 	turn         atomic.Uint64 // where the next sweep of the shards starts
+	leases       leaseCache    // what was read of edges' leases (leases.go)
 
 	metrics     *telemetry.Metrics // nil-safe
 	stopObserve func() error

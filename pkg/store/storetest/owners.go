@@ -24,6 +24,8 @@ var ownerTests = []test{
 	{"AcksExpire", testAcksExpire},
 	{"ClaimReportsPrev", testClaimReportsPrev},
 	{"ClaimReportsOutbox", testClaimReportsOutbox},
+	{"LeaseHoldsRecords", testLeaseHoldsRecords},
+	{"LeaselessRecordsStand", testLeaselessRecordsStand},
 }
 
 // claimAcks claims device for edge and fails t unless the claim reports
@@ -348,4 +350,54 @@ func testClaimReportsOutbox(t *testing.T, s store.Store) {
 		t.Fatalf("AckOutbox = %v, %v", ok, err)
 	}
 	claim(false)
+}
+
+func renewEdge(t *testing.T, s store.Store, edge string, ttl time.Duration, wantFresh bool) {
+	t.Helper()
+	fresh, err := s.RenewEdge(t.Context(), edge, ttl)
+	if err != nil {
+		t.Fatalf("RenewEdge(%s): %v", edge, err)
+	}
+	if fresh != wantFresh {
+		t.Fatalf("RenewEdge(%s) reports fresh %v, want %v", edge, fresh, wantFresh)
+	}
+}
+
+// testLeaseHoldsRecords: records claimed for an hour stand while their
+// edge's lease lives and read as none (one by one and in one call) once it
+// lapses, within about a second; another edge's records are not touched;
+// a renewal after the lapse reports it fresh and the records stand again,
+// at their epochs.
+func testLeaseHoldsRecords(t *testing.T, s store.Store) {
+	edge, other := name(t, "edge"), name(t, "other")
+	dev, dev2 := name(t, "dev"), name(t, "dev2")
+	renewEdge(t, s, edge, time.Second, true)
+	renewEdge(t, s, edge, time.Second, false)
+	renewEdge(t, s, other, time.Minute, true)
+	e := claimDevice(t, s, dev, edge, time.Hour)
+	e2 := claimDevice(t, s, dev2, other, time.Hour)
+	wantOwner(t, s, dev, store.Owner{Edge: edge, Epoch: e})
+	eventually(t, expiryWait, "the records of an edge whose 1 s lease lapsed read as none", func() bool { return !hasOwner(t, s, dev) })
+	got, err := s.DeviceOwners(t.Context(), []string{dev, dev2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []store.Owner{{}, {Edge: other, Epoch: e2}}; !slices.Equal(got, want) {
+		t.Fatalf("DeviceOwners with one edge's lease lapsed = %v, want %v", got, want)
+	}
+	wantOwner(t, s, dev2, store.Owner{Edge: other, Epoch: e2})
+	renewEdge(t, s, edge, time.Minute, true)
+	eventually(t, expiryWait, "the records of an edge whose lease was renewed stand again", func() bool { return hasOwner(t, s, dev) })
+	wantOwner(t, s, dev, store.Owner{Edge: edge, Epoch: e})
+	// A refresh and a claim by the lapsed edge's devices work as before.
+	wantLost(t, s, map[string]int64{dev: e}, time.Hour)
+}
+
+// testLeaselessRecordsStand: an edge that never held a lease (of the
+// release before leases) has its records stand on their own ttl.
+func testLeaselessRecordsStand(t *testing.T, s store.Store) {
+	dev := name(t, "dev")
+	e := claimDevice(t, s, dev, name(t, "old-edge"), time.Second)
+	wantOwner(t, s, dev, store.Owner{Edge: name(t, "old-edge"), Epoch: e})
+	eventually(t, expiryWait, "a record of a leaseless edge claimed for 1s expires", func() bool { return !hasOwner(t, s, dev) })
 }
