@@ -82,12 +82,12 @@ func TestChartOpenAIModel(t *testing.T) {
 // digest in their image; a malformed digest is refused by the schema.
 func TestChartImageDigest(t *testing.T) {
 	ms := renderStrict(t, "hermes", "--set", "auth.token="+testToken, "--set", "image.digest="+testDigest,
-		"--set", "redis.image=redis:7-alpine@"+testDigest, "--set", "nats.image=nats:2.10-alpine@"+testDigest)
+		"--set", "redis.image=valkey/valkey:8-alpine@"+testDigest, "--set", "nats.image=nats:2.15-alpine@"+testDigest)
 	want := map[string]string{
 		"edge":   "ghcr.io/hermes-mobile/gateway@" + testDigest,
 		"router": "ghcr.io/hermes-mobile/gateway@" + testDigest,
-		"redis":  "redis:7-alpine@" + testDigest,
-		"nats":   "nats:2.10-alpine@" + testDigest,
+		"redis":  "valkey/valkey:8-alpine@" + testDigest,
+		"nats":   "nats:2.15-alpine@" + testDigest,
 	}
 	for component, image := range want {
 		if got := deployment(t, ms, component).Spec.Template.Spec.Containers[0].Image; got != image {
@@ -183,7 +183,10 @@ func TestChartNotes(t *testing.T) {
 		args      []string
 		want, not []string
 	}{
-		{nil, []string{"not exposed outside the cluster"}, []string{"Ingress hermes", "HTTPRoute hermes"}},
+		{nil, []string{"not exposed outside the cluster", "the bundled Redis and NATS are single pods", `README, "Production state"`},
+			[]string{"Ingress hermes", "HTTPRoute hermes"}},
+		{[]string{"--set", "redis.bundled=false", "--set", "redis.url=redis://r:6379", "--set", "nats.bundled=false", "--set", "nats.url=nats://n:4222"},
+			nil, []string{"WARNING", "bundled"}},
 		{[]string{"--set", "ingress.enabled=true", "--set", "ingress.host=gw.example.com", "--set", "ingress.tls[0].secretName=gw-tls"},
 			[]string{"Ingress hermes-hermes-gateway-edge", "wss://gw.example.com/ws", "edge.trustedProxies"}, []string{"not exposed"}},
 		{[]string{"--set", "httpRoute.enabled=true", "--set", "httpRoute.parentRefs[0].name=public", "--set", "httpRoute.parentRefs[0].namespace=gateways",

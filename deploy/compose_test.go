@@ -35,6 +35,7 @@ type composeService struct {
 	Image           string             `yaml:"image"`
 	Build           any                `yaml:"build"`
 	Entrypoint      []string           `yaml:"entrypoint"`
+	Command         []string           `yaml:"command"`
 	Environment     map[string]*string `yaml:"environment"`
 	Ports           []string           `yaml:"ports"`
 	Volumes         []string           `yaml:"volumes"`
