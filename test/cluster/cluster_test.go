@@ -61,8 +61,10 @@ type options struct {
 	// routerBusDelay, when set, puts the router behind a link to NATS that
 	// delays what it sends (see slowLink).
 	routerBusDelay time.Duration
-	// routerEnv is added to the router's settings.
+	// routerEnv is added to the router's settings; env to every
+	// process's.
 	routerEnv []string
+	env       []string
 }
 
 // newCluster starts edges A and B and the router and returns once all of
@@ -205,11 +207,11 @@ func (c *cluster) natsFor(name string) []string {
 }
 
 func (c *cluster) edgeEnv() []string {
-	return append(c.common(),
+	return append(append(c.common(),
 		"MOBILE_LISTEN=127.0.0.1:0",
 		"MOBILE_TOKEN="+c.token,
 		"MOBILE_ROUTER=off",
-	)
+	), c.opts.env...)
 }
 
 func (c *cluster) routerEnv() []string {
@@ -221,7 +223,7 @@ func (c *cluster) routerEnv() []string {
 	if c.routerLink != nil {
 		env = append(env, "NATS_URL="+c.routerLink.url())
 	}
-	return append(env, c.opts.routerEnv...)
+	return append(append(env, c.opts.env...), c.opts.routerEnv...)
 }
 
 // startEdge starts another edge while the test runs; env is added to (and
