@@ -92,12 +92,6 @@ url_of router "router listening" >/dev/null
 # shellcheck disable=SC2154 # PID_edge is set by start
 echo "edge $EDGE (admin $ADMIN, pid $PID_edge, open files $(ulimit -n)), NATS $NATS_URL (monitor $NATS_MON, pid $PID_nats), REDIS_PREFIX=$REDIS_PREFIX" >&2
 
-# metric FILE NAME: the value of the series NAME (no labels) in a
-# Prometheus text file, as an integer; NA when absent.
-metric() {
-  awk -v n="$2" '$1 == n { printf "%.0f\n", $2; f = 1; exit } END { if (!f) print "NA" }' "$1"
-}
-
 # redis_kinds TAG: from keys-TAG.txt (the run's keys) writes kinds-TAG.txt,
 # one line per kind of key (the name up to the device's {…}): kind, keys,
 # keys sampled, mean MEMORY USAGE of the sample, keys × mean.
@@ -159,57 +153,8 @@ reading() {
 echo "== reading with no phone" >&2
 reading before
 
-# The phones: ceil(PHONES / PER_PROCESS) processes, PHONES split evenly.
-procs=$(((PHONES + PER_PROCESS - 1) / PER_PROCESS))
-echo "== connecting $PHONES phones from $procs load generator processes" >&2
 started=$SECONDS
-for i in $(seq 1 "$procs"); do
-  n=$((PHONES / procs + (i <= PHONES % procs ? 1 : 0)))
-  "$WORK/loadtest" -url "$EDGE" -token "$TOKEN" -conns "$n" -soak 10m -duration 0s -rate 0 -storm 0 \
-    -json "$WORK/loadtest-$i.json" >"$WORK/loadtest-$i.log" 2>&1 &
-  LOADTESTS+=("$!")
-done
-
-# Every process logs "<time> N connected in …" when its handshakes are done.
-connected=0
-while :; do
-  done_procs=0 connected=0
-  for i in $(seq 1 "$procs"); do
-    line="$(grep -m1 ' connected in ' "$WORK/loadtest-$i.log" || true)"
-    if [ -n "$line" ]; then
-      done_procs=$((done_procs + 1))
-      connected=$((connected + $(awk '{ print $2 }' <<<"$line")))
-    elif ! kill -0 "${LOADTESTS[$((i - 1))]}" 2>/dev/null; then
-      echo "load generator $i ended before connecting; its log:" >&2
-      cat "$WORK/loadtest-$i.log" >&2
-      exit 1
-    fi
-  done
-  [ "$done_procs" -eq "$procs" ] && break
-  if [ $((SECONDS - started)) -ge "$WAIT" ]; then
-    echo "the phones did not connect within ${WAIT}s" >&2
-    exit 1
-  fi
-  sleep 0.5
-done
-if [ "$connected" -ne "$PHONES" ]; then
-  echo "only $connected of $PHONES phones connected" >&2
-  tail -n 5 "$WORK"/loadtest-*.log >&2
-  exit 1
-fi
-# The edge counts a connection until its socket is closed: all of them are
-# its, and none is gone.
-conns=""
-for _ in $(seq 1 100); do
-  curl -fsS -o "$WORK/metrics-wait.txt" "$ADMIN/metrics"
-  conns="$(metric "$WORK/metrics-wait.txt" hermes_connections)"
-  [ "$conns" = "$PHONES" ] && break
-  sleep 0.1
-done
-if [ "$conns" != "$PHONES" ]; then
-  echo "the edge counts $conns connections, not $PHONES" >&2
-  exit 1
-fi
+connect_phones "$EDGE" "$PHONES" "$PER_PROCESS" "$WAIT" "$ADMIN"
 echo "$PHONES phones connected in $((SECONDS - started))s" >&2
 
 echo "== reading with $PHONES phones" >&2

@@ -101,3 +101,70 @@ start_gateway() {
   EDGE2="$(url_of edge2 "gateway listening")"
   ROUTER="$(url_of router "router listening")"
 }
+
+# metric FILE NAME: the value of the series NAME (no labels) in a
+# Prometheus text file, as an integer; NA when absent.
+metric() {
+  awk -v n="$2" '$1 == n { printf "%.0f\n", $2; f = 1; exit } END { if (!f) print "NA" }' "$1"
+}
+
+# connect_phones URL PHONES PER_PROCESS WAIT ADMIN: connects PHONES idle
+# phones to the edge at URL from ceil(PHONES / PER_PROCESS) load generator
+# processes (their pids in LOADTESTS, which hold the phones for 10 minutes
+# unless stopped), waits up to WAIT seconds until every process reports
+# its phones connected and the edge (its admin address ADMIN) counts them
+# all, and fails otherwise.
+connect_phones() {
+  local url="$1" phones="$2" per_process="$3" wait="$4" admin="$5" procs i n line done_procs connected conns
+  local start=$SECONDS
+  # ceil(phones / per_process) processes, the phones split evenly.
+  procs=$(((phones + per_process - 1) / per_process))
+  echo "== connecting $phones phones from $procs load generator processes" >&2
+  for i in $(seq 1 "$procs"); do
+    n=$((phones / procs + (i <= phones % procs ? 1 : 0)))
+    "$WORK/loadtest" -url "$url" -token "$TOKEN" -conns "$n" -soak 10m -duration 0s -rate 0 -storm 0 \
+      -json "$WORK/loadtest-$i.json" >"$WORK/loadtest-$i.log" 2>&1 &
+    LOADTESTS+=("$!")
+  done
+
+  # Every process logs "<time> N connected in …" when its handshakes are done.
+  connected=0
+  while :; do
+    done_procs=0 connected=0
+    for i in $(seq 1 "$procs"); do
+      line="$(grep -m1 ' connected in ' "$WORK/loadtest-$i.log" || true)"
+      if [ -n "$line" ]; then
+        done_procs=$((done_procs + 1))
+        connected=$((connected + $(awk '{ print $2 }' <<<"$line")))
+      elif ! kill -0 "${LOADTESTS[$((i - 1))]}" 2>/dev/null; then
+        echo "load generator $i ended before connecting; its log:" >&2
+        cat "$WORK/loadtest-$i.log" >&2
+        exit 1
+      fi
+    done
+    [ "$done_procs" -eq "$procs" ] && break
+    if [ $((SECONDS - start)) -ge "$wait" ]; then
+      echo "the phones did not connect within ${wait}s" >&2
+      exit 1
+    fi
+    sleep 0.5
+  done
+  if [ "$connected" -ne "$phones" ]; then
+    echo "only $connected of $phones phones connected" >&2
+    tail -n 5 "$WORK"/loadtest-*.log >&2
+    exit 1
+  fi
+  # The edge counts a connection until its socket is closed: all of them are
+  # its, and none is gone.
+  conns=""
+  for _ in $(seq 1 100); do
+    curl -fsS -o "$WORK/metrics-wait.txt" "$admin/metrics"
+    conns="$(metric "$WORK/metrics-wait.txt" hermes_connections)"
+    [ "$conns" = "$phones" ] && break
+    sleep 0.1
+  done
+  if [ "$conns" != "$phones" ]; then
+    echo "the edge counts $conns connections, not $phones" >&2
+    exit 1
+  fi
+}
