@@ -22,9 +22,17 @@
 // Settings (k6 -e NAME=value): URL, MOBILE_TOKEN (also read from the
 // environment), VUS, DURATION, SESSION, MESSAGE_EVERY, ANSWER_WAIT,
 // RECONNECT_DELAY, ANSWER_P99_MS (the answer-time threshold, 2000), RUN.
-// k6 itself does not bind 127.0.0.x source addresses: one k6 process holds
-// up to about 28,000 connections to one edge (the ephemeral ports of one
-// source address); the Go load generator (go run ./loadtest) goes further.
+//
+// Source addresses: from one address, the connections to one edge share
+// that address's ephemeral ports (about 28,000 on Linux). k6's --local-ips
+// spreads the virtual users over several (k6 hands each VU one of them, and
+// k6/websockets dials through the VU's dialer, so its sockets use it); on
+// loopback every 127.0.0.x is already there:
+//
+//   k6 run --local-ips=127.0.0.2-127.0.0.254 -e URL=ws://127.0.0.1:8787/ws -e VUS=50000 loadtest/k6/soak.js
+//
+// Away from loopback the addresses must be configured on the load
+// generator's interface first (k6 binds them, it does not add them).
 
 import { WebSocket } from 'k6/websockets';
 import { check } from 'k6';
