@@ -44,10 +44,12 @@ MEDIA_CHUNK_BYTES = 3 * 1024 * 1024
 MIN_MEDIA_CHUNK_BYTES = 4096
 MAX_MEDIA_PARTS = 2048
 MAX_ID_CHARS = 128
+MAX_PUSH_TOKEN_BYTES = 4096  # a push frame's token: the gateway's extension
 
 AVATAR_STATES = ("idle", "thinking", "speaking")
 MEDIA_KINDS_IN = ("image", "video", "document", "audio")
 AUDIO_FORMATS = ("wav", "ogg")
+PUSH_KINDS = ("fcm", "apns")
 
 
 class HermesError(Exception):
@@ -143,7 +145,8 @@ class Client:
     message ({id, text, final, edit}: the whole text so far), media ({id,
     kind, mime, filename, caption, size, data: bytes | None, url,
     reply_to}), media_progress, prompt, prompt_done, avatar, typing (bool),
-    delivered, error (HermesError), frame (every frame received), sent
+    delivered, push ({kind, registered}: the gateway stored or took back
+    the app's push token), error (HermesError), frame (every frame received), sent
     (every frame written), acknowledged (the id of a text or file the
     gateway has taken), disconnected ({code, reason, reconnect}), retry
     ({attempt, delay, status, retry_after, reason}: the client waits delay
@@ -214,6 +217,7 @@ class Client:
         self._offline: List[dict] = []  # card answers and deliveries written after the next ready
         self._writes = 0
         self._unconfirmed: List[tuple] = []  # (id, write number) since the last pong, for errors
+        self._pushes: List[Tuple[str, asyncio.Future]] = []  # push frames written and not answered, in order
 
     # Events.
 
@@ -500,6 +504,11 @@ class Client:
             if not fut.done():
                 fut.set_exception(_local("internal_error", "connection closed before pong"))
         self._pings.clear()
+        for _, fut in self._pushes:
+            if not fut.done():
+                fut.set_exception(_local("internal_error", "connection closed before the push frame was answered; "
+                                                           "register again after the next ready"))
+        self._pushes.clear()
         for o in self._outbox.values():
             o.seq = 0
         self._incoming.clear()
@@ -562,6 +571,22 @@ class Client:
             await self._on_pong(f.get("ts"))
         elif t == "delivered":
             await self._emit("delivered", {"id": f.get("id"), "device": f.get("device")})
+        elif t == "push":
+            for i, (kind, fut) in enumerate(self._pushes):
+                if kind == f.get("kind"):
+                    del self._pushes[i]
+                    if not fut.done():
+                        fut.set_result(None)
+                    break
+            await self._emit("push", {"kind": f.get("kind"), "registered": bool(f.get("registered"))})
+        elif t == "error" and self._pushes and not f.get("fatal") and str(f.get("message", "")).startswith("push"):
+            # An error to a push frame says so first: it fails the oldest
+            # unanswered registration, and no text or file.
+            _, fut = self._pushes.pop(0)
+            err = HermesError(str(f.get("code")), str(f.get("message", "")))
+            if not fut.done():
+                fut.set_exception(err)
+            await self._emit("error", err)
         elif t == "error":
             # Error frames carry no id; the gateway answers a socket's frames
             # in order, so when one frame with an id is unconfirmed, it is the one.
@@ -779,6 +804,45 @@ class Client:
 
     async def send_typing(self) -> None:
         await self._write({"t": "typing"})
+
+    async def register_push(self, kind: str, token: str) -> None:
+        """Registers the app's push token for this device, so that the gateway
+        wakes the app while it holds no socket: kind "fcm" with the
+        registration token Firebase Cloud Messaging gave the app, "apns" with
+        the APNs device token in hex (the gateway's extension of Protocol v1,
+        docs/protocol-notes.md). Returns once the gateway stored it; call it
+        after every connect() and whenever the platform hands out a new token
+        (a registration lasts 30 days). An empty token takes it back
+        (remove_push). Raises, without sending, unsupported_frame when the
+        gateway does not offer kind (ready's capabilities.push: an older
+        gateway offers none) and internal_error when not connected; else the
+        gateway's error: bad_frame (a token that cannot be one),
+        internal_error (send it again)."""
+        if self.state != "open":
+            raise _local("internal_error", "not connected: register the push token after ready")
+        offered = (self.capabilities or {}).get("push") or []
+        if kind not in offered:
+            raise _local("unsupported_frame",
+                         f"the gateway sends no {kind} notifications (capabilities.push: {', '.join(offered) or 'none'})")
+        if len(token) > MAX_PUSH_TOKEN_BYTES or any(not ("!" <= ch <= "~") for ch in token):
+            raise _local("bad_frame", f"a push token is printable ASCII without spaces, at most {MAX_PUSH_TOKEN_BYTES} bytes")
+        fut = asyncio.get_running_loop().create_future()
+        entry = (kind, fut)
+        self._pushes.append(entry)
+        if not await self._write({"t": "push", "kind": kind, "token": token}):
+            if entry in self._pushes:
+                self._pushes.remove(entry)
+            raise _local("internal_error", "not connected")
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), self.pong_timeout)
+        except asyncio.TimeoutError:
+            if entry in self._pushes:
+                self._pushes.remove(entry)
+            raise _local("internal_error", "the push frame was not answered in time; register again")
+
+    async def remove_push(self, kind: str) -> None:
+        """Takes back the app's push token of kind: the gateway stops waking this device through that service."""
+        await self.register_push(kind, "")
 
     async def deliver(self, target: str = "", text: str = "", media: Optional[dict] = None, id: Optional[str] = None) -> str:
         """Service delivery: only from loopback or with a deliver token."""

@@ -71,6 +71,43 @@ def gateway():
     gw.stop()
 
 
+def push_env():
+    """Settings that turn FCM and APNs on with throwaway credentials (a
+    service account's key file, an APNs .p8 key, made by openssl): push
+    frames are taken and ready offers both kinds. Nothing is sent while the
+    phones are connected."""
+    if shutil.which("openssl") is None:
+        pytest.skip("the push tests make their keys with openssl")
+
+    def key(*args):
+        return subprocess.run(["openssl", "genpkey", *args], check=True, capture_output=True, text=True).stdout
+
+    account = {
+        "type": "service_account",
+        "project_id": "hermes-sdk-test",
+        "private_key_id": secrets.token_hex(20),
+        "private_key": key("-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"),
+        "client_email": "firebase-adminsdk@hermes-sdk-test.iam.gserviceaccount.com",
+        "token_uri": "https://oauth2.googleapis.com/token",
+    }
+    return {
+        "MOBILE_PUSH_FCM_CREDENTIALS": json.dumps(account),
+        "MOBILE_PUSH_APNS_KEY": key("-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256"),
+        "MOBILE_PUSH_APNS_KEY_ID": "ABC123DEFG",
+        "MOBILE_PUSH_APNS_TEAM_ID": "TEAM123456",
+        "MOBILE_PUSH_APNS_TOPIC": "org.hermes.sdk.test",
+        "MOBILE_PUSH_APNS_ENV": "sandbox",
+    }
+
+
+@pytest.fixture
+def push_gateway():
+    """A gateway that sends FCM and APNs notifications (push_env)."""
+    gw = Gateway(push_env())
+    yield gw
+    gw.stop()
+
+
 @pytest.fixture
 def small_store_gateway():
     """A store of 1 MiB: every file over it gets internal_error, every time."""

@@ -628,3 +628,48 @@ def test_reconnect_storm_waits_retry_after_then_connects(busy_gateway, monkeypat
 
     monkeypatch.setattr(websockets, "connect", Traced)
     run(go())
+
+
+def test_push_registration(push_gateway, gateway):
+    """The app registers its own FCM or APNs token and takes it back; the
+    gateway's refusals and the local ones are typed; a gateway without push
+    services offers none, and nothing is sent to it."""
+    async def go():
+        c = client(push_gateway, uniq("py-push"))
+        ready = await c.connect()
+        try:
+            assert ready["capabilities"]["push"] == ["fcm", "apns"]
+            answers, sent = [], []
+            c.on("push", answers.append)
+            c.on("sent", lambda f: f["t"] == "push" and sent.append(f))
+            await c.register_push("fcm", "dGVzdA:APA91bH-test_token.1")
+            await c.register_push("apns", "0a1b2c3d4e5f")
+            await c.remove_push("apns")
+            await asyncio.sleep(0.05)  # the handlers run after the answers
+            assert answers == [{"kind": "fcm", "registered": True}, {"kind": "apns", "registered": True},
+                               {"kind": "apns", "registered": False}]
+            assert sent[2] == {"t": "push", "kind": "apns", "token": ""}
+            with pytest.raises(HermesError) as e:
+                await c.register_push("apns", "not-hex")  # the gateway's refusal
+            assert e.value.code == "bad_frame" and not e.value.local and "hex" in e.value.message
+            with pytest.raises(HermesError) as e:
+                await c.register_push("fcm", "a b")  # refused before sending
+            assert e.value.code == "bad_frame" and e.value.local
+            await c.register_push("fcm", "dGVzdA:APA91bH-test_token.2")
+            await asyncio.sleep(0.05)
+            assert len(sent) == 5
+        finally:
+            await c.close()
+
+        plain = client(gateway, uniq("py-nopush"))
+        ready = await plain.connect()
+        try:
+            assert "push" not in ready["capabilities"]
+            wrote = []
+            plain.on("sent", lambda f: f["t"] == "push" and wrote.append(f))
+            with pytest.raises(HermesError) as e:
+                await plain.register_push("fcm", "tok")
+            assert e.value.code == "unsupported_frame" and e.value.local and not wrote
+        finally:
+            await plain.close()
+    run(go())

@@ -12,6 +12,7 @@ import {
   MAX_ID_CHARS,
   MAX_MEDIA_BYTES,
   MAX_MEDIA_PARTS,
+  MAX_PUSH_TOKEN_BYTES,
   MAX_TEXT_CHARS,
   MEDIA_CHUNK_BYTES,
   MIN_MEDIA_CHUNK_BYTES,
@@ -22,6 +23,7 @@ import {
   MessageFrame,
   PromptDoneFrame,
   PromptFrame,
+  PushKind,
   ReadyFrame,
   ServerFrame,
   User,
@@ -190,6 +192,8 @@ export interface ClientEvents {
   avatar: AvatarState;
   typing: boolean;
   delivered: { id: string; device: string };
+  /** The gateway stored (registered) or took back the app's push token of kind. */
+  push: { kind: PushKind; registered: boolean };
   error: HermesError;
   /** Every frame received, decoded. */
   frame: ServerFrame;
@@ -203,7 +207,7 @@ type Handler<T> = (v: T) => void;
 
 const ALL_EVENTS: (keyof ClientEvents)[] = [
   "ready", "state", "disconnected", "retry", "message", "media", "mediaProgress", "prompt", "promptDone",
-  "avatar", "typing", "delivered", "error", "frame", "sent", "acknowledged",
+  "avatar", "typing", "delivered", "push", "error", "frame", "sent", "acknowledged",
 ];
 
 interface Outgoing {
@@ -218,6 +222,13 @@ interface PendingPing {
   mark: number;
   writes: number;
   resolve: (rtt: number) => void;
+  reject: (e: Error) => void;
+  timer: any;
+}
+
+interface PendingPush {
+  kind: PushKind;
+  resolve: () => void;
   reject: (e: Error) => void;
   timer: any;
 }
@@ -281,6 +292,7 @@ export class Client {
   private closers = new Set<() => void>(); // ends the events() iterators
   private writes = 0; // frames written on this socket
   private unconfirmed: { id: string; n: number }[] = []; // ids written since the last pong, for errors
+  private pushes: PendingPush[] = []; // push frames written and not answered, in order
 
   constructor(opts: ClientOptions) {
     this.opts = {
@@ -544,6 +556,10 @@ export class Client {
       p.reject(local("internal_error", "connection closed before pong"));
     }
     this.pings.clear();
+    for (const p of this.pushes.splice(0)) {
+      clearTimeout(p.timer);
+      p.reject(local("internal_error", "connection closed before the push frame was answered; register again after the next ready"));
+    }
     this.unconfirmed = [];
     this.writes = 0;
     for (const o of this.outbox.values()) o.seq = 0;
@@ -697,6 +713,16 @@ export class Client {
       case "delivered":
         this.emit("delivered", { id: f.id, device: f.device });
         break;
+      case "push": {
+        const i = this.pushes.findIndex((p) => p.kind === f.kind);
+        if (i >= 0) {
+          const [p] = this.pushes.splice(i, 1);
+          clearTimeout(p.timer);
+          p.resolve();
+        }
+        this.emit("push", { kind: f.kind, registered: !!f.registered });
+        break;
+      }
       case "error":
         this.onError(f);
         break;
@@ -706,6 +732,16 @@ export class Client {
   }
 
   private onError(f: ErrorFrame): void {
+    // An error to a push frame says so first ("push…"): it fails the
+    // oldest unanswered registration, and no text or file.
+    if (this.pushes.length > 0 && !f.fatal && (f.message ?? "").startsWith("push")) {
+      const p = this.pushes.shift()!;
+      clearTimeout(p.timer);
+      const err = new HermesError(f.code, f.message ?? "");
+      p.reject(err);
+      this.emit("error", err);
+      return;
+    }
     // Error frames carry no id; the gateway answers a socket's frames in
     // order, so when one frame with an id is unconfirmed, it is the one.
     const ids = new Set(this.unconfirmed.map((u) => u.id));
@@ -902,6 +938,48 @@ export class Client {
     if (opts.media) f.media = opts.media;
     this.writeOrQueue(f);
     return id;
+  }
+
+  /**
+   * Registers the app's push token for this device, so that the gateway
+   * wakes the app while it holds no socket: kind "fcm" with the
+   * registration token Firebase Cloud Messaging gave the app, "apns" with
+   * the APNs device token in hex. The gateway's extension of Protocol v1
+   * (docs/protocol-notes.md). Resolves once the gateway stored it; call it
+   * after every connect() and whenever the platform hands out a new token
+   * (a registration lasts 30 days). Rejects, without sending, with
+   * unsupported_frame when the gateway does not offer kind (ready's
+   * capabilities.push: an older gateway offers none) and internal_error
+   * when not connected; else with the gateway's error: bad_frame (a token
+   * that cannot be one), internal_error (send it again).
+   */
+  registerPush(kind: PushKind, token: string): Promise<void> {
+    if (this.state !== "open") return Promise.reject(local("internal_error", "not connected: register the push token after ready"));
+    const offered = this.capabilities?.push ?? [];
+    if (!offered.includes(kind)) {
+      return Promise.reject(local("unsupported_frame", `the gateway sends no ${kind} notifications (capabilities.push: ${offered.join(", ") || "none"})`));
+    }
+    if (token.length > MAX_PUSH_TOKEN_BYTES || /[^\x21-\x7e]/.test(token)) {
+      return Promise.reject(local("bad_frame", `a push token is printable ASCII without spaces, at most ${MAX_PUSH_TOKEN_BYTES} bytes`));
+    }
+    return new Promise<void>((resolve, reject) => {
+      const p: PendingPush = { kind, resolve, reject, timer: null };
+      if (!this.write({ t: "push", kind, token })) {
+        reject(local("internal_error", "not connected"));
+        return;
+      }
+      p.timer = setTimeout(() => {
+        const i = this.pushes.indexOf(p);
+        if (i >= 0) this.pushes.splice(i, 1);
+        reject(local("internal_error", "the push frame was not answered in time; register again"));
+      }, this.opts.pongTimeout);
+      this.pushes.push(p);
+    });
+  }
+
+  /** Takes back the app's push token of kind: the gateway stops waking this device through that service. */
+  removePush(kind: PushKind): Promise<void> {
+    return this.registerPush(kind, "");
   }
 
   /** Round-trip time in ms of a ping; rejects when the connection closes or no pong comes in time. */

@@ -9,12 +9,16 @@ export const MEDIA_CHUNK_BYTES = 3 * 1024 * 1024;
 export const MIN_MEDIA_CHUNK_BYTES = 4096;
 export const MAX_MEDIA_PARTS = 2048;
 export const MAX_ID_CHARS = 128;
+/** The longest push token a push frame takes (the gateway's extension). */
+export const MAX_PUSH_TOKEN_BYTES = 4096;
 
 export type AvatarState = "idle" | "thinking" | "speaking";
 export type MediaKindIn = "image" | "video" | "document" | "audio";
 export type MediaKindOut = "image" | "voice" | "video" | "document" | "animation";
 export type PromptKind = "exec_approval" | "slash_confirm" | "clarify";
 export type AudioFormat = "wav" | "ogg";
+/** The push services an app registers its token for: FCM (Android) or APNs (iOS). */
+export type PushKind = "fcm" | "apns";
 export type ErrorCode =
   | "bad_frame"
   | "auth_failed"
@@ -100,6 +104,12 @@ export interface DeliverFrame {
   text?: string;
   media?: DeliverMedia;
 }
+/** Registers (or, with an empty token, takes back) the app's push token: the gateway's extension of Protocol v1. */
+export interface PushUpFrame {
+  t: "push";
+  kind: PushKind;
+  token: string;
+}
 export type ClientFrame =
   | HelloFrame
   | TextFrame
@@ -109,7 +119,8 @@ export type ClientFrame =
   | TypingUpFrame
   | PingFrame
   | AckFrame
-  | DeliverFrame;
+  | DeliverFrame
+  | PushUpFrame;
 
 // Server → client.
 export interface Capabilities {
@@ -123,6 +134,8 @@ export interface Capabilities {
   edit: boolean;
   max_media_bytes: number;
   max_text_chars: number;
+  /** The push kinds the gateway sends, which the app may register (absent: none, or a gateway without push frames). */
+  push?: PushKind[];
 }
 export interface ReadyFrame {
   t: "ready";
@@ -201,6 +214,12 @@ export interface DeliveredFrame {
   id: string;
   device: string;
 }
+/** The answer to a push frame: the token of kind was registered, or taken back. */
+export interface PushFrame {
+  t: "push";
+  kind: PushKind;
+  registered: boolean;
+}
 export type ServerFrame =
   | ReadyFrame
   | MessageFrame
@@ -211,7 +230,8 @@ export type ServerFrame =
   | TypingDownFrame
   | PongFrame
   | ErrorFrame
-  | DeliveredFrame;
+  | DeliveredFrame
+  | PushFrame;
 
 /** An error from the gateway (remote) or found before sending (local). */
 export class HermesError extends Error {

@@ -6,7 +6,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
-import { randomBytes } from "node:crypto";
+import { randomBytes, generateKeyPairSync } from "node:crypto";
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 
@@ -25,6 +25,31 @@ function cleanEnv() {
     env[k] = v;
   }
   return env;
+}
+
+/**
+ * Settings that turn FCM and APNs on with throwaway credentials (a
+ * service account's key file, an APNs .p8 key): push frames are taken and
+ * ready offers both kinds. Nothing is sent while the phones are connected.
+ */
+export function pushEnv() {
+  const pem = (type, opts) => generateKeyPairSync(type, { ...opts, privateKeyEncoding: { type: "pkcs8", format: "pem" }, publicKeyEncoding: { type: "spki", format: "pem" } }).privateKey;
+  const serviceAccount = {
+    type: "service_account",
+    project_id: "hermes-sdk-test",
+    private_key_id: randomBytes(20).toString("hex"),
+    private_key: pem("rsa", { modulusLength: 2048 }),
+    client_email: "firebase-adminsdk@hermes-sdk-test.iam.gserviceaccount.com",
+    token_uri: "https://oauth2.googleapis.com/token",
+  };
+  return {
+    MOBILE_PUSH_FCM_CREDENTIALS: JSON.stringify(serviceAccount),
+    MOBILE_PUSH_APNS_KEY: pem("ec", { namedCurve: "P-256" }),
+    MOBILE_PUSH_APNS_KEY_ID: "ABC123DEFG",
+    MOBILE_PUSH_APNS_TEAM_ID: "TEAM123456",
+    MOBILE_PUSH_APNS_TOPIC: "org.hermes.sdk.test",
+    MOBILE_PUSH_APNS_ENV: "sandbox",
+  };
 }
 
 /** Starts the gateway; resolves with {ws, http, token, stop()}. */

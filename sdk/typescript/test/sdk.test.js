@@ -14,7 +14,7 @@ import {
   MAX_MEDIA_BYTES,
   MAX_AUDIO_BYTES,
 } from "../dist/esm/index.js";
-import { startGateway } from "./gateway.js";
+import { startGateway, pushEnv } from "./gateway.js";
 
 let gw;
 before(async () => {
@@ -577,6 +577,46 @@ test("a wrong token: auth_failed, typed, and no reconnect", async () => {
   await other.ping();
   assert.equal(connecting, 1);
   assert.notEqual(c.state, "open");
+});
+
+test("push: the app registers its own FCM or APNs token and takes it back; refusals are typed", async () => {
+  const pushGw = await startGateway(pushEnv());
+  try {
+    const c = new Client({ url: pushGw.ws, token: pushGw.token, device: { id: uniq("ts-push") }, WebSocket });
+    clients.push(c);
+    const ready = await c.connect();
+    assert.deepEqual(ready.capabilities.push, ["fcm", "apns"]);
+    const answers = [];
+    c.on("push", (p) => answers.push(p));
+    const sent = [];
+    c.on("sent", (f) => f.t === "push" && sent.push(f));
+    await c.registerPush("fcm", "dGVzdA:APA91bH-test_token.1");
+    await c.registerPush("apns", "0a1b2c3d4e5f");
+    await c.removePush("apns");
+    assert.deepEqual(answers, [
+      { kind: "fcm", registered: true },
+      { kind: "apns", registered: true },
+      { kind: "apns", registered: false },
+    ]);
+    assert.deepEqual(sent[2], { t: "push", kind: "apns", token: "" });
+    // The gateway's refusal: not hex, as an APNs device token is.
+    await assert.rejects(c.registerPush("apns", "not-hex"), (e) => e instanceof HermesError && e.code === "bad_frame" && !e.local && /hex/.test(e.message));
+    // Refused before sending: no token can hold a space.
+    await assert.rejects(c.registerPush("fcm", "a b"), (e) => e.code === "bad_frame" && e.local);
+    // Registrations go on after a refusal.
+    await c.registerPush("fcm", "dGVzdA:APA91bH-test_token.2");
+    assert.equal(sent.length, 5);
+  } finally {
+    await pushGw.stop();
+  }
+  // A gateway without FCM or APNs offers none: refused locally, nothing sent.
+  const plain = newClient(uniq("ts-nopush"));
+  const ready = await plain.connect();
+  assert.equal(ready.capabilities.push, undefined);
+  let wrote = false;
+  plain.on("sent", (f) => f.t === "push" && (wrote = true));
+  await assert.rejects(plain.registerPush("fcm", "tok"), (e) => e.code === "unsupported_frame" && e.local);
+  assert.equal(wrote, false);
 });
 
 test("a device bound to another token: forbidden stops the client", async () => {

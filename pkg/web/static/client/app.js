@@ -7,6 +7,7 @@ var MEDIA_CHUNK_BYTES = 3 * 1024 * 1024;
 var MIN_MEDIA_CHUNK_BYTES = 4096;
 var MAX_MEDIA_PARTS = 2048;
 var MAX_ID_CHARS = 128;
+var MAX_PUSH_TOKEN_BYTES = 4096;
 var HermesError = class extends Error {
   constructor(code, message, opts = {}) {
     super(`${code}: ${message}`);
@@ -126,6 +127,7 @@ var ALL_EVENTS = [
   "avatar",
   "typing",
   "delivered",
+  "push",
   "error",
   "frame",
   "sent",
@@ -138,7 +140,7 @@ function local(code, message) {
   return new HermesError(code, message, { local: true });
 }
 var Client = class {
-  // ids written since the last pong, for errors
+  // push frames written and not answered, in order
   constructor(opts) {
     /** The last ready frame; null before the first. */
     this.readyFrame = null;
@@ -181,6 +183,8 @@ var Client = class {
     this.writes = 0;
     // frames written on this socket
     this.unconfirmed = [];
+    // ids written since the last pong, for errors
+    this.pushes = [];
     this.opts = {
       reconnect: true,
       minDelay: 500,
@@ -428,6 +432,10 @@ var Client = class {
       p.reject(local("internal_error", "connection closed before pong"));
     }
     this.pings.clear();
+    for (const p of this.pushes.splice(0)) {
+      clearTimeout(p.timer);
+      p.reject(local("internal_error", "connection closed before the push frame was answered; register again after the next ready"));
+    }
     this.unconfirmed = [];
     this.writes = 0;
     for (const o of this.outbox.values()) o.seq = 0;
@@ -568,6 +576,16 @@ var Client = class {
       case "delivered":
         this.emit("delivered", { id: f.id, device: f.device });
         break;
+      case "push": {
+        const i = this.pushes.findIndex((p) => p.kind === f.kind);
+        if (i >= 0) {
+          const [p] = this.pushes.splice(i, 1);
+          clearTimeout(p.timer);
+          p.resolve();
+        }
+        this.emit("push", { kind: f.kind, registered: !!f.registered });
+        break;
+      }
       case "error":
         this.onError(f);
         break;
@@ -575,6 +593,14 @@ var Client = class {
     }
   }
   onError(f) {
+    if (this.pushes.length > 0 && !f.fatal && (f.message ?? "").startsWith("push")) {
+      const p = this.pushes.shift();
+      clearTimeout(p.timer);
+      const err2 = new HermesError(f.code, f.message ?? "");
+      p.reject(err2);
+      this.emit("error", err2);
+      return;
+    }
     const ids = new Set(this.unconfirmed.map((u) => u.id));
     const err = new HermesError(f.code, f.message ?? "", { fatal: !!f.fatal, id: ids.size === 1 ? [...ids][0] : void 0 });
     if (f.code === "internal_error") this.transientError = true;
@@ -753,6 +779,46 @@ var Client = class {
     if (opts.media) f.media = opts.media;
     this.writeOrQueue(f);
     return id;
+  }
+  /**
+   * Registers the app's push token for this device, so that the gateway
+   * wakes the app while it holds no socket: kind "fcm" with the
+   * registration token Firebase Cloud Messaging gave the app, "apns" with
+   * the APNs device token in hex. The gateway's extension of Protocol v1
+   * (docs/protocol-notes.md). Resolves once the gateway stored it; call it
+   * after every connect() and whenever the platform hands out a new token
+   * (a registration lasts 30 days). Rejects, without sending, with
+   * unsupported_frame when the gateway does not offer kind (ready's
+   * capabilities.push: an older gateway offers none) and internal_error
+   * when not connected; else with the gateway's error: bad_frame (a token
+   * that cannot be one), internal_error (send it again).
+   */
+  registerPush(kind, token) {
+    if (this.state !== "open") return Promise.reject(local("internal_error", "not connected: register the push token after ready"));
+    const offered = this.capabilities?.push ?? [];
+    if (!offered.includes(kind)) {
+      return Promise.reject(local("unsupported_frame", `the gateway sends no ${kind} notifications (capabilities.push: ${offered.join(", ") || "none"})`));
+    }
+    if (token.length > MAX_PUSH_TOKEN_BYTES || /[^\x21-\x7e]/.test(token)) {
+      return Promise.reject(local("bad_frame", `a push token is printable ASCII without spaces, at most ${MAX_PUSH_TOKEN_BYTES} bytes`));
+    }
+    return new Promise((resolve, reject) => {
+      const p = { kind, resolve, reject, timer: null };
+      if (!this.write({ t: "push", kind, token })) {
+        reject(local("internal_error", "not connected"));
+        return;
+      }
+      p.timer = setTimeout(() => {
+        const i = this.pushes.indexOf(p);
+        if (i >= 0) this.pushes.splice(i, 1);
+        reject(local("internal_error", "the push frame was not answered in time; register again"));
+      }, this.opts.pongTimeout);
+      this.pushes.push(p);
+    });
+  }
+  /** Takes back the app's push token of kind: the gateway stops waking this device through that service. */
+  removePush(kind) {
+    return this.registerPush(kind, "");
   }
   /** Round-trip time in ms of a ping; rejects when the connection closes or no pong comes in time. */
   ping() {
