@@ -74,7 +74,6 @@ type FCM struct {
 	dead       map[string]bool
 	throttle   int // sends answered 429 still to come
 	retryAfter string
-	revoke     bool // answer every access token 401 once
 }
 
 // FCMSend is a send request the stand-in received.
