@@ -55,7 +55,7 @@ func (p *PushServices) registerFlags(fs *flag.FlagSet) {
 	config.String(fs, &p.APNsKeyID, "push-apns-key-id", "MOBILE_PUSH_APNS_KEY_ID", "", "the APNs key's id (10 characters)")
 	config.String(fs, &p.APNsTeamID, "push-apns-team-id", "MOBILE_PUSH_APNS_TEAM_ID", "", "the Apple developer team's id")
 	config.String(fs, &p.APNsTopic, "push-apns-topic", "MOBILE_PUSH_APNS_TOPIC", "", "the iOS app's bundle id (apns-topic)")
-	config.String(fs, &p.APNsEnvironment, "push-apns-env", "MOBILE_PUSH_APNS_ENV", push.APNsProduction, "production, or sandbox for apps built from Xcode")
+	config.String(fs, &p.APNsEnvironment, "push-apns-env", "MOBILE_PUSH_APNS_ENV", "", "production (empty: the default), or sandbox for apps built from Xcode")
 	config.String(fs, &p.APNsURL, "push-apns-url", "MOBILE_PUSH_APNS_URL", "", "APNs's host instead of the environment's (https)")
 }
 
