@@ -10,6 +10,9 @@
 #
 #   edge, Redis, NATS server, and their sum (the router has no phone work)
 #
+# The same window is first read with no phone, and its CPU is taken off:
+# what a server spends on its own timers is not a phone's.
+#
 # IDLE_PHONES=<n> IDLE_PER_PROCESS=<n> IDLE_SECONDS=<s> IDLE_SETTLE=<s>
 # EDGE_BIN=<file> ROUTER_BIN=<file> run those binaries (an earlier commit's)
 # IDLE_DIR=<dir> keeps the logs
@@ -49,32 +52,44 @@ EDGE="$(url_of edge "gateway listening")"
 ADMIN="$(url_of edge "admin listening")"
 url_of router "router listening" >/dev/null
 
-connect_phones "$EDGE" "$PHONES" "$PER_PROCESS" 300 "$ADMIN"
-echo "== $PHONES phones connected; settling ${SETTLE}s, then reading ${WINDOW}s" >&2
-sleep "$SETTLE" # every heartbeat, sweep and keepalive has run once
-
 # ticks PID: the CPU time of PID so far, in clock ticks (utime + stime).
 ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 # shellcheck disable=SC2154 # PID_* are set by start
 pids=("$PID_edge" "$PID_redis" "$PID_nats")
 names=(edge Redis NATS)
-declare -a t0 t1
-for i in "${!pids[@]}"; do t0[i]="$(ticks "${pids[i]}")"; done
-sleep "$WINDOW" # the measuring window
-for i in "${!pids[@]}"; do t1[i]="$(ticks "${pids[i]}")"; done
+# window NAME: the CPU ticks of each server over WINDOW seconds, into NAME.
+window() {
+  local -n into="$1"
+  local i
+  declare -a t0
+  for i in "${!pids[@]}"; do t0[i]="$(ticks "${pids[i]}")"; done
+  sleep "$WINDOW" # the measuring window
+  for i in "${!pids[@]}"; do into[i]=$(($(ticks "${pids[i]}") - t0[i])); done
+}
+declare -a idle busy
+echo "== settling ${SETTLE}s, then reading ${WINDOW}s with no phone" >&2
+sleep "$SETTLE"
+window idle
+
+connect_phones "$EDGE" "$PHONES" "$PER_PROCESS" 300 "$ADMIN"
+echo "== $PHONES phones connected; settling ${SETTLE}s, then reading ${WINDOW}s" >&2
+sleep "$SETTLE" # every heartbeat, sweep and keepalive has run once
+window busy
 
 curl -fsS -o "$WORK/metrics-end.txt" "$ADMIN/metrics"
 held="$(metric "$WORK/metrics-end.txt" hermes_connections)"
 hz="$(getconf CLK_TCK)"
 echo
-echo "Server CPU of $PHONES idle phones on one edge over ${WINDOW}s ($held still connected at the end):"
-total=0
+echo "Server CPU over ${WINDOW}s, with no phone and with $PHONES idle phones on one edge ($held still connected at the end):"
+printf '  %-6s %10s %14s %30s\n' "" "no phone" "$PHONES phones" "per phone (the difference)"
+ti=0 tb=0
+row() { # name idle busy
+  awk -v n="$1" -v a="$2" -v b="$3" -v hz="$hz" -v w="$WINDOW" -v p="$PHONES" 'BEGIN {
+    printf "  %-6s %7.0f ms %11.0f ms %16.2f µs per second\n", n, a * 1000 / hz, b * 1000 / hz, (b - a) * 1e6 / hz / w / p }'
+}
 for i in "${!pids[@]}"; do
-  d=$((t1[i] - t0[i]))
-  total=$((total + d))
-  awk -v n="${names[i]}" -v d="$d" -v hz="$hz" -v w="$WINDOW" -v p="$PHONES" 'BEGIN {
-    printf "  %-6s %7.0f ms  %6.2f µs per phone per second\n", n, d * 1000 / hz, d * 1e6 / hz / w / p }'
+  row "${names[i]}" "${idle[i]}" "${busy[i]}"
+  ti=$((ti + idle[i])) tb=$((tb + busy[i]))
 done
-awk -v d="$total" -v hz="$hz" -v w="$WINDOW" -v p="$PHONES" 'BEGIN {
-  printf "  %-6s %7.0f ms  %6.2f µs per phone per second\n", "total", d * 1000 / hz, d * 1e6 / hz / w / p }'
+row total "$ti" "$tb"
 [ "$held" = "$PHONES" ]
