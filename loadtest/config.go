@@ -31,6 +31,8 @@ const (
 	MaxAnswerWait = time.Minute
 	// MaxRetry bounds how long a phone keeps trying to connect.
 	MaxRetry = 10 * time.Minute
+	// MaxDeliverTTL is the router's default MOBILE_OUTBOX_TTL (a day).
+	MaxDeliverTTL = 86400
 	// MaxDialConcurrency bounds the handshakes in flight at once.
 	MaxDialConcurrency = 1000
 	// sourceFirst and sourceCount: the source addresses 127.0.0.2 to
@@ -67,6 +69,18 @@ type Config struct {
 	// jitter; after any other failure full jitter (see backoff). 0 gives
 	// each phone one attempt.
 	Retry time.Duration
+	// Reconnect: a phone whose connection ends without the run closing it
+	// (a drop, or a close other than 1000) connects again, as the SDKs
+	// do, to the next of URLs in turn (as a load balancer would send it
+	// to a live edge), with the same device id and for as long as Retry
+	// allows; it acks what it shows and sends its unanswered texts again
+	// with the same ids. Retry applies to every attempt, the first
+	// connection's included, and each moves on to the next URL.
+	Reconnect bool
+	// DeliverTTL is the ttl (seconds) of every delivery; 0 sends none. With
+	// a ttl, deliveries go to every device in turn, connected or not: the
+	// router keeps what an away phone cannot take in its outbox.
+	DeliverTTL int
 }
 
 // The ways texts are paced in the message phase.
@@ -110,6 +124,8 @@ func (f *flagSet) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&f.jsonPath, "json", "", "also write the report as JSON to this file")
 	fs.StringVar(&c.Pace, "pace", paceCentral, "how texts are paced: central (one pacer, round-robin over the phones, timed from the write) or phone (each phone on a timer of its own at -rate/-conns a second, from a random phase, timed from when the text was due)")
 	fs.DurationVar(&c.Retry, "retry", 0, "how long a phone that could not connect keeps trying, waiting as the SDKs do: at least a 503's Retry-After, with full jitter (at most 10m; 0: one attempt)")
+	fs.BoolVar(&c.Reconnect, "reconnect", false, "a phone whose connection ends unasked connects again with the same backoff (for as long as -retry allows) to the next -url in turn, keeps its device id, acks what it shows and sends its unanswered texts again")
+	fs.IntVar(&c.DeliverTTL, "deliver-ttl", 0, fmt.Sprintf("ttl in seconds of every delivery (at most %d; 0: none); with a ttl, deliveries go to every device in turn, connected or not", MaxDeliverTTL))
 	fs.DurationVar(&c.Progress, "progress", 0, "log the texts and deliveries answered and pending this often during the message phase (0: never)")
 }
 
@@ -187,6 +203,12 @@ func (c Config) Validate() error {
 	}
 	if c.Retry < 0 || c.Retry > MaxRetry {
 		bad("-retry: %s is not in [0, %s]", c.Retry, MaxRetry)
+	}
+	if c.Reconnect && c.Retry <= 0 {
+		bad("-reconnect needs -retry: how long a phone keeps trying")
+	}
+	if c.DeliverTTL < 0 || c.DeliverTTL > MaxDeliverTTL {
+		bad("-deliver-ttl: %d is not in [0, %d]", c.DeliverTTL, MaxDeliverTTL)
 	}
 	if c.Progress < 0 {
 		bad("-progress: %s is negative", c.Progress)

@@ -24,6 +24,8 @@ const (
 // message phase, round-robin over the connected devices, so the time from
 // the router to a phone on either edge is measured. A delivery the router
 // accepts must arrive; one it refuses is counted as deliver:<status>:<code>.
+// With -deliver-ttl the deliveries carry that ttl and go to every device in
+// turn, connected or not; a 202 (queued in the outbox) must arrive too.
 func (r *runner) deliveries(ctx context.Context) {
 	hc := &http.Client{Timeout: deliverTimeout, Transport: &http.Transport{MaxIdleConnsPerHost: deliverWorkers}}
 	defer hc.CloseIdleConnections()
@@ -41,8 +43,11 @@ func (r *runner) deliveries(ctx context.Context) {
 	next := 0
 	sent := 0
 	pace(ctx, r.cfg.DeliverRate, r.cfg.Duration, func() bool {
-		dev, _ := r.pick(&next)
-		if dev == nil {
+		var dev *device
+		if r.cfg.DeliverTTL > 0 { // every device, connected or not: an away one's is queued
+			dev = r.devs[next%len(r.devs)]
+			next++
+		} else if dev, _ = r.pick(&next); dev == nil {
 			return false
 		}
 		select {
@@ -63,11 +68,15 @@ func (r *runner) deliveries(ctx context.Context) {
 func (r *runner) deliver(ctx context.Context, hc *http.Client, dev *device) {
 	seq := r.seq.Add(1)
 	now := time.Now()
-	body, _ := json.Marshal(map[string]string{
+	req := map[string]any{
 		"target": dev.id,
 		"id":     "ld-" + strconv.FormatUint(seq, 10),
 		"text":   r.text(deliverPrefix, seq, now),
-	})
+	}
+	if r.cfg.DeliverTTL > 0 {
+		req["ttl"] = r.cfg.DeliverTTL
+	}
+	body, _ := json.Marshal(req)
 	r.mu.Lock()
 	r.dlv.pending[seq] = struct{}{}
 	r.lastSend = now
@@ -78,25 +87,36 @@ func (r *runner) deliver(ctx context.Context, hc *http.Client, dev *device) {
 		r.mu.Unlock()
 		r.errs.add(kind)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.cfg.DeliverURL+"/v1/deliver", bytes.NewReader(body))
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, r.cfg.DeliverURL+"/v1/deliver", bytes.NewReader(body))
 	if err != nil {
 		fail("deliver:request")
 		return
 	}
-	req.Header.Set("Authorization", "Bearer "+r.cfg.DeliverToken)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := hc.Do(req)
+	hreq.Header.Set("Authorization", "Bearer "+r.cfg.DeliverToken)
+	hreq.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(hreq)
 	if err != nil {
 		fail("deliver:request")
 		return
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if resp.StatusCode != http.StatusOK {
-		var e struct {
-			Error string `json:"error"`
+	var e struct {
+		Error  string `json:"error"`
+		Queued bool   `json:"queued"`
+	}
+	_ = json.Unmarshal(b, &e) // a body that is not JSON leaves e empty
+	switch {
+	case resp.StatusCode == http.StatusOK:
+	case resp.StatusCode == http.StatusAccepted && r.cfg.DeliverTTL > 0:
+		// With a ttl a 202 is kept in the device's outbox: it must arrive
+		// once the phone is back.
+		if e.Queued {
+			r.mu.Lock()
+			r.rep.Deliveries.Queued++
+			r.mu.Unlock()
 		}
-		_ = json.Unmarshal(b, &e) // a body that is not JSON leaves e.Error empty
+	default:
 		fail(fmt.Sprintf("deliver:%d:%s", resp.StatusCode, e.Error))
 	}
 }

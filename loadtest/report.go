@@ -61,6 +61,7 @@ type Report struct {
 		Sent     int        `json:"sent"`
 		Received int        `json:"received"`
 		Lost     int        `json:"lost"`
+		Queued   int        `json:"queued,omitempty"` // with a ttl: 202 queued, kept in the outbox of an away phone
 		Rate     float64    `json:"sent_per_s"`
 		Latency  *Histogram `json:"latency"` // POST /v1/deliver to the phone's message
 	} `json:"deliveries"`
@@ -77,6 +78,10 @@ type Report struct {
 		Latency   *Histogram `json:"latency"`
 	} `json:"storm"`
 
+	// Reconnects (-reconnect): connections that ended without the run
+	// asking and came back on their own.
+	Reconnects reconnectsReport `json:"reconnects"`
+
 	Held int `json:"held_at_end"` // connections open just before the end
 
 	// Errors counts what went wrong by kind: "error:<code>" (an error frame),
@@ -92,6 +97,21 @@ type Report struct {
 	Failures []string `json:"failures"`
 }
 
+// reconnectsReport is what the phones' reconnects did (-reconnect).
+type reconnectsReport struct {
+	Dropped   int            `json:"dropped"`
+	Ends      map[string]int `json:"ends,omitempty"` // how: "lost" (no close frame), "close:<code>"
+	Back      int            `json:"back"`
+	NotBack   int            `json:"not_back"` // phones away at the end (gave up, or still trying)
+	FirstDrop time.Time      `json:"first_drop,omitzero"`
+	LastBack  time.Time      `json:"last_back,omitzero"`
+	Seconds   float64        `json:"seconds"`   // from the first drop until the last one was back
+	Handshake *Histogram     `json:"handshake"` // first attempt to ready
+	Away      *Histogram     `json:"away"`      // drop to ready
+	Resent    int            `json:"resent"`    // unanswered texts sent again (same ids)
+	Again     int            `json:"again"`     // answers or deliveries that came again, or after counting as lost
+}
+
 // newReport returns an empty report with its histograms.
 func newReport() *Report {
 	r := &Report{Errors: map[string]int{}}
@@ -102,6 +122,8 @@ func newReport() *Report {
 	r.Deliveries.Latency = new(Histogram)
 	r.Storm.Handshake = new(Histogram)
 	r.Storm.Latency = new(Histogram)
+	r.Reconnects.Handshake = new(Histogram)
+	r.Reconnects.Away = new(Histogram)
 	return r
 }
 
@@ -127,6 +149,9 @@ func (r *Report) judge() {
 	}
 	if r.Storm.Back < r.Storm.Dropped {
 		f = append(f, fmt.Sprintf("%d of %d dropped connections came back", r.Storm.Back, r.Storm.Dropped))
+	}
+	if r.Reconnects.NotBack > 0 {
+		f = append(f, fmt.Sprintf("%d of the phones that dropped not back", r.Reconnects.NotBack))
 	}
 	if n := sumValues(r.Errors); n > 0 {
 		f = append(f, fmt.Sprintf("%d errors", n))
@@ -193,6 +218,7 @@ func (r *Report) Merge(o *Report) {
 	d.Sent += od.Sent
 	d.Received += od.Received
 	d.Lost += od.Lost
+	d.Queued += od.Queued
 	d.Rate += od.Rate
 	d.Latency.Merge(od.Latency)
 
@@ -206,6 +232,28 @@ func (r *Report) Merge(o *Report) {
 	st.Answered += ost.Answered
 	st.Lost += ost.Lost
 	st.Latency.Merge(ost.Latency)
+
+	rc, orc := &r.Reconnects, o.Reconnects
+	rc.Dropped += orc.Dropped
+	rc.Back += orc.Back
+	rc.NotBack += orc.NotBack
+	for k, v := range orc.Ends {
+		if rc.Ends == nil {
+			rc.Ends = map[string]int{}
+		}
+		rc.Ends[k] += v
+	}
+	if rc.FirstDrop.IsZero() || (!orc.FirstDrop.IsZero() && orc.FirstDrop.Before(rc.FirstDrop)) {
+		rc.FirstDrop = orc.FirstDrop
+	}
+	if orc.LastBack.After(rc.LastBack) {
+		rc.LastBack = orc.LastBack
+	}
+	rc.setSeconds()
+	rc.Handshake.Merge(orc.Handshake)
+	rc.Away.Merge(orc.Away)
+	rc.Resent += orc.Resent
+	rc.Again += orc.Again
 
 	r.Held += o.Held
 	for k, v := range o.Errors {
@@ -226,7 +274,7 @@ func readReport(path string) (*Report, error) {
 	if err := json.Unmarshal(b, r); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	for _, h := range []**Histogram{&r.Connect.Handshake, &r.Messages.Latency, &r.Messages.FromWrite, &r.Messages.WriteLag, &r.Deliveries.Latency, &r.Storm.Handshake, &r.Storm.Latency} {
+	for _, h := range []**Histogram{&r.Connect.Handshake, &r.Messages.Latency, &r.Messages.FromWrite, &r.Messages.WriteLag, &r.Deliveries.Latency, &r.Storm.Handshake, &r.Storm.Latency, &r.Reconnects.Handshake, &r.Reconnects.Away} {
 		if *h == nil {
 			*h = new(Histogram)
 		}
@@ -302,6 +350,19 @@ func (r *Report) writeTable(w io.Writer) {
 		row(append([]string{"reconnect storm", fmt.Sprintf("%d dropped, %d back in %.2fs", st.Dropped, st.Back, st.Seconds), f1(st.Rate)}, lat(st.Handshake)...)...)
 		row(append([]string{"texts after it", fmt.Sprintf("%d sent at once, %d answered, %d lost", st.Sent, st.Answered, st.Lost), ""}, lat(st.Latency)...)...)
 	}
+	if rc := r.Reconnects; rc.Dropped > 0 {
+		var ends []string
+		for _, k := range slices.Sorted(maps.Keys(rc.Ends)) {
+			ends = append(ends, fmt.Sprintf("%s %d", k, rc.Ends[k]))
+		}
+		row(append([]string{"reconnects", fmt.Sprintf("%d dropped (%s), %d back, %d not; all back %.2fs after the first drop",
+			rc.Dropped, strings.Join(ends, ", "), rc.Back, rc.NotBack, rc.Seconds), ""}, lat(rc.Handshake)...)...)
+		row(append([]string{"  away (drop to ready)", "", ""}, lat(rc.Away)...)...)
+		row("  texts sent again", fmt.Sprintf("%d; outputs that came again or late: %d", rc.Resent, rc.Again))
+	}
+	if d := r.Deliveries; d.Queued > 0 {
+		row("  deliveries queued (202)", fmt.Sprint(d.Queued))
+	}
 	if len(r.Errors) == 0 {
 		row("errors", "none")
 	}
@@ -324,6 +385,15 @@ func (r *Report) writeTable(w io.Writer) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", sv.Name, sv.When, mib(sv.RSSBytes), num(sv.Goroutines), sv.URL)
 	}
 	tw.Flush()
+}
+
+// setSeconds is the time from the first drop until the last phone was
+// back (0 when none came back).
+func (rc *reconnectsReport) setSeconds() {
+	rc.Seconds = 0
+	if !rc.FirstDrop.IsZero() && rc.LastBack.After(rc.FirstDrop) {
+		rc.Seconds = rc.LastBack.Sub(rc.FirstDrop).Seconds()
+	}
 }
 
 func f1(v float64) string { return fmt.Sprintf("%.1f", v) }

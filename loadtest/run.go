@@ -59,6 +59,13 @@ type runner struct {
 	texts, stormTexts, dlv *flow
 	lastSend               time.Time
 	consumers              sync.WaitGroup
+
+	// With -reconnect: what the reconnects did, the load balancer's turn,
+	// and quit, which ends the reconnects when the run closes.
+	reconn reconnects
+	turn   atomic.Uint64
+	quit   context.Context
+	stop   context.CancelFunc
 }
 
 // flow is one kind of traffic whose arrival is awaited: what was sent and
@@ -76,11 +83,20 @@ func newFlow(h *Histogram) *flow { return &flow{pending: map[uint64]struct{}{}, 
 // connection (nil while it has none).
 type device struct {
 	id   string
-	url  string
+	url  string // changed only by whoever connects the device
 	src  netip.Addr
 	link atomic.Pointer[link]
 	// texts of the message phase sent on this device and not answered yet
 	inFlight atomic.Int32
+
+	// With -reconnect: the texts not answered yet by sequence number
+	// (guarded by mu), sent again on the next connection; whether the
+	// phone is away after a drop; a resend waiting and how many there were.
+	mu         sync.Mutex
+	unanswered map[uint64]string
+	away       atomic.Bool
+	resending  atomic.Bool
+	resends    atomic.Int32
 }
 
 // link is one connection of a device.
@@ -93,6 +109,7 @@ type link struct {
 
 func newRunner(cfg Config, progress io.Writer) *runner {
 	r := &runner{cfg: cfg, progress: progress, rep: newReport()}
+	r.quit, r.stop = context.WithCancel(context.Background())
 	r.texts = newFlow(r.rep.Messages.Latency)
 	r.stormTexts = newFlow(r.rep.Storm.Latency)
 	r.dlv = newFlow(r.rep.Deliveries.Latency)
@@ -152,6 +169,9 @@ func run(ctx context.Context, cfg Config, progress io.Writer) (*Report, error) {
 	}
 
 	rep.Held = r.held()
+	if cfg.Reconnect {
+		r.reconnectReport()
+	}
 	rep.Server = append(rep.Server, r.scrapeAll(ctx, "end")...)
 	r.closeAll()
 	r.mu.Lock()
@@ -243,6 +263,9 @@ func (r *runner) connect(ctx context.Context, d *device, h *Histogram) error {
 			return err
 		}
 		r.errs.add("retried")
+		if r.cfg.Reconnect {
+			d.url = balance(r.cfg.URLs, &r.turn, d.url)
+		}
 		sleep(ctx, pause)
 	}
 }
@@ -260,7 +283,7 @@ func (r *runner) connectOnce(ctx context.Context, d *device) (retryAfter time.Du
 	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
 	c, err := client.Dial(ctx, d.url, client.Options{LocalAddr: d.src, Timeout: connectTimeout,
-		WriteTimeout: writeTimeout, Buffer: frameBuffer})
+		WriteTimeout: writeTimeout, Buffer: frameBuffer, AutoAck: r.cfg.Reconnect})
 	if err != nil {
 		var refused *client.HandshakeError
 		if errors.As(err, &refused) {
@@ -289,6 +312,11 @@ func (r *runner) connectOnce(ctx context.Context, d *device) (retryAfter time.Du
 	d.link.Store(l)
 	r.consumers.Add(1)
 	go r.consume(d, l)
+	if r.quit.Err() != nil { // closeAll has begun and may have missed l
+		l.closing.Store(true)
+		d.link.CompareAndSwap(l, nil)
+		c.CloseNow()
+	}
 	return 0, nil
 }
 
@@ -301,7 +329,7 @@ func (r *runner) consume(d *device, l *link) {
 		f, err := l.c.Next(context.Background())
 		if f.IsZero() {
 			if !l.closing.Load() {
-				r.errs.add("lost")
+				r.lostLink(d, l, "lost")
 			}
 			return
 		}
@@ -310,11 +338,17 @@ func (r *runner) consume(d *device, l *link) {
 			continue
 		}
 		if ci := f.Close(); ci != nil {
-			if !l.closing.Swap(true) {
-				r.errs.add(fmt.Sprintf("close:%d", ci.Code))
-			}
+			asked := l.closing.Swap(true)
 			d.link.CompareAndSwap(l, nil)
 			l.c.CloseNow()
+			kind := fmt.Sprintf("close:%d", ci.Code)
+			switch {
+			case asked:
+			case ci.Code == 1000: // another connection of the device took over: the SDKs stay away
+				r.errs.add(kind)
+			default:
+				r.lostLink(d, l, kind)
+			}
 			return
 		}
 		r.handle(d, f)
@@ -330,14 +364,19 @@ func (r *runner) handle(d *device, f client.Frame) {
 		}
 		text := f.Str("text")
 		if rest, ok := strings.CutPrefix(text, answerPrefix); ok {
-			if r.arrived(rest, r.texts, r.stormTexts) == r.texts {
+			if fl, seq := r.arrived(rest, r.texts, r.stormTexts); fl == r.texts {
 				d.inFlight.Add(-1)
+				d.answered(seq)
 			}
 		} else if rest, ok := strings.CutPrefix(text, deliverPrefix); ok {
 			r.arrived(rest, r.dlv)
 		}
 	case protocol.TypeError:
-		r.errs.add("error:" + f.Str("code"))
+		code := f.Str("code")
+		r.errs.add("error:" + code)
+		if r.cfg.Reconnect && code == string(protocol.CodeInternalError) {
+			r.resendLater(d) // a text was not taken: send it again
+		}
 	}
 }
 
@@ -346,12 +385,14 @@ func (r *runner) handle(d *device, f client.Frame) {
 // the first time, and from the second when there is one (the texts of
 // -pace phone: the first is when the text was due). Texts of other runs
 // are ignored; one that is not pending (twice, or after it counted as lost)
-// is an error. It returns the flow the answer was pending on, or nil.
-func (r *runner) arrived(s string, flows ...*flow) *flow {
+// is an error ("unexpected"), or with -reconnect, where outputs come at
+// least once, counted as again (or late) when this run sent it. It returns
+// the flow the answer was pending on, or nil, and its sequence number.
+func (r *runner) arrived(s string, flows ...*flow) (*flow, uint64) {
 	now := time.Now()
 	fields := strings.Fields(s)
 	if (len(fields) != 3 && len(fields) != 4) || fields[0] != r.cfg.RunID {
-		return nil
+		return nil, 0
 	}
 	seq, err1 := strconv.ParseUint(fields[1], 10, 64)
 	ts, err2 := strconv.ParseInt(fields[2], 10, 64)
@@ -362,7 +403,7 @@ func (r *runner) arrived(s string, flows ...*flow) *flow {
 	}
 	if err1 != nil || err2 != nil || err3 != nil {
 		r.errs.add("garbled")
-		return nil
+		return nil, 0
 	}
 	var found *flow
 	r.mu.Lock()
@@ -376,14 +417,20 @@ func (r *runner) arrived(s string, flows ...*flow) *flow {
 	}
 	r.mu.Unlock()
 	if found == nil {
-		r.errs.add("unexpected")
-		return nil
+		if r.cfg.Reconnect && seq != 0 && seq <= r.seq.Load() {
+			r.mu.Lock()
+			r.rep.Reconnects.Again++
+			r.mu.Unlock()
+		} else {
+			r.errs.add("unexpected")
+		}
+		return nil, seq
 	}
 	found.latency.Record(now.Sub(time.Unix(0, ts)))
 	if written != 0 && found == r.texts {
 		r.rep.Messages.FromWrite.Record(now.Sub(time.Unix(0, written)))
 	}
-	return found
+	return found, seq
 }
 
 // text is what a run sends: prefix, run id, sequence number, time.
@@ -571,7 +618,13 @@ func (r *runner) send(d *device, l *link, f *flow, due time.Time) bool {
 		text = r.text(msgPrefix, seq, due) + " " + strconv.FormatInt(now.UnixNano(), 10)
 		r.rep.Messages.WriteLag.Record(now.Sub(due))
 	}
+	if r.cfg.Reconnect && f == r.texts {
+		d.remember(seq, text)
+	}
 	if err := l.c.Text("m"+strconv.FormatUint(seq, 10), text); err != nil {
+		if r.cfg.Reconnect && f == r.texts {
+			return true // pending, as in the SDKs: the next connection sends it
+		}
 		r.mu.Lock()
 		delete(f.pending, seq)
 		r.mu.Unlock()
@@ -642,6 +695,7 @@ func (r *runner) storm(ctx context.Context) {
 // closeAll closes every connection with a closing handshake and waits for
 // the consumers.
 func (r *runner) closeAll() {
+	r.stop() // no more reconnects
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, closeConcurrency)
 	for _, d := range r.devs {
