@@ -1,15 +1,18 @@
 package telemetry
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/semconv/v1.43.0/httpconv"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // HTTPServer records the requests of one HTTP server: the count by route,
@@ -113,4 +116,54 @@ func statusClass(status int) string {
 		return "other"
 	}
 	return strconv.Itoa(status/100) + "xx"
+}
+
+// StartServerSpan starts, on tracer, the server span of one request to an
+// HTTP server: it continues the trace that the request's W3C traceparent
+// header names (the caller's span is its parent), or starts one. It is
+// named after the method until EndServerSpan names it after the route,
+// as the semantic conventions name server spans ("POST /v1/deliver"). It
+// carries http.request.method and url.scheme, and EndServerSpan adds
+// http.route and http.response.status_code; never the path (it names
+// devices), the query or the headers (tokens).
+func StartServerSpan(ctx context.Context, tracer trace.Tracer, req *http.Request) (context.Context, trace.Span) {
+	m := string(normalMethod(req.Method))
+	scheme := "http"
+	if req.TLS != nil {
+		scheme = "https"
+	}
+	return tracer.Start(ExtractHTTP(ctx, req.Header), serverSpanName(m, ""), trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(semconv.HTTPRequestMethodKey.String(m), semconv.URLScheme(scheme)))
+}
+
+// EndServerSpan ends span, a StartServerSpan's, for a request with method
+// that matched route (a path pattern; "" or RouteOther for none) and was
+// answered status (0: nothing written, net/http's 200). A 5xx marks it
+// failed; a 4xx is the client's error, not the server's.
+func EndServerSpan(span trace.Span, method, route string, status int) {
+	if status == 0 {
+		status = http.StatusOK
+	}
+	if route != "" && route != RouteOther {
+		span.SetName(serverSpanName(string(normalMethod(method)), route))
+		span.SetAttributes(semconv.HTTPRoute(route), semconv.HTTPResponseStatusCode(status))
+	} else {
+		span.SetAttributes(semconv.HTTPResponseStatusCode(status))
+	}
+	if status >= 500 {
+		span.SetStatus(codes.Error, http.StatusText(status))
+	}
+	span.End()
+}
+
+// serverSpanName is "{method} {route}", or the method alone without a
+// route; "HTTP" stands for a method HTTP does not define.
+func serverSpanName(method, route string) string {
+	if method == string(httpconv.RequestMethodOther) {
+		method = "HTTP"
+	}
+	if route == "" {
+		return method
+	}
+	return method + " " + route
 }

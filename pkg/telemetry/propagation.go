@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"net/http"
 
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -44,3 +45,40 @@ func TraceParent(ctx context.Context) string {
 	propagator.Inject(ctx, c)
 	return c.Get("traceparent")
 }
+
+// ExtractHTTP returns ctx carrying the remote span context that an HTTP
+// request's W3C traceparent (and tracestate) headers name, or ctx itself
+// when they name none: the caller's span becomes the parent of the
+// server's.
+func ExtractHTTP(ctx context.Context, h http.Header) context.Context {
+	if len(h["Traceparent"]) == 0 { // the canonical key: no allocation
+		return ctx
+	}
+	return propagator.Extract(ctx, propagation.HeaderCarrier(h))
+}
+
+// ExtractTraceParent returns ctx carrying the remote span context that
+// traceparent, a W3C traceparent value a message carries in its body (one
+// of several outputs that share a bus message), names; ctx itself when it
+// is empty or not a valid traceparent.
+func ExtractTraceParent(ctx context.Context, traceparent string) context.Context {
+	if traceparent == "" {
+		return ctx
+	}
+	return propagator.Extract(ctx, traceParentCarrier(traceparent))
+}
+
+// traceParentCarrier is a carrier holding one traceparent value, without
+// the map a MapCarrier would allocate.
+type traceParentCarrier string
+
+func (c traceParentCarrier) Get(key string) string {
+	if key == "traceparent" {
+		return string(c)
+	}
+	return ""
+}
+
+func (traceParentCarrier) Set(string, string) {}
+
+func (traceParentCarrier) Keys() []string { return []string{"traceparent"} }
