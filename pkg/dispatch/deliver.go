@@ -6,9 +6,13 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/hermes-mobile/gateway/pkg/ids"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/store"
+	"github.com/hermes-mobile/gateway/pkg/telemetry"
 	"github.com/hermes-mobile/gateway/pkg/wire"
 )
 
@@ -24,7 +28,29 @@ type Deliverer struct {
 	// Keeper keeps a delivery with a ttl that the device cannot take now;
 	// nil: a ttl is refused (bad_frame).
 	Keeper Keeper
+	// Tracer, when set, records a router.deliver span (SpanDeliver) for
+	// each output sent to a device's edge (and kept, with a ttl), under the
+	// span of the caller's context; the edge's edge.deliver continues it
+	// across the bus. nil: no spans, at no cost.
+	Tracer trace.Tracer
 }
+
+// SpanDeliver names the span of one output's delivery, as the router's
+// own deliveries (the agent's answers) name theirs.
+const SpanDeliver = "router.deliver"
+
+// span starts the SpanDeliver span of one output of op under ctx's span,
+// when d has a Tracer, and returns the function that ends it with the
+// delivery's error.
+func (d *Deliverer) span(ctx context.Context, op string) (context.Context, func(error)) {
+	if d.Tracer == nil {
+		return ctx, noEnd
+	}
+	ctx, span := d.Tracer.Start(ctx, SpanDeliver, trace.WithAttributes(attribute.String("hermes.kind", op)))
+	return ctx, func(err error) { telemetry.EndSpan(span, err) }
+}
+
+func noEnd(error) {}
 
 // Keeper keeps outputs for a device that is not online: in its outbox,
 // which its next connection reads, with the media they refer to.
@@ -152,7 +178,9 @@ func (d *Deliverer) checkTTL(ttl time.Duration) error {
 // device did not take it or an earlier part was kept) to its outbox. One
 // written but not acknowledged (and not kept) makes the whole delivery
 // written.
-func (d *Deliverer) send(ctx context.Context, dl *Delivery, f *protocol.Deliver, out wire.Output) error {
+func (d *Deliverer) send(ctx context.Context, dl *Delivery, f *protocol.Deliver, out wire.Output) (err error) {
+	ctx, end := d.span(ctx, out.Op)
+	defer func() { end(err) }()
 	if !dl.Queued {
 		err := d.Dispatcher.Send(ctx, out)
 		if f.TTL <= 0 || !errors.Is(err, ErrOffline) {

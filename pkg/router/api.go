@@ -192,7 +192,8 @@ func NewAPI(r *Router, cfg APIConfig) *API {
 		streams:       make(map[tokens.Digest]int),
 		endpoints:     make(map[string][]string),
 	}
-	a.deliverer = &dispatch.Deliverer{Dispatcher: r.sender, Blobs: r.store, BlobTTL: r.cfg.BlobTTL, HomeDevice: cfg.HomeDevice, Keeper: r}
+	a.deliverer = &dispatch.Deliverer{Dispatcher: r.sender, Blobs: r.store, BlobTTL: r.cfg.BlobTTL, HomeDevice: cfg.HomeDevice, Keeper: r,
+		Tracer: r.tel.deliverTracer()}
 	a.ctx, a.cancel = context.WithCancel(r.ctx)
 	a.health = a.newHealth()
 	a.routes()
@@ -295,6 +296,7 @@ func (a *API) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		// no deadline: an event stream lasts.
 		_ = http.NewResponseController(w).SetReadDeadline(start.Add(a.cfg.BodyTimeout))
 	}
+	req, span := a.r.tel.startRequest(req)
 	sw := &statusWriter{ResponseWriter: w}
 	a.mux.ServeHTTP(sw, req)
 	took := time.Since(start)
@@ -310,10 +312,14 @@ func (a *API) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		status = http.StatusOK // nothing written: net/http's answer
 	}
 	// The route, not the path (it names sessions), and never the headers or
-	// the query: the token is in one, cursors in the other.
+	// the query: the token is in one, cursors in the other. Made in the
+	// request's span, the line carries its trace_id and span_id.
 	a.log.LogAttrs(req.Context(), slog.LevelInfo, "api request", slog.String("method", req.Method),
 		slog.String("route", route), slog.Int("status", status), slog.String("client", req.RemoteAddr),
 		slog.Float64("duration", took.Seconds()))
+	if span != nil {
+		telemetry.EndServerSpan(span, req.Method, route, status)
+	}
 }
 
 // authorize checks the bearer token for acc.
@@ -385,7 +391,7 @@ func unsupported(format string, args ...any) *apiError {
 func (a *API) fail(w http.ResponseWriter, req *http.Request, err error) {
 	var e *apiError
 	if !errors.As(err, &e) && req.Context().Err() != nil {
-		a.log.Debug("request ended by the client", "method", req.Method, "path", req.URL.Path, "err", err)
+		a.log.DebugContext(req.Context(), "request ended by the client", "method", req.Method, "path", req.URL.Path, "err", err)
 		return
 	}
 	e = a.answerFor(req, err)
@@ -415,10 +421,10 @@ func (a *API) answerFor(req *http.Request, err error) *apiError {
 			e = badFrame("the cursor is not one the event log hands out")
 		case errors.Is(err, store.ErrUnavailable), errors.Is(err, bus.ErrUnavailable),
 			errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled): // the API closing
-			a.log.Warn("request failed", "method", req.Method, "path", req.URL.Path, "err", err)
+			a.log.WarnContext(req.Context(), "request failed", "method", req.Method, "path", req.URL.Path, "err", err)
 			e = apiErr(http.StatusServiceUnavailable, protocol.CodeInternalError, "the gateway's store or bus cannot be reached right now; retry")
 		default:
-			a.log.Error("request failed", "method", req.Method, "path", req.URL.Path, "err", err)
+			a.log.ErrorContext(req.Context(), "request failed", "method", req.Method, "path", req.URL.Path, "err", err)
 			e = apiErr(http.StatusInternalServerError, protocol.CodeInternalError, "the gateway failed; retry later")
 		}
 	}

@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"net/http"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -40,6 +41,29 @@ func (t *routerTelemetry) start(ctx context.Context, name, kind string) (context
 		return ctx, trace.SpanFromContext(ctx)
 	}
 	return t.tracer.Start(ctx, name, trace.WithAttributes(attribute.String("hermes.kind", kind)))
+}
+
+// startRequest starts the server span of one request to the API, which
+// continues the caller's trace when the request carries a W3C traceparent
+// (telemetry.StartServerSpan), and returns the request with it: what the
+// endpoint does (deliveries, their router.deliver and the edges'
+// edge.deliver spans, Redis commands, log lines) is in that trace. Without
+// tracing it returns req and a nil span, at no cost.
+func (t *routerTelemetry) startRequest(req *http.Request) (*http.Request, trace.Span) {
+	if !t.tracing {
+		return req, nil
+	}
+	ctx, span := telemetry.StartServerSpan(req.Context(), t.tracer, req)
+	return req.WithContext(ctx), span
+}
+
+// deliverTracer is the tracer of the API's dispatch.Deliverer: nil (no
+// spans) without tracing.
+func (t *routerTelemetry) deliverTracer() trace.Tracer {
+	if !t.tracing {
+		return nil
+	}
+	return t.tracer
 }
 
 // withParent returns ctx whose span is parent, when parent is set: a queued
