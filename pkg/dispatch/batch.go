@@ -9,6 +9,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/bus"
 	"github.com/hermes-mobile/gateway/pkg/ids"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
+	"github.com/hermes-mobile/gateway/pkg/telemetry"
 	"github.com/hermes-mobile/gateway/pkg/wire"
 )
 
@@ -37,6 +38,12 @@ const batchSlowWorkers = 64
 // every delivery with a file is sent alone by Deliver, so every answer but
 // "the phone has it" and "written, not acknowledged" (without a ttl) is
 // Deliver's own: with a ttl, Deliver keeps what the batch did not deliver.
+//
+// With a Tracer, each delivery's part of an edge's request is a
+// router.deliver span of its own, a child of ctx's span (the request's),
+// and the edge's edge.deliver of it is that span's child
+// (wire.Output.TraceParent); one sent alone afterwards gets one more, as
+// Deliver's are.
 func (d *Deliverer) DeliverBatch(ctx context.Context, fs []*protocol.Deliver) []BatchResult {
 	res := make([]BatchResult, len(fs))
 	settled := make([]bool, len(fs))
@@ -104,6 +111,10 @@ func (d *Deliverer) sendTexts(ctx context.Context, fs []*protocol.Deliver, res [
 		out wire.Output
 	}
 	byEdge := make(map[string][]item)
+	traced := 0 // what each output's traceparent adds to its size
+	if d.Tracer != nil {
+		traced = tracedOutputSize
+	}
 	for k, dev := range devices {
 		o := owners[k]
 		if o.Epoch == 0 {
@@ -123,8 +134,8 @@ func (d *Deliverer) sendTexts(ctx context.Context, fs []*protocol.Deliver, res [
 		// Cut into requests of at most wire.MaxBatchBytes.
 		for len(items) > 0 {
 			n, size := 0, 0
-			for n < len(items) && (n == 0 || size+outputSize(items[n].out) <= wire.MaxBatchBytes) {
-				size += outputSize(items[n].out)
+			for n < len(items) && (n == 0 || size+outputSize(items[n].out)+traced <= wire.MaxBatchBytes) {
+				size += outputSize(items[n].out) + traced
 				n++
 			}
 			part := items[:n]
@@ -133,11 +144,24 @@ func (d *Deliverer) sendTexts(ctx context.Context, fs []*protocol.Deliver, res [
 			go func() {
 				defer wg.Done()
 				outs := make([]wire.Output, len(part))
+				ends := make([]func(error), len(part))
 				for k, it := range part {
 					outs[k] = it.out
+					sctx, end := d.span(ctx, it.out.Op)
+					ends[k] = end
+					if d.Tracer != nil {
+						// One bus message carries them all: each names
+						// its own span for the edge.
+						outs[k].TraceParent = telemetry.TraceParent(sctx)
+					}
 				}
 				errs := d.Dispatcher.sendBatch(ctx, edge, outs)
 				for k, it := range part {
+					if errors.Is(errs[k], ErrNotAcked) {
+						ends[k](nil) // written: the delivery's outcome, not a failure
+					} else {
+						ends[k](errs[k])
+					}
 					if errs[k] != nil && (!errors.Is(errs[k], ErrNotAcked) || fs[it.i].TTL > 0) {
 						// Deliver sends it again alone and says what
 						// became of it (with a ttl: kept, if the phone
@@ -152,6 +176,10 @@ func (d *Deliverer) sendTexts(ctx context.Context, fs []*protocol.Deliver, res [
 	}
 	wg.Wait()
 }
+
+// tracedOutputSize is what an output's traceparent adds to its encoding:
+// ,"traceparent":"00-<32 hex>-<16 hex>-<2 hex>".
+const tracedOutputSize = len(`,"traceparent":""`) + 55
 
 // outputSize estimates the encoded size of a text output.
 func outputSize(out wire.Output) int {

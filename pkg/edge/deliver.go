@@ -158,7 +158,7 @@ func (s *Server) write(c *conn, m *bus.Msg, out wire.Output, looked <-chan owner
 		}
 		done = s.fenceOwner(c, looked, c.awaitAck(out, respond))
 	}
-	ctx, done := s.tel.traceDelivery(s.ctx, m.Header, out.Op, done)
+	ctx, done := s.tel.traceDelivery(s.ctx, m.Header, out.TraceParent, out.Op, done)
 	c.mu.Lock()
 	if !c.flags.is(flagReady) {
 		c.held = append(c.held, heldItem{out: out, done: done})

@@ -83,13 +83,15 @@ func (t *edgeTelemetry) startEvent(ctx context.Context, kind string) (context.Co
 
 // traceDelivery continues the trace of an output that arrived with header
 // and ends its span when done runs, that is once the frames are written.
-// The returned context is ctx with the span, for the delivery's work and
-// log lines.
-func (t *edgeTelemetry) traceDelivery(ctx context.Context, header map[string]string, op string, done func(error)) (context.Context, func(error)) {
+// traceparent is the output's own (wire.Output.TraceParent: one of a
+// batch's outputs), which wins over the header's. The returned context is
+// ctx with the span, for the delivery's work and log lines.
+func (t *edgeTelemetry) traceDelivery(ctx context.Context, header map[string]string, traceparent, op string, done func(error)) (context.Context, func(error)) {
 	if !t.tracing {
 		return ctx, done
 	}
-	ctx, span := t.tracer.Start(telemetry.Extract(ctx, header), "edge.deliver", trace.WithSpanKind(trace.SpanKindConsumer),
+	parent := telemetry.ExtractTraceParent(telemetry.Extract(ctx, header), traceparent)
+	ctx, span := t.tracer.Start(parent, "edge.deliver", trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(attribute.String("hermes.output.op", op)))
 	return ctx, func(err error) {
 		telemetry.EndSpan(span, err)

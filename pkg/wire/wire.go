@@ -120,6 +120,12 @@ type Output struct {
 	// output (or AckWait passed), also when the phone has not acked on its
 	// socket yet.
 	WaitAck bool `json:"wait_ack,omitzero"`
+	// TraceParent is the W3C trace context of the sender's span for this
+	// output alone, set when one bus message carries several (a Batch,
+	// whose header names one context for all): the edge's edge.deliver
+	// continues it rather than the header's. Empty otherwise, and when
+	// untraced; an edge of a release before it ignores it.
+	TraceParent string `json:"traceparent,omitempty"`
 	// Via is the edge to try when the device has no owner record (the
 	// store lost it): the edge its event came from. The sender's own
 	// hint; it does not cross the bus.
