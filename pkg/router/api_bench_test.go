@@ -1,0 +1,128 @@
+package router_test
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/hermes-mobile/gateway/pkg/client"
+	"github.com/hermes-mobile/gateway/pkg/gateway"
+	"github.com/hermes-mobile/gateway/pkg/protocol"
+	"github.com/hermes-mobile/gateway/pkg/telemetry"
+)
+
+// benchTraces are the tracing set-ups the API benchmarks compare: none
+// (no OTLP endpoint: the no-op tracer), and spans recorded by the SDK and
+// handed to a batch processor whose exporter drops them, for a caller
+// without and with a traceparent.
+var benchTraces = []struct {
+	name        string
+	traced      bool
+	traceparent string
+}{
+	{"untraced", false, ""},
+	{"traced", true, ""},
+	{"traced-caller", true, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+}
+
+// benchNode starts a single node with a router and its API, traced or not.
+func benchNode(b *testing.B, traced bool) *gateway.Gateway {
+	b.Helper()
+	nc := nodeConfig()
+	nc.Router, nc.APIListen, nc.API = true, "127.0.0.1:0", apiConfig(nil)
+	if traced {
+		tel, err := telemetry.New(context.Background(), telemetry.Config{ServiceName: "bench",
+			SpanProcessor: sdktrace.NewBatchSpanProcessor(tracetest.NewNoopExporter())})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { tel.Shutdown(context.Background()) })
+		nc.Telemetry = tel
+	}
+	g, err := gateway.Start(context.Background(), nc, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { g.Close() })
+	return g
+}
+
+// BenchmarkAPIDeliver is POST /v1/deliver through the API's handler (no
+// HTTP client or socket on the caller's side): the decode, the owner read,
+// the bus request to the node's edge, the write to a phone's socket and
+// the answer, untraced and traced.
+func BenchmarkAPIDeliver(b *testing.B) {
+	for _, tc := range benchTraces {
+		b.Run(tc.name, func(b *testing.B) {
+			g := benchNode(b, tc.traced)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			phone, err := client.Dial(ctx, g.URL(), client.Options{Timeout: 5 * time.Second})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer phone.CloseNow()
+			if _, err := phone.Hello(ctx, phoneToken, protocol.Device{ID: "bench-1"}, protocol.User{ID: "u"}); err != nil {
+				b.Fatal(err)
+			}
+			go func() { // the phone reads what it gets
+				for {
+					if _, err := phone.Next(ctx); err != nil {
+						return
+					}
+				}
+			}()
+			body := []byte(`{"target":"bench-1","text":"Standup in 5"}`)
+			serve := func() int {
+				req := httptest.NewRequest("POST", "/v1/deliver", bytes.NewReader(body))
+				req.Header.Set("Authorization", "Bearer "+deliverToken)
+				if tc.traceparent != "" {
+					req.Header.Set("traceparent", tc.traceparent)
+				}
+				w := httptest.NewRecorder()
+				g.API.ServeHTTP(w, req)
+				return w.Code
+			}
+			for range 3 { // the owner record, the subscriptions
+				if code := serve(); code != http.StatusOK {
+					b.Fatalf("deliver: %d", code)
+				}
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if code := serve(); code != http.StatusOK {
+					b.Fatalf("deliver: %d", code)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkAPIHealthz is GET /healthz through the API's handler: the
+// API's own work around an endpoint that does next to nothing (the access
+// check, the metrics, the log line and, traced, the server span).
+func BenchmarkAPIHealthz(b *testing.B) {
+	for _, tc := range benchTraces {
+		b.Run(tc.name, func(b *testing.B) {
+			g := benchNode(b, tc.traced)
+			b.ReportAllocs()
+			for b.Loop() {
+				req := httptest.NewRequest("GET", "/healthz", nil)
+				if tc.traceparent != "" {
+					req.Header.Set("traceparent", tc.traceparent)
+				}
+				w := httptest.NewRecorder()
+				g.API.ServeHTTP(w, req)
+				if w.Code != http.StatusOK {
+					b.Fatalf("healthz: %d", w.Code)
+				}
+			}
+		})
+	}
+}
