@@ -16,9 +16,12 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
-# The Hermes version the stand-ins copy: hermes_v0_18 (7a43ab04) or
-# hermes_v0_21 (00067189) or hermes_v0_23 (544ac55e, efb968a7). plugin_test.go runs the suite once for each.
+# The Hermes line the stand-ins stand for: hermes_v0_18 (v0.18.2, 7a43ab04),
+# hermes_v0_21 (v0.21.3, 00067189) or hermes_v0_23 (the newest line, modelled on the
+# stored versions each file names: 04eef15a, 145695804, 0775bc80, ...).
+# plugin_test.go runs the suite once for each.
 HERMES_VERSION = os.getenv("MOBILE_TEST_HERMES", "0.23")
+NEWEST = HERMES_VERSION == "0.23"
 STUBS = HERE / ("hermes_v" + HERMES_VERSION.replace(".", "_"))
 sys.path[:0] = [str(STUBS), str(HERE.parent)]
 
@@ -52,6 +55,29 @@ def hermes_home(tmp_path, monkeypatch):
 
 def env(name: str) -> str:
     return os.environ[name]
+
+
+def decided(got: dict):
+    """(resolved, choice) of an approval wait's outcome (the newest line adds reason, and
+    cancelled for a withdrawn approval)."""
+    return got["resolved"], got["choice"]
+
+
+def set_hermes_waits(monkeypatch, approval=None, clarify=None, slash_confirm=None):
+    """Hermes's waits, in seconds: approvals.timeout, agent.clarify_timeout and the
+    slash confirmation's."""
+    if approval is not None:
+        try:
+            from tools import approval_context as where  # v0.21 and later
+        except ImportError:
+            from tools import approval as where  # v0.18
+        monkeypatch.setattr(where, "TIMEOUT", approval)
+    if clarify is not None:
+        from tools import clarify_gateway
+        monkeypatch.setattr(clarify_gateway, "get_clarify_timeout", lambda: clarify)
+    if slash_confirm is not None:
+        from tools import slash_confirm as sc
+        monkeypatch.setattr(sc, "DEFAULT_TIMEOUT_SECONDS", slash_confirm, raising=False)
 
 
 def run(coro):

@@ -37,7 +37,7 @@ def _get_enabled_plugins():
 
 
 def _version_tuple(v):
-    parts = re.split(r"[-+]", str(v).strip().lstrip("v"), 1)[0].split(".")
+    parts = re.split(r"[-+]", str(v).strip().lstrip("v"), maxsplit=1)[0].split(".")
     parts += ["0"] * (3 - len(parts))
     try:
         return tuple(int(x) for x in parts[:3])

@@ -1,5 +1,6 @@
 """Stand-in for gateway.platforms.base: the adapter base class, the event and
-result types and the media cache helpers, with Hermes's signatures."""
+result types and the media cache helpers, with Hermes's signatures (v0.21.3's, with the
+newest line's default description of send_exec_approval and pause_typing_for_chat)."""
 
 import os
 import uuid
@@ -117,6 +118,9 @@ class BasePlatformAdapter:
         if self._message_handler:
             await self._message_handler(event)
 
+    def pause_typing_for_chat(self, chat_id) -> None:
+        calls.append(("pause_typing", chat_id))
+
     # Copied from Hermes: the stream consumer skips an unchanged finalize
     # edit unless an adapter sets this; _send_with_retry retries a failed
     # send when SendResult.retryable is set or the error text looks like one
@@ -155,9 +159,13 @@ def _exec_approval_actions(*, allow_permanent: bool, allow_session: bool, smart_
     return [(labels[c], c, {"once": "primary", "deny": "danger"}.get(c, "")) for c in choices]
 
 
-async def _base_send_exec_approval(self, chat_id, command, session_key, description="dangerous command",
+async def _base_send_exec_approval(self, chat_id, command, session_key, description=None,
                                    metadata=None, allow_permanent=True, allow_session=True, smart_denied=False):
-    """BasePlatformAdapter.send_exec_approval of v0.21.3: a template over _send_exec_approval_prompt."""
+    """BasePlatformAdapter.send_exec_approval: a template over _send_exec_approval_prompt (v0.21.3);
+    the newest line's description defaults to ea_default_reason_text()."""
+    if description is None:
+        from gateway.platforms.base_exec_approval import ea_default_reason_text
+        description = ea_default_reason_text()
     prompt = ExecApprovalPrompt(chat_id=chat_id, session_key=session_key, metadata=metadata,
                                 command=str(command or ""), description=description, smart_denied=smart_denied,
                                 text=f"Command Approval Required\n{command}\nReason: {description}",
