@@ -22,6 +22,7 @@ import mimetypes
 import os
 import random
 import tempfile
+import time
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Dict, Optional
@@ -268,12 +269,38 @@ class _Card:
         self.multi = multi
 
 
-DEFAULT_DESCRIPTION = "dangerous command"  # what Hermes shows for an approval without a description
+DEFAULT_DESCRIPTION = "dangerous command"  # what Hermes ≤ 0.21 shows for an approval without a description
+
+
+def _default_reason() -> str:
+    """What Hermes shows for an approval without a description: on the newest
+    line its localized default reason (ea_default_reason_text(), in
+    gateway.platforms.base_exec_approval), before it "dangerous command"."""
+    for module in ("gateway.platforms.base_exec_approval", "gateway.platforms.base"):
+        try:
+            return str(getattr(__import__(module, fromlist=["x"]), "ea_default_reason_text")()) or DEFAULT_DESCRIPTION
+        except Exception:
+            continue
+    return DEFAULT_DESCRIPTION
+
+
+def _default_descriptions() -> set:
+    """Every default description a card of this Hermes may show."""
+    return {DEFAULT_DESCRIPTION, _default_reason()}
 
 
 def _description(value) -> str:
-    """An approval's description as Hermes shows it: empty or missing is "dangerous command"."""
-    return str(value or "") or DEFAULT_DESCRIPTION
+    """An approval's description as Hermes shows it: empty or missing is its default reason."""
+    return str(value or "") or _default_reason()
+
+
+def _same_description(stored, shown) -> bool:
+    """Whether the description a card shows is the one of a pending approval:
+    the same text, or, for an approval without one, any default Hermes shows."""
+    stored, shown = str(stored or ""), str(shown or "")
+    if stored:
+        return shown == stored
+    return not shown or shown in _default_descriptions()
 
 
 def _shown(command: str) -> str:
@@ -287,7 +314,7 @@ def _shown(command: str) -> str:
 
 def _same_request(data: dict, command: str, description: str) -> bool:
     raw = str(data.get("command") or "")
-    return (command in (raw, _shown(raw))) and _description(data.get("description")) == _description(description)
+    return (command in (raw, _shown(raw))) and _same_description(data.get("description"), description)
 
 
 def _bind_approval(session_key: str, command: str, description: str, taken: set, request_id: str = ""):
@@ -405,9 +432,22 @@ def _hermes_setting(getters, default: float) -> float:
 
 
 def _approval_timeout() -> float:
-    """approvals.timeout: how long Hermes waits for an approval (60 s by default)."""
+    """approvals.timeout: how long Hermes waits for an approval (300 s by default)."""
     return _hermes_setting([("tools.approval_context", "_get_approval_timeout"),
-                            ("tools.approval", "_get_approval_timeout")], 60)
+                            ("tools.approval", "_get_approval_timeout")], 300)
+
+
+def _approval_wait(metadata: Optional[dict]) -> float:
+    """How long Hermes still waits for the approval a card shows: until the
+    wait's expires_at where Hermes sends it (metadata, the newest line: a
+    time.monotonic() deadline of this process), else approvals.timeout."""
+    timeout = _approval_timeout()
+    expires = (metadata or {}).get("expires_at")
+    if isinstance(expires, (int, float)) and not isinstance(expires, bool):
+        left = float(expires) - time.monotonic()
+        if left <= max(timeout, 0) + 60:  # a deadline of another clock is not ours to read
+            return max(left, 0.001)
+    return timeout
 
 
 def _clarify_timeout() -> float:
@@ -418,18 +458,25 @@ def _slash_confirm_timeout() -> float:
     return _hermes_setting([("tools.slash_confirm", "DEFAULT_TIMEOUT_SECONDS")], 300)
 
 
-def _card_ttl(wait: float) -> Optional[int]:
-    """A card's timeout_seconds: it closes before Hermes's wait ends (the router
-    caps it too). None when Hermes waits without limit (a wait of 0 or less):
-    the card then lives as long as the router lets it."""
+UNTIL_CLOSED = -1  # a card's ttl for a wait without a limit: the router's longest (MOBILE_PROMPT_MAX_TTL)
+
+
+def _card_ttl(wait: float) -> int:
+    """A card's lifetime (the router's ttl): it closes CARD_MARGIN seconds
+    before Hermes's wait ends. UNTIL_CLOSED when Hermes waits without a limit
+    (a wait of 0 or less): the card then lives until answered or closed, at
+    most the router's MOBILE_PROMPT_MAX_TTL."""
     if wait <= 0:
-        return None
-    return max(1, int(wait) - CARD_MARGIN)
+        return UNTIL_CLOSED
+    return max(1, int(wait + 0.5) - CARD_MARGIN)
 
 
 def _with_ttl(body: dict, wait: float) -> dict:
+    """body with the card's lifetime: ttl, and timeout_seconds for a router
+    older than ttl (which ignores ttl and caps the card at its MOBILE_PROMPT_TTL)."""
     ttl = _card_ttl(wait)
-    if ttl is not None:
+    body["ttl"] = ttl
+    if ttl > 0:
         body["timeout_seconds"] = ttl
     return body
 
@@ -448,24 +495,72 @@ def _clarify_multi(clarify_id: str, kwargs: dict) -> bool:
         return False
 
 
+RECOMMENDED_LABEL = "(Recommended)"  # Hermes marks the agent's first choice with it (tools.clarify_tool)
+
+
+def _strip_recommended(text: str) -> str:
+    """A label without Hermes's "(Recommended)" mark, as tools.clarify_tool.strip_recommended."""
+    text = str(text).strip()
+    if text.casefold().endswith(RECOMMENDED_LABEL.casefold()):
+        return text[:-len(RECOMMENDED_LABEL)].strip()
+    return text
+
+
+def _label_match(text: str, choices: list) -> Optional[str]:
+    """The choice text names, as Hermes matches a typed label
+    (tools.clarify_gateway._label_matches): case-insensitive, ignoring the
+    "(Recommended)" mark on either side; the label as Hermes shows it."""
+    key = _strip_recommended(text).casefold()
+    return next((str(c).strip() for c in choices if _strip_recommended(c).casefold() == key), None)
+
+
 def _multi_answer(text: str, choices: list) -> Optional[str]:
-    """A multi-select answer typed on the phone ("1, 3" or "Berlin, Paris") as
-    Hermes takes it: a JSON list of every chosen label; None when a part names
-    no choice (the text then goes to Hermes as it is)."""
+    """A multi-select answer typed on the phone ("1, 3", "1 3", "berlin, rome")
+    as Hermes canonicalises a typed reply (tools.clarify_gateway
+    ._coerce_multi_select_text): a JSON list of every chosen label, in the
+    order named, each once; None when a number is out of range or a part names
+    no choice (the text then goes to Hermes as it is, as Hermes takes it after
+    "other")."""
     text = text.strip()
-    tokens = [t.strip() for t in text.split(",") if t.strip()] if "," in text else text.split()
-    if not all(t.isdigit() for t in tokens):
+    if not text:
+        return None
+    if "," in text:
         tokens = [t.strip() for t in text.split(",") if t.strip()]
+    else:
+        parts = text.split()
+        tokens = parts if len(parts) > 1 and all(p.isdigit() for p in parts) else [text]
     picked = []
-    for t in tokens:
-        if t.isdigit() and 1 <= int(t) <= len(choices):
-            picked.append(choices[int(t) - 1])
-        else:
-            match = next((c for c in choices if c.casefold() == t.casefold()), None)
-            if match is None:
+    for token in tokens:
+        if token.isdigit():
+            if not 1 <= int(token) <= len(choices):
                 return None
-            picked.append(match)
-    return json.dumps(list(dict.fromkeys(picked))) if picked else None
+            label = str(choices[int(token) - 1]).strip()
+        else:
+            label = _label_match(token, choices)
+            if label is None:
+                return None
+        if label not in picked:
+            picked.append(label)
+    return json.dumps(picked, ensure_ascii=False) if picked else None
+
+
+def _typed_answer(text: str, choices: list, multi: bool) -> str:
+    """A clarify answer typed under "other", as Hermes canonicalises typed text
+    after "other" (tools.clarify_gateway._coerce_text_response_detailed with
+    awaiting_text): a multi-select's list of labels; a single choice's number
+    or label as that choice; any other text as it is."""
+    text = text.strip()
+    if not choices:
+        return text
+    if multi:
+        return _multi_answer(text, choices) or text
+    try:
+        number = int(text)
+    except ValueError:
+        number = 0
+    if 1 <= number <= len(choices):
+        return choices[number - 1]
+    return _label_match(text, choices) or text
 
 
 class MobileAdapter(BasePlatformAdapter):
@@ -769,6 +864,16 @@ class MobileAdapter(BasePlatformAdapter):
     # /approve, timed out, interrupted, retired) the card is closed on the
     # phone; a late tap then gets prompt_done{expired} and resolves nothing.
 
+    async def _open_card(self, card_id: str) -> Optional["_Card"]:
+        """The open card card_id, once the cards being opened are (an answer or
+        Hermes's call can come before the router's reply with the card's id)."""
+        if card_id not in self._cards and self._opening:
+            async with self._opened:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._opened.wait_for(
+                        lambda: card_id in self._cards or not self._opening), REQUEST_TIMEOUT)
+        return self._cards.get(card_id)
+
     def _remember_card(self, card_id: str, card: "_Card") -> None:
         self._cards[card_id] = card
         while len(self._cards) > MAX_OPEN_CARDS:
@@ -815,12 +920,7 @@ class MobileAdapter(BasePlatformAdapter):
         """Hands a card's answer (or its expiry) to Hermes's own resolvers."""
         p = ev.get("prompt") or {}
         card_id = str(p.get("id") or "")
-        if card_id not in self._cards and self._opening:
-            async with self._opened:
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._opened.wait_for(
-                        lambda: card_id in self._cards or not self._opening), REQUEST_TIMEOUT)
-        card = self._cards.get(card_id)
+        card = await self._open_card(card_id)
         if card is None:
             logger.info("[Mobile] answer to an unknown or closed card %s: nothing resolved", p.get("id"))
             return
@@ -845,8 +945,7 @@ class MobileAdapter(BasePlatformAdapter):
                 choice = choices[int(option[1:])]
                 clarify_gateway.resolve_gateway_clarify(card.hermes_id, json.dumps([choice]) if card.multi else choice)
             elif text and not p.get("expired"):
-                answer = _multi_answer(text, choices) if card.multi and choices else None
-                clarify_gateway.resolve_gateway_clarify(card.hermes_id, answer or text)
+                clarify_gateway.resolve_gateway_clarify(card.hermes_id, _typed_answer(text, choices, card.multi))
             else:  # "other" without text, or expired: the next typed message answers
                 clarify_gateway.mark_awaiting_text(card.hermes_id)
 
@@ -866,26 +965,26 @@ class MobileAdapter(BasePlatformAdapter):
         return SendResult(success=True, message_id=str(doc.get("id")))
 
     async def send_exec_approval(self, chat_id: str, command: str, session_key: str,
-                                 description: str = "dangerous command", metadata: Optional[dict] = None,
+                                 description: Optional[str] = None, metadata: Optional[dict] = None,
                                  allow_permanent: bool = True, allow_session: bool = True,
                                  smart_denied: bool = False, **kwargs) -> SendResult:
         """An exec_approval card bound to the one pending approval it shows; its
         answer resolves that approval only. When the approval cannot be told
         apart, no card is sent (Hermes then asks in text, /approve)."""
         taken = self._binding | {c.binding for c in self._cards.values() if c.kind == "exec_approval"}
-        request_id = str((metadata or {}).get("approval_id") or "")
+        request_id = str((metadata or {}).get("approval_id") or kwargs.get("request_id") or "")
         binding = _bind_approval(session_key, command, description, taken, request_id)
         if binding is None:
             return SendResult(success=False, error="the pending approval of this card cannot be identified")
         self._binding.add(binding)  # taken while its card is being opened, too
         try:
             return await self._open_approval(chat_id, command, session_key, description, binding,
-                                             allow_permanent, allow_session, smart_denied)
+                                             allow_permanent, allow_session, smart_denied, _approval_wait(metadata))
         finally:
             self._binding.discard(binding)
 
     async def _open_approval(self, chat_id, command, session_key, description, binding,
-                             allow_permanent, allow_session, smart_denied) -> SendResult:
+                             allow_permanent, allow_session, smart_denied, wait) -> SendResult:
         options = ["once"]
         if not smart_denied and allow_session:
             options.append("session")
@@ -893,7 +992,7 @@ class MobileAdapter(BasePlatformAdapter):
                 options.append("always")
         options.append("deny")
         body = _with_ttl({"kind": "exec_approval", "text": "Run this command?", "command": command,
-                          "description": _description(description), "options": options}, _approval_timeout())
+                          "description": _description(description), "options": options}, wait)
         res = await self._card(chat_id, body, _Card("exec_approval", session_key, "", [], chat_id, options, binding))
         if res.success and binding[0] == "request":
             self._close_when_settled(session_key, binding[1], res.message_id)
@@ -914,6 +1013,14 @@ class MobileAdapter(BasePlatformAdapter):
         _OUR_SETTLES[request_id] = settle
         if not register(session_key, request_id, settle):
             self._close_if_open(card_id)  # it ended already
+
+    async def retire_exec_approval_card(self, chat_id: str, message_id: str) -> None:
+        """Hermes (the newest line) retires an approval card whose wait timed out,
+        before it sends its notice as a message of its own: the card closes on
+        the phone (a tap then resolves nothing); it is not edited."""
+        card = await self._open_card(str(message_id))
+        if card is not None:
+            await self._close_card(str(message_id), card)
 
     def _close_if_open(self, card_id: str) -> None:
         card = self._cards.get(card_id)

@@ -44,7 +44,8 @@ func TestHermesPlugin(t *testing.T) {
 		"REDIS_URL=" + redisURL,
 		"REDIS_PREFIX=hermes-plugin-test:" + id + ":",
 		"MOBILE_DELIVER_TOKENS=" + deliverToken,
-		"MOBILE_PROMPT_TTL=4", // the expiry tests wait for it
+		"MOBILE_PROMPT_TTL=4",        // the expiry tests wait for it
+		"MOBILE_PROMPT_MAX_TTL=7200", // a card for a wait without a limit says it
 		"MOBILE_ADMIN_LISTEN=off",
 	}
 	routerURL := start(t, "router", routerBin, "router listening", append(common,
@@ -76,6 +77,7 @@ func TestHermesPlugin(t *testing.T) {
 				"MOBILE_TEST_DELIVER_TOKEN="+deliverToken,
 				"MOBILE_TEST_EDGE_WS="+edgeURL,
 				"MOBILE_TEST_APP_TOKEN="+appToken,
+				"MOBILE_TEST_PROMPT_MAX_TTL=7200",
 				"PYTHONDONTWRITEBYTECODE=1",
 			)
 			out, err := cmd.CombinedOutput()

@@ -3,7 +3,7 @@ the phone and resolved with Hermes's own resolvers."""
 
 import asyncio
 
-from conftest import Hermes, Phone, device_id, run
+from conftest import NEWEST, Hermes, Phone, decided, device_id, run, set_hermes_waits
 
 
 async def answered(calls, n, timeout=10.0):
@@ -41,7 +41,7 @@ def test_cards_resolve_with_hermes_resolvers(tmp_path):
                     res.message_id, "exec_approval", "rm -rf ~/tmp/cache", "Frees 2 GB")
                 await phone.send(t="prompt", prompt_id=card["id"], option_id="session")
                 await phone.expect(lambda f: f["t"] == "prompt_done")
-                assert await asyncio.wait_for(waiter, 10) == {"resolved": True, "choice": "session"}
+                assert decided(await asyncio.wait_for(waiter, 10)) == (True, "session")
 
                 res = await a.send_slash_confirm(dev, "Reload MCP?", "This clears the prompt cache.", sk, "sc-7")
                 card = await phone.expect(lambda f: f["t"] == "prompt")
@@ -70,7 +70,12 @@ def test_cards_resolve_with_hermes_resolvers(tmp_path):
     run(main())
 
 
-def test_expired_cards_resolve_safely(tmp_path):
+def test_expired_cards_resolve_safely(tmp_path, monkeypatch):
+    """Each card lives its wait less 2 s (6 s here): expired unanswered, an
+    approval is nobody's deny (withdrawn where Hermes can withdraw it), a
+    question takes the next message, a confirmation is cancelled."""
+    set_hermes_waits(monkeypatch, approval=6, clarify=6, slash_confirm=6)
+
     async def main():
         from tools import approval, clarify_gateway, slash_confirm
 
@@ -87,14 +92,19 @@ def test_expired_cards_resolve_safely(tmp_path):
                     fut = asyncio.run_coroutine_threadsafe(a.send_exec_approval(dev, data["command"], sk), loop)
                     assert fut.result(15).success
                 waiter = asyncio.create_task(asyncio.to_thread(
-                    approval.request, sk, {"command": "reboot"}, notify, 8))
+                    approval.request, sk, {"command": "reboot"}, notify, 6))
                 await phone.expect(lambda f: f["t"] == "prompt")
                 assert (await a.send_clarify(dev, "Name?", None, "cl-9", sk)).success
                 assert (await a.send_slash_confirm(dev, "Reload?", "", sk, "sc-9")).success
                 for _ in range(3):
                     await phone.expect(lambda f: f["t"] == "prompt_done" and f.get("expired"), timeout=15)
                 got = await asyncio.wait_for(waiter, 35)
-                assert got["resolved"] is False and got["choice"] is None, got  # nobody said deny
+                # Nobody said deny. The newest Hermes reports a withdrawn approval as
+                # resolved with no choice and the cause, and fails closed on it.
+                if NEWEST:
+                    assert decided(got) == (True, None) and got.get("cancelled"), got
+                else:
+                    assert decided(got) == (False, None), got
                 await answered(clarify_gateway.calls, n_clar + 1, 15)
                 await answered(slash_confirm.calls, n_conf + 1, 15)
                 assert clarify_gateway.calls[n_clar] == ("awaiting_text", "cl-9")  # the next message answers

@@ -6,12 +6,13 @@ import asyncio
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import HERMES_VERSION, HERE, Hermes, Phone, device_id, env, run
+from conftest import HERMES_VERSION, HERE, NEWEST, Hermes, Phone, decided, device_id, env, run, set_hermes_waits
 
 PLUGIN = HERE.parent
 V021 = HERMES_VERSION != "0.18"  # request ids, settle hooks, target refs (0.21 and later)
@@ -145,7 +146,7 @@ def test_stale_card_never_resolves_another_approval(tmp_path):
                 assert approval.waiting(sk) == 1
 
                 await phone.send(t="prompt", prompt_id=card2["id"], option_id="deny")
-                assert await asyncio.wait_for(second, 10) == {"resolved": True, "choice": "deny"}
+                assert decided(await asyncio.wait_for(second, 10)) == (True, "deny")
                 if V021:
                     assert len(approval.settles) >= 2  # the cards closed on settle too
         finally:
@@ -157,8 +158,7 @@ def test_card_lives_no_longer_than_hermes_waits(tmp_path, monkeypatch):
     """Row 4: a card's timeout_seconds is under approvals.timeout."""
     async def main():
         from tools import approval
-        mod = __import__("tools.approval_context", fromlist=["x"]) if V021 else approval
-        monkeypatch.setattr(mod, "TIMEOUT", 3)
+        set_hermes_waits(monkeypatch, approval=3)
         dev = device_id("ttl")
         sk = "agent:main:mobile:dm:" + dev
         hermes = await Hermes(tmp_path).start()
@@ -170,6 +170,46 @@ def test_card_lives_no_longer_than_hermes_waits(tmp_path, monkeypatch):
                 card = await phone.expect(is_card)
                 assert 1 <= card["timeout_seconds"] < 3
                 await waiter
+        finally:
+            await hermes.stop()
+    run(main())
+
+
+@pytest.mark.parametrize("how", ["approvals.timeout", "the wait's expires_at"])
+def test_card_lives_as_long_as_hermes_waits(tmp_path, monkeypatch, how):
+    """approvals.timeout 900: the card lives 898 s, as the router's card says,
+    not the router's default MOBILE_PROMPT_TTL (4 s in this suite): the
+    router keeps each card as long as its ttl asks (that it then expires at
+    898 s and not before is pkg/router's TestPromptTTLExpiry, on a clock the
+    test moves). The newest Hermes sends the wait's deadline (metadata
+    expires_at, a time.monotonic() of its process), which the card follows."""
+    if how != "approvals.timeout" and not NEWEST:
+        pytest.skip("expires_at is sent from the newest line on")
+
+    async def main():
+        import adapter as plugin
+        from tools import approval
+        set_hermes_waits(monkeypatch, approval=900)
+        dev = device_id("ttl900")
+        sk = "agent:main:mobile:dm:" + dev
+        hermes = await Hermes(tmp_path).start()
+        loop = asyncio.get_running_loop()
+        try:
+            async with Phone(dev) as phone:
+                if how == "approvals.timeout":
+                    notify = approve_in_thread(hermes, dev, sk, loop)
+                else:
+                    from gateway.run_turn_runner import approval_notify
+                    notify = approval_notify(hermes.adapter, loop, dev, sk)
+                waiter = asyncio.create_task(asyncio.to_thread(
+                    approval.request, sk, {"command": "make deploy", "description": "d"}, notify, 900))
+                card = await phone.expect(is_card)
+                assert card["timeout_seconds"] == 898, card
+                if how != "approvals.timeout":  # what the plugin computed from the deadline
+                    left = approval.list_gateway_approvals(sk)[0]["expires_at"] - time.monotonic()
+                    assert plugin._card_ttl(left) in (897, 898)
+                await phone.send(t="prompt", prompt_id=card["id"], option_id="deny")
+                assert decided(await asyncio.wait_for(waiter, 10)) == (True, "deny")
         finally:
             await hermes.stop()
     run(main())
@@ -335,9 +375,11 @@ def test_send_to_a_device_by_name(tmp_path, monkeypatch):
     run(main())
 
 
+@pytest.mark.skipif(NEWEST, reason="the newest Hermes coalesces identical approvals: "
+                                    "test_identical_approvals_share_one_card")
 def test_parallel_identical_approvals_each_have_their_card(tmp_path):
     """Row 4: two pending approvals of the same command in one session (parallel
-    subagents): each card answers exactly one of them."""
+    subagents), on a Hermes that queues both: each card answers exactly one of them."""
     async def main():
         from tools import approval
         dev = device_id("twin")
@@ -353,11 +395,50 @@ def test_parallel_identical_approvals_each_have_their_card(tmp_path):
                 assert cards[0]["id"] != cards[1]["id"]
                 await phone.send(t="prompt", prompt_id=cards[1]["id"], option_id="deny")
                 done, pending = await asyncio.wait(waiters, timeout=10, return_when=asyncio.FIRST_COMPLETED)
-                assert len(done) == 1 and done.pop().result() == {"resolved": True, "choice": "deny"}
+                assert len(done) == 1 and decided(done.pop().result()) == (True, "deny")
                 assert approval.waiting(sk) == 1
                 await phone.send(t="prompt", prompt_id=cards[0]["id"], option_id="once")
                 last = await asyncio.wait_for(pending.pop(), 10)
-                assert last == {"resolved": True, "choice": "once"}
+                assert decided(last) == (True, "once")
+        finally:
+            await hermes.stop()
+    run(main())
+
+
+@pytest.mark.skipif(not NEWEST, reason="identical approvals are coalesced on the newest line")
+@pytest.mark.parametrize("answer", ["session", "once"])
+def test_identical_approvals_share_one_card(tmp_path, answer):
+    """The newest Hermes coalesces identical concurrent approvals (same command
+    and pattern keys) into one entry and one notify: one card. Its session /
+    always / deny answers both; a once covers only the first, and the other
+    then asks afresh, with a card of its own."""
+    async def main():
+        from tools import approval
+        from gateway.run_turn_runner import approval_notify
+        dev = device_id("twin")
+        sk = "agent:main:mobile:dm:" + dev
+        hermes = await Hermes(tmp_path).start()
+        notify = approval_notify(hermes.adapter, asyncio.get_running_loop(), dev, sk)
+        data = {"command": "git push --force", "description": "rewrites history", "pattern_keys": ["force push"]}
+        try:
+            async with Phone(dev) as phone:
+                first = asyncio.create_task(asyncio.to_thread(approval.request, sk, data, notify, 20))
+                card = await phone.expect(is_card)
+                second = asyncio.create_task(asyncio.to_thread(approval.request, sk, data, notify, 20))
+                await asyncio.sleep(0.3)  # the second joins the first: no entry, no card of its own
+                assert approval.waiting(sk) == 1
+                await phone.send(t="prompt", prompt_id=card["id"], option_id=answer)
+                assert decided(await asyncio.wait_for(first, 10)) == (True, answer)
+                if answer == "once":
+                    again = await phone.expect(is_card)
+                    assert again["id"] != card["id"] and again["command"] == data["command"]
+                    await phone.send(t="prompt", prompt_id=again["id"], option_id="deny")
+                    assert decided(await asyncio.wait_for(second, 10)) == (True, "deny")
+                else:
+                    got = await asyncio.wait_for(second, 10)
+                    assert decided(got) == (True, answer) and got.get("coalesced"), got
+                    with pytest.raises(AssertionError):
+                        await phone.expect(is_card, timeout=0.5)
         finally:
             await hermes.stop()
     run(main())
