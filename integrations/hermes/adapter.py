@@ -21,6 +21,7 @@ import logging
 import mimetypes
 import os
 import random
+import re
 import tempfile
 import time
 from collections import OrderedDict
@@ -217,9 +218,13 @@ class RouterError(Exception):
         return self.status >= 500
 
 
-async def _post(session, url: str, token: str, body: dict) -> dict:
-    async with session.post(url, json=body, headers={"Authorization": "Bearer " + token}) as resp:
+async def _post(session, url: str, token: str, body: dict, headers: Optional[dict] = None) -> dict:
+    async with session.post(url, json=body, headers={"Authorization": "Bearer " + token, **(headers or {})}) as resp:
         return await _answer(resp)
+
+
+# W3C trace context (traceparent): version-trace_id-parent_id-flags, lower-case hex.
+_TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
 
 
 async def _answer(resp) -> dict:
@@ -604,6 +609,9 @@ class MobileAdapter(BasePlatformAdapter):
         self._inflight: list = []  # [cursor, done] of events handed out, in stream order
         self._room = asyncio.Semaphore(MAX_INFLIGHT)
         self._read_cursor = ""
+        # The trace context (traceparent) of each device's latest event: the
+        # answers to it carry it, so the router can continue the trace.
+        self._traces: "OrderedDict[str, str]" = OrderedDict()
 
     @property
     def name(self) -> str:
@@ -787,7 +795,23 @@ class MobileAdapter(BasePlatformAdapter):
                 elif line.startswith("data:"):
                     data.append(line[5:].lstrip(" "))
 
+    def _note_trace(self, ev: dict) -> None:
+        """Keeps the traceparent of the event for the answers to its device."""
+        device, trace = str(ev.get("device") or ""), ev.get("traceparent")
+        if not device or not isinstance(trace, str) or not _TRACEPARENT.match(trace):
+            return
+        self._traces[device] = trace
+        self._traces.move_to_end(device)
+        while len(self._traces) > MAX_TARGETS:
+            self._traces.popitem(last=False)
+
+    def _headers(self, chat_id: str) -> dict:
+        """The headers of a call answering chat_id: the traceparent of its latest event."""
+        trace = self._traces.get(_device_of(chat_id))
+        return {"traceparent": trace} if trace else {}
+
     async def _dispatch(self, ev: dict) -> None:
+        self._note_trace(ev)
         kind = ev.get("kind")
         if kind == "prompt":
             await self._resolve_card(ev)
@@ -888,8 +912,9 @@ class MobileAdapter(BasePlatformAdapter):
         if self._http is None:
             return
         url = _session_path(self.router_url, card.chat_id, "prompts/" + quote(card_id, safe=""))
+        headers = {"Authorization": "Bearer " + self.agent_token, **self._headers(card.chat_id)}
         try:
-            async with self._http.delete(url, headers={"Authorization": "Bearer " + self.agent_token}) as resp:
+            async with self._http.delete(url, headers=headers) as resp:
                 if resp.status != 404:  # 404: answered or expired meanwhile
                     await _answer(resp)
         except Exception as e:
@@ -954,7 +979,8 @@ class MobileAdapter(BasePlatformAdapter):
             return SendResult(success=False, error="Not connected", retryable=True)
         self._opening += 1
         try:
-            doc = await _post(self._http, _session_path(self.router_url, chat_id, "prompts"), self.agent_token, body)
+            doc = await _post(self._http, _session_path(self.router_url, chat_id, "prompts"), self.agent_token, body,
+                              self._headers(chat_id))
             self._remember_card(str(doc.get("id")), card)
         except Exception as e:
             return _failed(e)
@@ -1069,7 +1095,8 @@ class MobileAdapter(BasePlatformAdapter):
         if self._http is None:
             return SendResult(success=False, error="Not connected", retryable=True)
         try:
-            doc = await _post(self._http, _session_path(self.router_url, chat_id, what), self.agent_token, body)
+            doc = await _post(self._http, _session_path(self.router_url, chat_id, what), self.agent_token, body,
+                              self._headers(chat_id))
         except Exception as e:
             return _failed(e)
         return SendResult(success=True, message_id=doc.get("id"), raw_response=doc)
