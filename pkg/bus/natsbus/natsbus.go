@@ -289,9 +289,19 @@ func (b *Bus) onConnect(nc *nats.Conn) {
 		b.metrics.NATSConnected()
 		b.dialFails.Store(0)
 		b.dialLog.Reset()
-		b.log.Info("nats connected", "url", nc.ConnectedUrlRedacted(), "server", nc.ConnectedServerName())
+		b.log.Info("nats connected", "url", b.connectedURL(nc), "server", nc.ConnectedServerName())
 		close(b.up)
 	})
+}
+
+// connectedURL is the server's URL for the log, without credentials, or
+// "in-process" for a server reached in-process: nats.go reports its
+// default URL (nats://127.0.0.1:4222) for one, where nothing listens.
+func (b *Bus) connectedURL(nc *nats.Conn) string {
+	if b.inproc != nil {
+		return "in-process"
+	}
+	return nc.ConnectedUrlRedacted()
 }
 
 // onConnectError logs a failed attempt to connect or reconnect, spaced by
@@ -477,7 +487,7 @@ func (b *Bus) onReconnect(nc *nats.Conn) {
 	b.dialFails.Store(0)
 	b.dialLog.Reset()
 	b.metrics.NATSReconnected()
-	b.log.Info("nats reconnected", "url", nc.ConnectedUrlRedacted())
+	b.log.Info("nats reconnected", "url", b.connectedURL(nc))
 }
 
 func (b *Bus) onClosed(nc *nats.Conn) {

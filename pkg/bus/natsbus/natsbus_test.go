@@ -448,6 +448,25 @@ func TestCanceledContext(t *testing.T) {
 	}
 }
 
+// The embedded server opens no port: its "nats connected" says so
+// instead of naming a URL nothing listens on.
+func TestEmbeddedLogsInProcess(t *testing.T) {
+	logs := testsvc.NewBuffer()
+	embedded(t, natsbus.Options{Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	var line string
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, `"msg":"nats connected"`) {
+			line = l
+		}
+	}
+	if line == "" {
+		t.Fatalf("no \"nats connected\" in the log:\n%s", logs)
+	}
+	if strings.Contains(line, "nats://") || !strings.Contains(line, `"url":"in-process"`) {
+		t.Errorf("the embedded server's connect line: %s, want \"url\":\"in-process\" and no nats:// URL", line)
+	}
+}
+
 // helpers
 
 func embedded(t *testing.T, opts natsbus.Options) *natsbus.Bus {
