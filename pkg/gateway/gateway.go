@@ -141,6 +141,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err e
 	default:
 		return nil, fmt.Errorf("REDIS_MODE: %q is not single, cluster or sentinel", cfg.RedisMode)
 	}
+	if cfg.RedisURL != "" {
+		if err := redisstore.CheckURL(cfg.RedisMode, cfg.RedisURL); err != nil {
+			return nil, fmt.Errorf("REDIS_URL: %w", err)
+		}
+	}
 	// The bus first: with WaitForDeps it connects in the background while
 	// Start waits for Redis, so the log tells of both.
 	var nb *natsbus.Bus // kept out of g.Bus until it is not nil

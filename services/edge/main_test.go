@@ -966,6 +966,29 @@ func TestListenErrorsNameTheVariable(t *testing.T) {
 	}
 }
 
+// TestRedisURLErrorsSayWhatIsExpected: a REDIS_URL that is no redis://
+// URL is refused at once with what was given (its password hidden) and
+// what is expected, not go-redis's bare "invalid URL scheme".
+func TestRedisURLErrorsSayWhatIsExpected(t *testing.T) {
+	for _, tc := range []struct{ url, want string }{
+		{"localhost:6379", `REDIS_URL: "localhost:6379" is not a redis:// or rediss:// URL`},
+		{"127.0.0.1:6379", `REDIS_URL: "127.0.0.1:6379" is not a redis:// or rediss:// URL`},
+		{"http://127.0.0.1:1", `REDIS_URL: "http://127.0.0.1:1" is not a redis:// or rediss:// URL`},
+		{"user:secret-pw@redis:6379", `REDIS_URL: "xxxxx@redis:6379" is not a redis:// or rediss:// URL`},
+		{"redis:6379?password=secret-pw", `REDIS_URL: "redis:6379?xxxxx" is not a redis:// or rediss:// URL`},
+	} {
+		t.Run(tc.url, func(t *testing.T) {
+			for _, mode := range []string{"single", "cluster", "sentinel"} {
+				f := flags{listen: "127.0.0.1:0", router: "auto", logLevel: "info", token: "x", redisURL: tc.url, redisMode: mode, adminListen: "off"}
+				err := run(testCtx(t), f, io.Discard, io.Discard)
+				if err == nil || err.Error() != tc.want {
+					t.Errorf("REDIS_MODE=%s: run = %v, want %s", mode, err, tc.want)
+				}
+			}
+		})
+	}
+}
+
 // TestPprof: MOBILE_PPROF=on serves the Go profiles on the admin port, the
 // default does not, and a value other than on or off refuses to start.
 func TestPprof(t *testing.T) {

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"fmt"
 	neturl "net/url"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -29,6 +30,9 @@ const (
 // pool of poolSize connections (per node of a cluster; DefaultPoolSize when
 // not positive) unless the URL's pool_size says otherwise.
 func NewClient(mode, url string, poolSize int) (redis.UniversalClient, error) {
+	if err := CheckURL(mode, url); err != nil {
+		return nil, err
+	}
 	if poolSize <= 0 {
 		poolSize = DefaultPoolSize
 	}
@@ -80,6 +84,40 @@ func NewClient(mode, url string, poolSize int) (redis.UniversalClient, error) {
 }
 
 // redactURL is url without its passwords, for errors.
+// CheckURL tells whether url can name a Redis for mode: a redis:// or
+// rediss:// URL with a host, or for ModeSingle a unix:// socket. Its
+// error says what was given (its credentials and query hidden) and what
+// is expected; go-redis's own says only "invalid URL scheme: ", or
+// nothing of the URL at all.
+func CheckURL(mode, url string) error {
+	u, err := neturl.Parse(url)
+	if err == nil && u.Opaque == "" {
+		switch {
+		case (u.Scheme == "redis" || u.Scheme == "rediss") && u.Host != "":
+			return nil
+		case u.Scheme == "unix" && (mode == "" || mode == ModeSingle):
+			return nil
+		}
+	}
+	return fmt.Errorf("%q is not a redis:// or rediss:// URL", redactText(url))
+}
+
+// redactText hides what may be a password in text that need not parse as
+// a URL: the query and anything before an @.
+func redactText(s string) string {
+	if i := strings.IndexByte(s, '?'); i >= 0 {
+		s = s[:i+1] + "xxxxx"
+	}
+	if i := strings.LastIndexByte(s, '@'); i >= 0 {
+		head := ""
+		if j := strings.Index(s[:i], "://"); j >= 0 {
+			head = s[:j+3]
+		}
+		s = head + "xxxxx" + s[i:]
+	}
+	return s
+}
+
 func redactURL(url string) string {
 	if u, err := neturl.Parse(url); err == nil {
 		q := u.Query()
