@@ -3,6 +3,7 @@ package telemetry
 import (
 	"github.com/hermes-mobile/gateway/pkg/ids"
 
+	"fmt"
 	"runtime"
 	"runtime/debug"
 
@@ -17,6 +18,7 @@ var Version = "dev"
 // Build describes the running binary.
 type Build struct {
 	Version  string // Version
+	Module   string // the main module and its version, e.g. github.com/hermes-mobile/gateway@(devel); "" if unknown
 	Revision string // the VCS revision go build stamped, "unknown" without one
 	Modified bool   // the working tree had uncommitted changes
 	Go       string // the Go version it was built with
@@ -26,6 +28,9 @@ type Build struct {
 func ReadBuild() Build {
 	b := Build{Version: Version, Revision: "unknown", Go: runtime.Version()}
 	if info, ok := debug.ReadBuildInfo(); ok {
+		if info.Main.Path != "" {
+			b.Module = info.Main.Path + "@" + info.Main.Version
+		}
 		for _, s := range info.Settings {
 			switch s.Key {
 			case "vcs.revision":
@@ -36,6 +41,22 @@ func ReadBuild() Build {
 		}
 	}
 	return b
+}
+
+// VersionLine is what a command's -version prints: its name, Version,
+// the main module's version (a tag for go install …@v1.2.3, "(devel)"
+// for a build from a clone), the VCS revision and the Go version.
+func VersionLine(cmd string) string {
+	b := ReadBuild()
+	line := fmt.Sprintf("%s %s", cmd, b.Version)
+	if b.Module != "" {
+		line += " " + b.Module
+	}
+	line += " revision " + b.Revision
+	if b.Modified {
+		line += " (modified)"
+	}
+	return line + " " + b.Go
 }
 
 // instanceID names this process among the replicas (service.instance.id).

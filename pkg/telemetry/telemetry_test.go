@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -370,5 +371,17 @@ func TestRedisCommandAllocatesNothing(t *testing.T) {
 	m := tel.Metrics()
 	if n := testing.AllocsPerRun(100, func() { m.RedisCommand(time.Millisecond) }); n != 0 {
 		t.Errorf("RedisCommand allocates %v times per call", n)
+	}
+}
+
+// TestVersionLine: what -version prints names the command, the version and
+// the Go toolchain, and says "unknown" rather than nothing without a VCS
+// revision (a test binary has none).
+func TestVersionLine(t *testing.T) {
+	got := telemetry.VersionLine("edge")
+	for _, want := range []string{"edge " + telemetry.Version + " ", " revision ", " " + runtime.Version()} {
+		if !strings.Contains(got, want) {
+			t.Errorf("VersionLine = %q, want it to contain %q", got, want)
+		}
 	}
 }

@@ -85,7 +85,13 @@ func main() {
 	var f flags
 	fs := flag.NewFlagSet("edge", flag.ExitOnError)
 	f.register(fs)
-	if err := config.Parse(fs, os.Args[1:]); err != nil {
+	version := fs.Bool("version", false, "print the version (module version, VCS revision, Go version) and exit")
+	err := config.Parse(fs, os.Args[1:])
+	if *version {
+		fmt.Println(telemetry.VersionLine("edge"))
+		return
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "edge:", err)
 		os.Exit(2)
 	}

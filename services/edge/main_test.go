@@ -15,7 +15,9 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"os"
+	"os/exec"
 	"reflect"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,6 +34,35 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/edge"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 )
+
+// TestMain runs main itself when asked to, so that the tests can check
+// its exit status and output.
+func TestMain(m *testing.M) {
+	if os.Getenv("EDGE_TEST_RUN_MAIN") == "1" {
+		os.Args = append([]string{"edge"}, strings.Fields(os.Getenv("EDGE_TEST_ARGS"))...)
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// TestVersionFlag: -version prints the build and exits 0 without starting
+// a node, even with a setting that would stop it from starting.
+func TestVersionFlag(t *testing.T) {
+	clearEnv(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "EDGE_TEST_RUN_MAIN=1", "EDGE_TEST_ARGS=-version", "MOBILE_DRAIN_WINDOW=soon")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("edge -version: %v, output %q", err, out)
+	}
+	if !strings.HasPrefix(string(out), "edge ") || !strings.Contains(string(out), " revision ") || !strings.Contains(string(out), runtime.Version()) {
+		t.Errorf("edge -version printed %q, want the command, its revision and %s", out, runtime.Version())
+	}
+	if strings.Contains(string(out), "listening") || strings.Count(string(out), "\n") != 1 {
+		t.Errorf("edge -version printed more than its version: %q", out)
+	}
+}
 
 // clearEnv unsets every variable the command reads, for the test.
 func clearEnv(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"reflect"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -217,6 +218,24 @@ func TestMainExits(t *testing.T) {
 		if !ok || ee.ExitCode() != tc.code || !strings.Contains(string(out), tc.want) {
 			t.Errorf("router with %q: %v, output %q; want exit %d saying %q", tc.env, err, out, tc.code, tc.want)
 		}
+	}
+}
+
+// TestVersionFlag: -version prints the build and exits 0, though the
+// settings a router needs are missing.
+func TestVersionFlag(t *testing.T) {
+	clearEnv(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "ROUTER_TEST_RUN_MAIN=1", "ROUTER_TEST_ARGS=-version")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("router -version: %v, output %q", err, out)
+	}
+	if !strings.HasPrefix(string(out), "router ") || !strings.Contains(string(out), " revision ") || !strings.Contains(string(out), runtime.Version()) {
+		t.Errorf("router -version printed %q, want the command, its revision and %s", out, runtime.Version())
+	}
+	if strings.Count(string(out), "\n") != 1 {
+		t.Errorf("router -version printed more than its version: %q", out)
 	}
 }
 
