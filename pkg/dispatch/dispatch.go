@@ -32,6 +32,13 @@ var ErrGone = errors.New("media no longer exists")
 // frames are written, so this is the edge's write timeout plus slack.
 const DefaultTimeout = 15 * time.Second
 
+// KeepMargin is what Send leaves of its caller's deadline, at most, for
+// the caller to keep what no edge answered for in time: a request waits
+// for its edge until a quarter of what is left of the caller's time, or
+// KeepMargin, remains. A caller that keeps (a delivery with a ttl) gives
+// Send DefaultTimeout plus KeepMargin.
+const KeepMargin = 2 * time.Second
+
 // Dispatcher delivers outputs to devices.
 type Dispatcher struct {
 	Owners  store.Owners
@@ -53,7 +60,12 @@ func (d *Dispatcher) Send(ctx context.Context, out wire.Output) (err error) {
 			return err
 		}
 	}
-	return d.send(ctx, out)
+	if err = d.send(ctx, out); errors.Is(err, errMoved) {
+		// Every edge it was looked for at answered that it had moved on,
+		// without writing it: as good as offline now (a ttl keeps it).
+		return fmt.Errorf("%w: %q kept moving between edges", ErrOffline, out.Device)
+	}
+	return err
 }
 
 var errMoved = errors.New("device moved")
@@ -143,6 +155,13 @@ func (d *Dispatcher) send(ctx context.Context, out wire.Output) (err error) {
 	timeout := d.Timeout
 	if timeout <= 0 {
 		timeout = DefaultTimeout
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		// The edge's silence must be known while the caller can still
+		// keep the output: its own deadline ending first made the answer
+		// a bare "deadline exceeded", and nothing was kept.
+		left := time.Until(dl)
+		timeout = min(timeout, left-min(KeepMargin, left/4))
 	}
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

@@ -38,7 +38,7 @@ func (a *API) deliver(w http.ResponseWriter, req *http.Request) error {
 	if e != nil {
 		return protocolErr(e)
 	}
-	ctx, cancel := context.WithTimeout(req.Context(), dispatch.DefaultTimeout)
+	ctx, cancel := context.WithTimeout(req.Context(), dispatch.DefaultTimeout+dispatch.KeepMargin)
 	defer cancel()
 	d, err := a.deliverer.Deliver(ctx, f)
 	status, err := deliverStatus(d, err)
@@ -70,7 +70,7 @@ func deliverStatus(d dispatch.Delivery, err error) (int, error) {
 // batchTimeout bounds one POST /v1/deliver/batch: the deliveries a batch
 // request settles take one DefaultTimeout; those sent one by one after it
 // another.
-const batchTimeout = 2 * dispatch.DefaultTimeout
+const batchTimeout = 2*dispatch.DefaultTimeout + dispatch.KeepMargin
 
 // batchBody is the body of POST /v1/deliver/batch; each delivery is the
 // body of a POST /v1/deliver, decoded on its own.
