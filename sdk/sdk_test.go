@@ -4,8 +4,8 @@
 // (services/edge built from this tree): the TypeScript SDK's npm test, the
 // browser client and avatar page in headless Chromium, a check that the
 // committed browser bundle matches its sources, and the Python SDK's
-// pytest. Without node and npm (or Chromium, for the browser test; or
-// Debian's python3 with pytest and websockets) they skip with a message,
+// pytest. Without node and npm (or Chromium, for the browser test; or a
+// python3 with pytest and websockets) they skip with a message,
 // except in CI.
 package sdk_test
 
@@ -51,9 +51,37 @@ func needNode(t *testing.T) {
 	need(t, errNode == nil && errNpm == nil, "the TypeScript SDK tests need node (18 or later) and npm (apt-get install nodejs npm)")
 }
 
-// python is Debian's interpreter: the packages are python3-pytest and
-// python3-websockets.
-const python = "/usr/bin/python3"
+// pythonWith returns the first interpreter that runs check (imports of
+// what a test needs): $PYTHON when set, else the python3 on PATH, else
+// Debian's /usr/bin/python3, whose packages (python3-pytest,
+// python3-websockets, …) a python3 earlier on PATH, such as pyenv's, does
+// not see. It skips the test (fails it in CI) naming what to install when
+// none does.
+func pythonWith(t *testing.T, check, install string) string {
+	t.Helper()
+	var tried []string
+	candidates := []string{os.Getenv("PYTHON")}
+	if candidates[0] == "" {
+		candidates = candidates[:0]
+		if p, err := exec.LookPath("python3"); err == nil {
+			candidates = append(candidates, p)
+		}
+		candidates = append(candidates, "/usr/bin/python3")
+	}
+	for _, py := range candidates {
+		out, err := exec.Command(py, "-c", check).CombinedOutput()
+		if err == nil {
+			return py
+		}
+		why := tail(strings.TrimSpace(string(out)), 1)
+		if why == "" {
+			why = err.Error()
+		}
+		tried = append(tried, py+": "+why)
+	}
+	need(t, false, "no python3 that can "+check+" ("+install+", or PYTHON=/path/to/python3): "+strings.Join(tried, "; "))
+	return ""
+}
 
 var (
 	edgeOnce sync.Once
@@ -188,9 +216,7 @@ func TestBrowser(t *testing.T) {
 
 // TestPythonSDK: sdk/python's pytest suite against a real edge.
 func TestPythonSDK(t *testing.T) {
-	out, err := exec.Command(python, "-c", "import pytest, websockets").CombinedOutput()
-	need(t, err == nil, "the Python SDK tests need "+python+" with pytest and websockets "+
-		"(apt-get install python3-pytest python3-websockets): "+strings.TrimSpace(string(out)))
+	python := pythonWith(t, "import pytest, websockets", "apt-get install python3-pytest python3-websockets")
 	bin := edge(t)
 	res, err := run("python", []string{"MOBILE_TEST_EDGE_BIN=" + bin, "PYTHONDONTWRITEBYTECODE=1"}, 5*time.Minute,
 		python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests")
@@ -312,9 +338,11 @@ console.log("cjs ok");
 // Debian's setuptools and websockets through --system-site-packages) runs
 // the README's example as written against a real edge, and ships py.typed.
 func TestPythonPackage(t *testing.T) {
-	out, err := exec.Command(python, "-c", "import setuptools, websockets, venv").CombinedOutput()
-	need(t, err == nil, "the Python package test needs "+python+" with setuptools, venv and websockets "+
-		"(apt-get install python3-setuptools python3-venv python3-websockets): "+strings.TrimSpace(string(out)))
+	// setuptools before 70.1 builds a wheel only with the wheel package
+	// ("invalid command 'bdist_wheel'" without it).
+	python := pythonWith(t, "import setuptools, websockets, venv, importlib.util as u; "+
+		"assert tuple(map(int, setuptools.__version__.split('.')[:2])) >= (70, 1) or u.find_spec('wheel'), 'no wheel'",
+		"apt-get install python3-setuptools python3-wheel python3-venv python3-websockets")
 	bin := edge(t)
 	tmp := t.TempDir()
 	venv := filepath.Join(tmp, "venv")
