@@ -347,6 +347,13 @@ class Client:
             if first is not None and first.done():
                 first.exception()  # retrieved: nobody awaits it now
             raise
+        except HermesError:
+            # A failed first connection (auth_failed, connect_failed): the
+            # connection task and the handlers end before the error is
+            # raised, so a script whose asyncio.run ends on it leaves no
+            # task pending on a closed loop.
+            await self.close()
+            raise
 
     async def close(self) -> None:
         """Closes and stops reconnecting; what is pending stays for the next
@@ -366,11 +373,18 @@ class Client:
             except (asyncio.TimeoutError, asyncio.CancelledError):
                 self._task.cancel()
         await self._set_state("closed")
-        if self._events is not None and self._dispatcher is not None and self._dispatcher is not asyncio.current_task():
+        d = self._dispatcher
+        if self._events is not None and d is not None and d is not asyncio.current_task():
             try:
                 await asyncio.wait_for(self._events.join(), 5)
             except asyncio.TimeoutError:
-                pass
+                return  # a handler still runs: leave it be
+            # The handlers have run: end the dispatcher (the next event
+            # starts another), so a closed client holds no task.
+            if self._dispatcher is d:
+                self._dispatcher = None
+            d.cancel()
+            await asyncio.wait({d})
 
     def drop(self) -> None:
         """Drops the socket as a lost network would; the client reconnects."""

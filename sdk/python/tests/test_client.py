@@ -4,6 +4,8 @@ import asyncio
 import json
 import os
 import socket
+import subprocess
+import sys
 import time
 
 import websockets
@@ -226,6 +228,31 @@ def test_auth_failed_stops(gateway):
         await other.close()
         await c.close()
     run(go())
+
+
+def test_wrong_token_leaves_no_task(gateway):
+    """A script whose asyncio.run ends in the auth error prints that error
+    and nothing else: connect() lets the connection task end and the
+    handlers run before it raises, so no task of the client is destroyed
+    pending on a closed loop."""
+    script = (
+        "import asyncio, sys\n"
+        "sys.path.insert(0, sys.argv[1])\n"
+        "from hermes_client import Client\n"
+        "async def main():\n"
+        "    c = Client(sys.argv[2], 'wrong', {'id': 'py-wrong-token', 'name': 'x'})\n"
+        "    c.on('error', lambda e: print('error:', e.code))\n"
+        "    await c.connect()\n"
+        "asyncio.run(main())\n"
+    )
+    sdk = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    p = subprocess.run([sys.executable, "-c", script, sdk, gateway.ws], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1, (p.stdout, p.stderr)
+    assert p.stdout == "error: auth_failed\n", p.stdout
+    last = p.stderr.rstrip().splitlines()[-1]
+    assert last == "hermes_client.HermesError: auth_failed: invalid token", p.stderr
+    for noise in ("Task was destroyed", "Event loop is closed", "Exception ignored"):
+        assert noise not in p.stderr, p.stderr
 
 
 def test_forbidden_stops(bound_gateway):
