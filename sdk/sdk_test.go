@@ -323,6 +323,11 @@ func TestTypeScriptPackage(t *testing.T) {
 	if err != nil || !strings.Contains(out, "done: You said: hello\n") {
 		t.Fatalf("the README's example (%v):\n%s", err, out)
 	}
+	// A wrong token: the error once, from the handler, exit 1, no stack trace.
+	out, err = run(app, []string{"HERMES_URL=" + gw.url, "HERMES_TOKEN=wrong"}, time.Minute, "node", "example.mjs")
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || out != "error: auth_failed: invalid token\n" {
+		t.Fatalf("the README's example with a wrong token (%v), want exit 1 and the error once:\n%s", err, out)
+	}
 	write("check.cjs", `const { Client, MAX_TEXT_CHARS } = require("@hermes-mobile/client");
 if (typeof Client !== "function" || MAX_TEXT_CHARS !== 12000) throw new Error("require() gave " + Object.keys(require("@hermes-mobile/client")));
 const pkg = require("@hermes-mobile/client/package.json");
