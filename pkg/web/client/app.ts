@@ -87,9 +87,53 @@ function inline(el: HTMLElement, s: string) {
   el.append(s.slice(at));
 }
 
+// The conversation survives a reload of the tab (as the token does, in
+// session storage): the last KEEP texts, mine and the agent's. Cards and
+// files are not kept: a card's buttons answer a live prompt, and a file's
+// bytes do not belong in storage. Logging out forgets them.
+const KEEP = 50;
+type Kept = { who: "me" | "agent"; id: string; text: string };
+let kept: Kept[] = [];
+try {
+  const v = JSON.parse(sessionStorage.getItem("hermes.history") || "[]");
+  if (Array.isArray(v)) kept = v.filter((h) => h && (h.who === "me" || h.who === "agent") && typeof h.id === "string" && typeof h.text === "string");
+} catch {
+  kept = [];
+}
+
+function keep(who: Kept["who"], id: string, text: string) {
+  const h = kept.find((x) => x.who === who && x.id === id);
+  if (h) h.text = text;
+  else kept.push({ who, id, text });
+  if (kept.length > KEEP) kept = kept.slice(-KEEP);
+  try {
+    sessionStorage.setItem("hermes.history", JSON.stringify(kept));
+  } catch {
+    // storage full or off: the conversation is just not kept
+  }
+}
+
+function restore() {
+  for (const h of kept) {
+    if (h.who === "agent") {
+      const el = bubble("agent final", h.id);
+      markdown(el, h.text);
+    } else {
+      bubble("me kept", h.id).append(document.createTextNode(h.text));
+    }
+  }
+}
+
+function forget() {
+  kept = [];
+  sessionStorage.removeItem("hermes.history");
+  messages.replaceChildren();
+}
+
 function showMessage(m: Message) {
   let el = messages.querySelector<HTMLDivElement>(`.msg.agent[data-id="${CSS.escape(m.id)}"]`);
   if (!el) el = bubble("agent", m.id);
+  keep("agent", m.id, m.text);
   markdown(el, m.text);
   el.classList.toggle("streaming", !m.final);
   el.classList.toggle("final", m.final);
@@ -191,6 +235,9 @@ function setSendState(el: Element, state: "pending" | "sent" | "failed", label: 
   if (s) s.textContent = label;
 }
 
+// What the header says of the SDK's connection states.
+const STATUS: Record<string, string> = { connecting: "connecting…", open: "connected", closed: "not connected" };
+
 function start(token: string, name: string, url: string) {
   client?.close();
   // The SDK's reconnect backoff as it is: a browser's WebSocket hides the
@@ -201,7 +248,7 @@ function start(token: string, name: string, url: string) {
   client = c;
   (window as any).hermes = c;
   c.on("state", (s) => {
-    statusEl.textContent = s;
+    statusEl.textContent = STATUS[s] ?? s;
     document.body.dataset.state = s;
   });
   c.on("ready", (r) => {
@@ -257,6 +304,7 @@ $<HTMLButtonElement>("logout").onclick = () => {
   client?.close();
   client = null;
   sessionStorage.removeItem("hermes.token");
+  forget();
   chat.hidden = true;
   login.hidden = false;
 };
@@ -268,6 +316,7 @@ $<HTMLFormElement>("composer").onsubmit = (e) => {
   try {
     const id = client.sendText(t);
     mine("", id, t);
+    keep("me", id, t);
     text.value = "";
     errorEl.textContent = "";
   } catch (err) {
@@ -363,5 +412,10 @@ recordBtn.onclick = async () => {
 // Back from a reload in the same tab: log in again with the kept token.
 $<HTMLInputElement>("device").value = localStorage.getItem("hermes.name") ?? "";
 server.value = sessionStorage.getItem("hermes.server") || wsURL();
-const kept = sessionStorage.getItem("hermes.token");
-if (kept) start(kept, localStorage.getItem("hermes.name") || "Browser", server.value);
+const keptToken = sessionStorage.getItem("hermes.token");
+if (keptToken) {
+  restore();
+  start(keptToken, localStorage.getItem("hermes.name") || "Browser", server.value);
+} else {
+  forget(); // a conversation kept from a session that logged out
+}

@@ -121,6 +121,16 @@ test("the browser client: log in, a streamed answer, a card, a file over one par
     new MutationObserver(() => window.__announced.push(a.textContent)).observe(a, { subtree: true, childList: true, characterData: true });
   });
   assert.equal(await page.$eval("#messages", (e) => e.getAttribute("aria-live")), null, "the streaming bubbles are not a live region");
+  assert.equal(await page.$eval("#status", (e) => e.textContent), "connected");
+  // An empty conversation says what the demo agent's commands are.
+  const hint = await page.$eval("#hint", (e) => ({ shown: getComputedStyle(e).display !== "none", text: e.textContent }));
+  assert.ok(hint.shown, "the hint shows while the conversation is empty");
+  for (const cmd of ["/approve", "/confirm", "/clarify"]) assert.ok(hint.text.includes(cmd), `the hint names ${cmd}: ${hint.text}`);
+  // The page's icon is served with it.
+  const icon = await page.$eval("link[rel=icon]", (e) => e.href);
+  const res = await fetch(icon);
+  assert.equal(res.status, 200, icon);
+  assert.equal(res.headers.get("content-type"), "image/svg+xml");
   await page.type("#text", "hello from the browser");
   await page.keyboard.press("Enter");
   await page.waitForFunction(() => [...document.querySelectorAll(".msg.agent.final")].some((e) => e.textContent === "You said: hello from the browser"));
@@ -131,6 +141,7 @@ test("the browser client: log in, a streamed answer, a card, a file over one par
   assert.equal(await page.$eval(".msg.me.sent .state", (e) => e.textContent), "✓ sent");
   assert.deepEqual(await page.evaluate(() => window.__announced), ["You said: hello from the browser"], "the answer is announced once, final, not each edit");
   assert.equal(await page.$eval(".msg.agent.final", (e) => e.getAttribute("aria-busy")), "false");
+  assert.equal(await page.$eval("#hint", (e) => getComputedStyle(e).display), "none", "the hint goes once there are messages");
 
   // Written while the network is down: pending, and it looks it, until the gateway takes it.
   // In one task, so the reconnect cannot come in between.
@@ -332,10 +343,17 @@ test("two tabs: each its own device, both stay connected, no reconnect storm", {
   for (const [p, t] of [[a, "from tab A"], [b, "from tab B"]]) {
     await p.waitForFunction((t) => [...document.querySelectorAll(".msg.agent.final")].some((e) => e.textContent === "You said: " + t), {}, t);
   }
-  // A reload keeps the tab's device.
+  // A reload keeps the tab's device, and its conversation.
   await a.reload();
   await a.waitForSelector("body[data-state=open]");
   assert.equal(await a.evaluate(() => window.hermes.opts.device.id), ids[0]);
+  assert.deepEqual(await a.$$eval(".msg", (els) => els.map((e) => e.textContent)), ["from tab A", "You said: from tab A"],
+    "the conversation is back after the reload");
+  // Logging out forgets it.
+  await a.bringToFront(); // tab B, opened last, is in front: input to A would wait
+  await a.click("#logout");
+  await logIn(a, "Tab A");
+  assert.equal(await a.$$eval(".msg", (els) => els.length), 0, "logging out forgets the conversation");
   await b.evaluate(() => window.hermes.ping());
   assert.equal(await reconnects[1](), 0, "tab B did not reconnect");
   assert.equal(await b.$eval("body", (e) => e.dataset.state), "open");

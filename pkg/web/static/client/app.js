@@ -928,9 +928,43 @@ function inline(el, s) {
   }
   el.append(s.slice(at));
 }
+var KEEP = 50;
+var kept = [];
+try {
+  const v = JSON.parse(sessionStorage.getItem("hermes.history") || "[]");
+  if (Array.isArray(v)) kept = v.filter((h) => h && (h.who === "me" || h.who === "agent") && typeof h.id === "string" && typeof h.text === "string");
+} catch {
+  kept = [];
+}
+function keep(who, id, text2) {
+  const h = kept.find((x) => x.who === who && x.id === id);
+  if (h) h.text = text2;
+  else kept.push({ who, id, text: text2 });
+  if (kept.length > KEEP) kept = kept.slice(-KEEP);
+  try {
+    sessionStorage.setItem("hermes.history", JSON.stringify(kept));
+  } catch {
+  }
+}
+function restore() {
+  for (const h of kept) {
+    if (h.who === "agent") {
+      const el = bubble("agent final", h.id);
+      markdown(el, h.text);
+    } else {
+      bubble("me kept", h.id).append(document.createTextNode(h.text));
+    }
+  }
+}
+function forget() {
+  kept = [];
+  sessionStorage.removeItem("hermes.history");
+  messages.replaceChildren();
+}
 function showMessage(m) {
   let el = messages.querySelector(`.msg.agent[data-id="${CSS.escape(m.id)}"]`);
   if (!el) el = bubble("agent", m.id);
+  keep("agent", m.id, m.text);
   markdown(el, m.text);
   el.classList.toggle("streaming", !m.final);
   el.classList.toggle("final", m.final);
@@ -1022,13 +1056,14 @@ function setSendState(el, state, label) {
   const s = el.querySelector(".state");
   if (s) s.textContent = label;
 }
+var STATUS = { connecting: "connecting\u2026", open: "connected", closed: "not connected" };
 function start(token, name, url) {
   client?.close();
   const c = new Client({ url, token, device: { id: deviceId(), name, platform: "web", app_version: "1.0.0" }, user: { name } });
   client = c;
   window.hermes = c;
   c.on("state", (s) => {
-    statusEl.textContent = s;
+    statusEl.textContent = STATUS[s] ?? s;
     document.body.dataset.state = s;
   });
   c.on("ready", (r) => {
@@ -1076,6 +1111,7 @@ $("logout").onclick = () => {
   client?.close();
   client = null;
   sessionStorage.removeItem("hermes.token");
+  forget();
   chat.hidden = true;
   login.hidden = false;
 };
@@ -1086,6 +1122,7 @@ $("composer").onsubmit = (e) => {
   try {
     const id = client.sendText(t);
     mine("", id, t);
+    keep("me", id, t);
     text.value = "";
     errorEl.textContent = "";
   } catch (err) {
@@ -1171,5 +1208,10 @@ recordBtn.onclick = async () => {
 };
 $("device").value = localStorage.getItem("hermes.name") ?? "";
 server.value = sessionStorage.getItem("hermes.server") || wsURL();
-var kept = sessionStorage.getItem("hermes.token");
-if (kept) start(kept, localStorage.getItem("hermes.name") || "Browser", server.value);
+var keptToken = sessionStorage.getItem("hermes.token");
+if (keptToken) {
+  restore();
+  start(keptToken, localStorage.getItem("hermes.name") || "Browser", server.value);
+} else {
+  forget();
+}
