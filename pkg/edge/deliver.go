@@ -197,7 +197,7 @@ func (s *Server) answerNoSocket(m *bus.Msg, out wire.Output, direct bool) {
 	if !direct && (c != nil && c.epoch.Load() == out.Epoch || c == nil && err == nil && owner.Edge != s.cfg.ID && owner.Epoch == out.Epoch) {
 		return // the device's socket at that epoch answers
 	}
-	r := wire.Reply{Error: "device not connected"}
+	r := wire.OutputReply(wire.OutcomeOffline, "device not connected")
 	switch {
 	case c != nil && (!direct || c.epoch.Load() == out.Epoch),
 		err == nil && (owner.Edge != s.cfg.ID || owner.Epoch != out.Epoch):

@@ -66,8 +66,8 @@ func testDeliveryToAClosedSocket(t *testing.T, direct bool) {
 	if err := st.ReleaseDevice(ctx, "released", old); err != nil {
 		t.Fatal(err)
 	}
-	if r := deliver("released", old); r.OK || r.Moved {
-		t.Errorf("record released: %+v, want not connected (not OK, not moved)", r)
+	if r := deliver("released", old); r.OK || r.Moved || r.Outcome != wire.OutcomeOffline {
+		t.Errorf("record released: %+v, want not connected (outcome offline, not OK, not moved)", r)
 	}
 
 	// Still recorded at the old socket's epoch.
@@ -75,8 +75,8 @@ func testDeliveryToAClosedSocket(t *testing.T, direct bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := deliver("stale", old); r.OK || r.Moved {
-		t.Errorf("record names this edge's closed socket: %+v, want not connected", r)
+	if r := deliver("stale", old); r.OK || r.Moved || r.Outcome != wire.OutcomeOffline {
+		t.Errorf("record names this edge's closed socket: %+v, want not connected (outcome offline)", r)
 	}
 
 	// Taken over by another edge: a newer epoch.
