@@ -24,8 +24,9 @@ import (
 )
 
 const (
-	androidToken = "ZmNtLXRlc3Q:APA91bF-test_token.1"
-	iosToken     = "5f1c0e3a9b7d2c4e6f8a0b1c3d5e7f9a1b3c5d7e9f0a2b4c6d8e0f1a3b5c7d9e"
+	androidToken  = "ZmNtLXRlc3Q:APA91bF-test_token.1"
+	sentinelToken = "ZmNtLXRlc3Q:APA91bF-test_token.2"
+	iosToken      = "5f1c0e3a9b7d2c4e6f8a0b1c3d5e7f9a1b3c5d7e9f0a2b4c6d8e0f1a3b5c7d9e"
 )
 
 // pushNode is a node that sends FCM and APNs to the stand-ins, which it
@@ -170,22 +171,37 @@ func TestPushFrameWakes(t *testing.T) {
 	t.Parallel()
 	f, a := pushtest.NewFCM(t), pushtest.NewAPNs(t)
 	n := pushNode(t, f, a)
-	c, _ := n.connect(t, "tel-wake")
-	sendPush(t, c, "fcm", androidToken)
-	c.CloseNow()
-	waitOffline(t, n, "tel-wake")
+	// A second phone asleep is the sentinel: notifications are prepared
+	// one at a time, in order, so once its notification, asked for after
+	// the burst, is sent, the burst's second one was refused.
+	for dev, token := range map[string]string{"tel-wake": androidToken, "tel-sentinel": sentinelToken} {
+		c, _ := n.connect(t, dev)
+		sendPush(t, c, "fcm", token)
+		c.CloseNow()
+		waitOffline(t, n, dev)
+	}
 	cron, _ := n.connect(t, "cron") // loopback: may deliver
-	for _, id := range []string{"d1", "d2"} {
-		if err := cron.Send(map[string]any{"t": "deliver", "id": id, "target": "tel-wake", "text": "secret news", "ttl": 3600}); err != nil {
+	for _, d := range []struct{ id, target string }{{"d1", "tel-wake"}, {"d2", "tel-wake"}, {"d3", "tel-sentinel"}} {
+		if err := cron.Send(map[string]any{"t": "deliver", "id": d.id, "target": d.target, "text": "secret news", "ttl": 3600}); err != nil {
 			t.Fatal(err)
 		}
-		if d, err := cron.Expect(testCtx(t), protocol.TypeDelivered); err != nil || !d.Bool("queued") {
-			t.Fatalf("deliver %s: %s %v, want queued", id, d, err)
+		if r, err := cron.Expect(testCtx(t), protocol.TypeDelivered); err != nil || !r.Bool("queued") {
+			t.Fatalf("deliver %s: %s %v, want queued", d.id, r, err)
 		}
 	}
-	testsvc.WaitFor(t, 10*time.Second, "an FCM notification", func() bool { return len(f.Delivered()) > 0 })
-	time.Sleep(200 * time.Millisecond)
-	got := f.Delivered()
+	var got []pushtest.FCMSend
+	testsvc.WaitFor(t, 10*time.Second, "the sentinel's FCM notification", func() bool {
+		got = got[:0]
+		sentinel := false
+		for _, s := range f.Delivered() {
+			if s.Request.Message.Token == sentinelToken {
+				sentinel = true
+			} else {
+				got = append(got, s)
+			}
+		}
+		return sentinel
+	})
 	if len(got) != 1 || got[0].Request.Message.Token != androidToken || strings.Contains(string(got[0].Body), "secret") {
 		t.Fatalf("FCM got %d notifications (%v), want one to the phone's token without the text", len(got), got)
 	}

@@ -24,6 +24,12 @@ import (
 const (
 	fcmToken  = "cXh0ZXN0OkFQQTkxYkgtdGVzdA:APA91bHtest-token_1"
 	apnsToken = "8c3a0e5f1b2d4c6e8a0b2c4d6e8f0a1b3c5d7e9f0a2b4c6d8e0f1a3b5c7d9e1f"
+	// Another device's tokens, for a sentinel notification: notifications
+	// are prepared (their burst claimed) one at a time, in order, so once
+	// a sentinel notified after a burst is sent, every notification of the
+	// burst before it was taken up or refused.
+	sentinelFCMToken  = "cXh0ZXN0OkFQQTkxYkgtdGVzdA:APA91bHtest-token_2"
+	sentinelAPNsToken = "9d4b1f6a2c3e5d7f9b1c3e5f7a9b0c2d4e6f8a0b1c3d5e7f9a0b2c4d6e8f0a2b"
 )
 
 // loadFCM is the fcm stand-in's service as LoadFCM makes it.
@@ -57,6 +63,7 @@ func TestFCMNotification(t *testing.T) {
 	s := newStore(t)
 	f := pushtest.NewFCM(t)
 	register(t, s, "tel-android", push.Target{Kind: push.KindFCM, Token: fcmToken})
+	register(t, s, "tel-sentinel", push.Target{Kind: push.KindFCM, Token: sentinelFCMToken})
 	var m counts
 	n := push.New(push.Config{Store: s, Metrics: &m, Policy: loopback, FCM: loadFCM(t, f), TTL: 24 * time.Hour})
 	t.Cleanup(n.Close)
@@ -66,9 +73,14 @@ func TestFCMNotification(t *testing.T) {
 	before := time.Now()
 	n.Notify("tel-android", "message", "the secret answer")
 	n.Notify("tel-android", "prompt", "and a card")
-	testsvc.WaitFor(t, 10*time.Second, "sent", func() bool { return m.sent.Load() == 1 })
-	time.Sleep(100 * time.Millisecond) // a second send would be in by now
-	sends := f.Sends()
+	n.Notify("tel-sentinel", "message", "")
+	testsvc.WaitFor(t, 10*time.Second, "sent", func() bool { return m.sent.Load() == 2 })
+	var sends []pushtest.FCMSend
+	for _, sd := range f.Sends() {
+		if sd.Request.Message.Token == fcmToken {
+			sends = append(sends, sd)
+		}
+	}
 	if len(sends) != 1 || sends[0].Status != http.StatusOK || f.Exchanges() != 1 {
 		t.Fatalf("%d sends (%+v), %d token exchanges; want one send, answered 200, after one exchange", len(sends), sends, f.Exchanges())
 	}
@@ -219,15 +231,21 @@ func TestAPNsNotification(t *testing.T) {
 	s := newStore(t)
 	a := pushtest.NewAPNs(t)
 	register(t, s, "tel-ios", push.Target{Kind: push.KindAPNs, Token: apnsToken})
+	register(t, s, "tel-sentinel", push.Target{Kind: push.KindAPNs, Token: sentinelAPNsToken})
 	var m counts
 	n := push.New(push.Config{Store: s, Metrics: &m, Policy: loopback, APNs: loadAPNs(t, a), RootCAs: a.CertPool(), TTL: 6 * time.Hour})
 	t.Cleanup(n.Close)
 	before := time.Now()
 	n.Notify("tel-ios", "message", "the secret answer")
 	n.Notify("tel-ios", "message", "more")
-	testsvc.WaitFor(t, 10*time.Second, "sent", func() bool { return m.sent.Load() == 1 })
-	time.Sleep(100 * time.Millisecond)
-	reqs := a.Requests()
+	n.Notify("tel-sentinel", "message", "")
+	testsvc.WaitFor(t, 10*time.Second, "sent", func() bool { return m.sent.Load() == 2 })
+	var reqs []pushtest.APNsRequest
+	for _, r := range a.Requests() {
+		if r.Token == apnsToken {
+			reqs = append(reqs, r)
+		}
+	}
 	if len(reqs) != 1 || reqs[0].Status != http.StatusOK {
 		t.Fatalf("%d requests (%+v), want one answered 200", len(reqs), reqs)
 	}
