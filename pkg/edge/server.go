@@ -372,22 +372,22 @@ func New(cfg Config, st store.Store, b bus.Bus, log *slog.Logger) *Server {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{
-		reading:    budget{limit: cfg.MaxReadBytes},
-		queued:     budget{limit: cfg.MaxQueuedBytes},
-		uploading:  budget{limit: cfg.MaxUploadBytes},
-		helloBytes: budget{limit: helloSocketBytes * int64(newHelloPhase(cfg).cap)},
-		hello:      newHelloPhase(cfg),
-		cfg:        cfg,
-		log:        log.With("edge", cfg.ID),
-		store:      st,
-		bus:        b,
-		auth:       newAuthenticator(cfg.Auth),
-		sender:     &dispatch.Dispatcher{Owners: st, Bus: b, Cache: &dispatch.OwnerCache{}},
-		tel:        newEdgeTelemetry(cfg.Telemetry),
-		devices:    make(map[string]*deviceSlot),
-		conns:      make(map[*conn]struct{}),
-		start:      time.Now(),
+		reading:   budget{limit: cfg.MaxReadBytes},
+		queued:    budget{limit: cfg.MaxQueuedBytes},
+		uploading: budget{limit: cfg.MaxUploadBytes},
+		hello:     newHelloPhase(cfg),
+		cfg:       cfg,
+		log:       log.With("edge", cfg.ID),
+		store:     st,
+		bus:       b,
+		auth:      newAuthenticator(cfg.Auth),
+		sender:    &dispatch.Dispatcher{Owners: st, Bus: b, Cache: &dispatch.OwnerCache{}},
+		tel:       newEdgeTelemetry(cfg.Telemetry),
+		devices:   make(map[string]*deviceSlot),
+		conns:     make(map[*conn]struct{}),
+		start:     time.Now(),
 	}
+	s.helloBytes.limit = helloSocketBytes * int64(s.hello.cap) // what the admitted sockets may hold
 	s.deliverer = &dispatch.Deliverer{Dispatcher: s.sender, Blobs: st, BlobTTL: cfg.BlobTTL, HomeDevice: cfg.HomeDevice, Keeper: cfg.Keeper}
 	if p, err := sharedPoller(); err == nil {
 		s.poller = p

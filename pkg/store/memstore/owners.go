@@ -219,10 +219,18 @@ func (s *Store) ReleaseDevice(ctx context.Context, device string, epoch int64) e
 	return nil
 }
 
+// expire is the sweeper's: what expireLocked does, and the edges no
+// longer remembered (not on every read: a read needs only the lease of
+// its record's edge).
 func (o *owners) expire(now time.Time) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.expireLocked(now)
+	for edge, l := range o.leases { // a handful: one per edge
+		if !now.Before(l.remember) {
+			delete(o.leases, edge)
+		}
+	}
 }
 
 func (o *owners) expireLocked(now time.Time) {
@@ -236,14 +244,9 @@ func (o *owners) expireLocked(now time.Time) {
 	for {
 		e, ok := o.acksExp.popExpired(now)
 		if !ok {
-			break
+			return
 		}
 		delete(o.acks, e.device)
-	}
-	for edge, l := range o.leases { // a handful: one per edge
-		if !now.Before(l.remember) {
-			delete(o.leases, edge)
-		}
 	}
 }
 
