@@ -290,6 +290,9 @@ func (a *API) handle(method, path string, acc access, h handlerFunc) {
 // ServeHTTP serves the API.
 func (a *API) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	start := time.Now()
+	if lc, ok := req.Context().Value(connKey{}).(*limitConn); ok {
+		defer lc.served()
+	}
 	if req.ContentLength != 0 {
 		// A body is read (or discarded) within BodyTimeout; decode lifts
 		// the deadline once it has the body. A request without one keeps
@@ -780,8 +783,20 @@ func (c *limitConn) before(d *limitConn) bool {
 
 func (c *limitConn) setState(st http.ConnState) {
 	switch st {
-	case http.StateActive, http.StateIdle:
-		c.serving.Store(st == http.StateActive)
+	case http.StateActive:
+		c.serving.Store(true)
+		c.since.Store(c.l.order.Add(1))
+	case http.StateIdle:
+		c.served()
+	}
+}
+
+// served marks c waiting for its next request, once per request: when its
+// handler returns (ServeHTTP), before the response is flushed, and again,
+// with no effect, when net/http calls it idle, which may be after the
+// client has read the response and made other requests.
+func (c *limitConn) served() {
+	if c.serving.Swap(false) {
 		c.since.Store(c.l.order.Add(1))
 	}
 }
