@@ -81,6 +81,18 @@ func StartRedisCluster(t testing.TB, masters, replicas int) *RedisCluster {
 			return clusterReady(a)
 		})
 	}
+	// A replica fails over only with data of its master fresh enough
+	// (cluster-replica-validity-factor): one whose first sync has not
+	// finished would never take over a master killed at once.
+	WaitFor(t, 60*time.Second, "every Redis Cluster replica to sync with its master", func() bool {
+		up := 0
+		for _, a := range c.Addrs {
+			if replicaUp(a) {
+				up++
+			}
+		}
+		return up == masters*replicas
+	})
 	return c
 }
 
