@@ -21,20 +21,28 @@ import (
 // stays in the phase, uncounted by source and never pushed out, until its
 // hello is answered.
 //
-// When there is no room for a newcomer, a stranger may go instead, and the
-// newcomer is admitted:
-//   - the phase is full and some source holds at least two strangers more
-//     than the newcomer's: that source's oldest stranger goes (max-min
-//     fairness: an attacker holding many sockets loses them to anyone
-//     holding fewer);
+// When there is no room for a newcomer, a stranger that has waited may go
+// instead, and the newcomer is admitted:
+//   - the phase is full and some source holds k strangers, at least two
+//     more than the newcomer's source holds (own): that source's oldest
+//     goes if it waited the grace × (own+1)/k (max-min fairness: a source
+//     holding many sockets loses them to one holding fewer, the sooner
+//     the more it holds);
 //   - otherwise the oldest stranger of the phase, or of the newcomer's
-//     source when that is at its cap, goes if it has waited helloGrace
-//     (a phone's hello comes one round trip after its upgrade).
+//     source when that is at its cap, goes if it waited the grace
+//     (HelloTimeout/8: a phone's hello comes one round trip after its
+//     upgrade).
 //
-// Only when none can go is the newcomer refused, with HTTP 503 and a
-// Retry-After that spreads the refused over what the edge answers a
-// second (retryAfter): a crowd coming back after an edge died is shed,
-// cheaply, instead of collapsing the edge, and converges.
+// The wait keeps a crowd's phones: when phones come back at once from a
+// few hundred addresses, sources differ by a few strangers at every
+// moment, and a phone whose hello sits unread while the edge's cores are
+// busy would otherwise lose its place to one no more legitimate, the work
+// done for it thrown away. An attacker holding the phase from a few
+// addresses holds hundreds a source, and its sockets go within
+// milliseconds. Only when none can go is the newcomer refused, with HTTP 503 and a
+// Retry-After that hands the refused return times at the pace the phase
+// turns its places over (retryAfter): a crowd coming back after an edge
+// died is shed, cheaply, instead of collapsing the edge, and converges.
 
 // helloSocketBytes is the most a socket in the hello phase holds of
 // messages: the pooled reader and a message at its bound.
@@ -80,13 +88,17 @@ type helloPhase struct {
 	sources          map[netip.Prefix]*helloSource
 	bySize           sourceHeap // sources by strangers held, the most first
 	gfirst, glast    *helloEntry
-	window           time.Duration // start of the current second
-	served, shed     int           // hellos answered, upgrades refused, in this second
-	lastServed, last int           // the same, in the second before (last: shed)
+	// Retry-After: places freed in the current second (from window) and
+	// in the one before, and the time until which return times are
+	// handed out.
+	window         time.Duration
+	freed, lastFreed int
+	floorRate      int // places freed a second at the least: cap over HelloTimeout
+	returns        time.Duration
 }
 
 func newHelloPhase(cfg Config) *helloPhase {
-	return &helloPhase{
+	p := &helloPhase{
 		cap:       min(cfg.MaxHelloConns, int(cfg.MaxHelloBytes/helloSocketBytes)),
 		perSource: cfg.MaxHelloConnsPerAddr,
 		grace:     cfg.HelloTimeout / 8,
@@ -95,6 +107,8 @@ func newHelloPhase(cfg Config) *helloPhase {
 		entries:   make(map[*conn]*helloEntry),
 		sources:   make(map[netip.Prefix]*helloSource),
 	}
+	p.floorRate = max(1, int(float64(p.cap)/cfg.HelloTimeout.Seconds()))
+	return p
 }
 
 // sourceOf is the source client's strangers count against. An unknown
@@ -132,20 +146,19 @@ func (p *helloPhase) admit(client netip.Addr, now time.Duration) (src netip.Pref
 	case own >= p.perSource:
 		v = p.stale(s.first, now)
 	case p.n >= p.cap:
-		if top := p.largest(); top != nil && top.n >= own+2 && top.first != nil {
-			v = top.first
-		} else {
+		if top := p.largest(); top != nil && top.n >= own+2 {
+			v = p.waited(top.first, now, p.grace*time.Duration(own+1)/time.Duration(top.n))
+		}
+		if v == nil {
 			v = p.stale(p.gfirst, now)
 		}
 	}
 	if (own >= p.perSource || p.n >= p.cap) && v == nil {
-		p.tick(now)
-		p.shed++
 		return src, nil, false
 	}
 	if v != nil {
 		victim = v.c
-		p.leave(v.c, false)
+		p.leave(v.c, now)
 		s = p.sources[src] // the victim may have been its last stranger
 	}
 	if s == nil {
@@ -168,9 +181,14 @@ func (p *helloPhase) largest() *helloSource {
 	return p.bySize[0]
 }
 
-// stale is e if it is a stranger that has waited helloGrace, else nil.
+// stale is e if it is a stranger that has waited the grace, else nil.
 func (p *helloPhase) stale(e *helloEntry, now time.Duration) *helloEntry {
-	if e != nil && now-e.since >= p.grace {
+	return p.waited(e, now, p.grace)
+}
+
+// waited is e if it is a stranger that has waited d, else nil.
+func (p *helloPhase) waited(e *helloEntry, now, d time.Duration) *helloEntry {
+	if e != nil && now-e.since >= d {
 		return e
 	}
 	return nil
@@ -212,9 +230,8 @@ func (p *helloPhase) accepted(c *conn) {
 	}
 }
 
-// leave takes c out of the phase, once; answered counts it among the
-// hellos answered (for Retry-After).
-func (p *helloPhase) leave(c *conn, answered bool) {
+// leave takes c out of the phase, once, at now.
+func (p *helloPhase) leave(c *conn, now time.Duration) {
 	e := p.entries[c]
 	if e == nil {
 		return
@@ -224,9 +241,8 @@ func (p *helloPhase) leave(c *conn, answered bool) {
 		p.unlink(e)
 	}
 	p.n--
-	if answered {
-		p.served++
-	}
+	p.tick(now)
+	p.freed++
 }
 
 // unlink takes the stranger e off its source and the phase's list.
@@ -275,33 +291,38 @@ func (p *helloPhase) late(now time.Duration, dst []*conn) []*conn {
 		next := e.gnext
 		if now >= e.by {
 			dst = append(dst, e.c)
-			p.leave(e.c, false)
+			p.leave(e.c, now)
 		}
 		e = next
 	}
 	return dst
 }
 
-// tick starts a new second of the Retry-After counts when now is past it.
+// tick starts a new second of the counts of places freed when now is past
+// the current one.
 func (p *helloPhase) tick(now time.Duration) {
 	switch {
 	case now-p.window >= 2*time.Second:
-		p.lastServed, p.last, p.served, p.shed = 0, 0, 0, 0
+		p.lastFreed, p.freed = 0, 0
 		p.window = now
 	case now-p.window >= time.Second:
-		p.lastServed, p.last, p.served, p.shed = p.served, p.shed, 0, 0
+		p.lastFreed, p.freed = p.freed, 0
 		p.window += time.Second
 	}
 }
 
-// retryAfter is the Retry-After of a refused upgrade, in seconds: the
-// upgrades refused in the last second, spread over what the edge answered
-// in it, so that they come back at the pace they are served.
+// retryAfter is the Retry-After of an upgrade refused at now, in seconds.
+// The refused are handed return times one after the other, at the pace
+// the phase frees places (the most of this second and the one before, and
+// at least floorRate: every stranger leaves by the hello timeout), so that
+// a crowd comes back no faster than the edge lets it in. A quiet edge
+// answers 1; the times handed out run at most maxRetryAfter ahead.
 func (p *helloPhase) retryAfter(now time.Duration) int {
 	p.tick(now)
-	refused := p.last + p.shed
-	served := max(p.lastServed, p.served, 1)
-	return min(max((refused+served-1)/served, minRetryAfter), maxRetryAfter)
+	rate := max(p.freed, p.lastFreed, p.floorRate)
+	p.returns = min(max(p.returns, now)+time.Second/time.Duration(rate), now+maxRetryAfter*time.Second)
+	secs := int((p.returns - now + time.Second - 1) / time.Second)
+	return min(max(secs, minRetryAfter), maxRetryAfter)
 }
 
 // sourceHeap orders sources by the strangers they hold, the most first.

@@ -69,9 +69,10 @@ func TestHelloPhaseCapBoundary(t *testing.T) {
 }
 
 // TestHelloPhaseLargestHolderGoes: with the phase full, a newcomer from a
-// source holding fewer takes the place of the oldest stranger of the
-// source holding the most, however young; a newcomer of that source
-// itself does not.
+// source holding own strangers takes the place of the oldest stranger of
+// a source holding k ≥ own+2 once that one has waited the grace ×
+// (own+1)/k, not before (a phone of a crowd whose hello is on its way
+// keeps its place); a newcomer of that source itself does not.
 func TestHelloPhaseLargestHolderGoes(t *testing.T) {
 	p := phaseFor(6, 256)
 	var attacker []*conn
@@ -81,20 +82,46 @@ func TestHelloPhaseLargestHolderGoes(t *testing.T) {
 	}
 	arrive(t, p, "192.0.2.1", 5)
 	checkCounts(t, p, 6, 6)
-	if c, v := arrive(t, p, "198.51.100.7", 6); c != nil || v != nil {
+	// A newcomer of a new source (own 0) against 5: a fifth of the grace.
+	fifth := p.grace / 5
+	if c, v := arrive(t, p, "203.0.113.1", fifth-1); c != nil || v != nil {
+		t.Fatalf("a newcomer of a new source before the largest's oldest waited a fifth of the grace: admitted %v, victim %v", c != nil, v)
+	}
+	if c, v := arrive(t, p, "198.51.100.7", p.grace-1); c != nil || v != nil {
 		t.Fatalf("a newcomer of the largest source: admitted %v, victim %v", c != nil, v)
 	}
-	c, v := arrive(t, p, "203.0.113.1", 7)
+	c, v := arrive(t, p, "203.0.113.1", fifth)
 	if c == nil || v != attacker[0] {
-		t.Fatalf("a newcomer of a small source: admitted %v, victim is the largest source's oldest %v", c != nil, v == attacker[0])
+		t.Fatalf("a newcomer of a new source at a fifth of the grace: admitted %v, victim is the largest source's oldest %v", c != nil, v == attacker[0])
 	}
 	// Sources of 1 (192.0.2.1) and 4 (the attacker): a newcomer of the
-	// first source (2 after it) still takes the attacker's (4 ≥ 1+2).
-	c, v = arrive(t, p, "192.0.2.1", 8)
+	// first source (2 after it) takes the attacker's second once it waited
+	// (1+1)/4 of the grace, not before.
+	half := p.grace / 2
+	if c, v := arrive(t, p, "192.0.2.1", 1+half-1); c != nil || v != nil {
+		t.Fatalf("a newcomer of a source holding 1 against 4 before half the grace: admitted %v, victim %v", c != nil, v)
+	}
+	c, v = arrive(t, p, "192.0.2.1", 1+half)
 	if c == nil || v != attacker[1] {
-		t.Fatalf("a newcomer of a source holding 1 against 4: admitted %v, victim %v", c != nil, v == attacker[1])
+		t.Fatalf("a newcomer of a source holding 1 against 4 at half the grace: admitted %v, victim %v", c != nil, v == attacker[1])
 	}
 	checkCounts(t, p, 6, 6)
+}
+
+// TestHelloPhaseYoungLargestKeepsItsPlace: when the largest source's
+// oldest stranger has not waited its share of the grace, the oldest of the
+// phase goes if it waited the grace, whatever its source.
+func TestHelloPhaseYoungLargestKeepsItsPlace(t *testing.T) {
+	p := phaseFor(4, 256)
+	stalled, _ := arrive(t, p, "192.0.2.1", 0)
+	for range 3 {
+		arrive(t, p, "198.51.100.7", p.grace-1)
+	}
+	c, v := arrive(t, p, "203.0.113.1", p.grace)
+	if c == nil || v != stalled {
+		t.Fatalf("admitted %v, victim is the stranger that waited the grace %v", c != nil, v == stalled)
+	}
+	checkCounts(t, p, 4, 4)
 }
 
 // TestHelloPhasePerSource: a source at its cap is refused, also with room
@@ -149,8 +176,8 @@ func TestHelloPhaseAcceptedStay(t *testing.T) {
 	if late := p.late(time.Hour, nil); len(late) != 0 {
 		t.Fatalf("%d accepted hellos timed out", len(late))
 	}
-	p.leave(a, true)
-	p.leave(a, true) // once
+	p.leave(a, time.Hour)
+	p.leave(a, time.Hour) // once
 	checkCounts(t, p, 1, 0)
 	if c, _ := arrive(t, p, "192.0.2.2", time.Hour); c == nil {
 		t.Fatal("refused with room after an answered hello left")
@@ -166,25 +193,55 @@ func TestHelloPhaseAcceptedStay(t *testing.T) {
 	checkCounts(t, p, 1, 0)
 }
 
-// TestRetryAfter spreads the refused of the last second over what was
-// answered in it, between 1 and 60 s.
+// TestRetryAfter hands the refused return times at the pace the phase
+// freed places in the last second (at least its cap over the hello
+// timeout), between 1 and 60 s.
 func TestRetryAfter(t *testing.T) {
-	p := phaseFor(10, 256)
+	p := phaseFor(1500, 256) // the floor: 1,500 places over 15 s, 100 a second
+	if p.floorRate != 100 {
+		t.Fatalf("floor %d places a second, want 100", p.floorRate)
+	}
 	if got := p.retryAfter(0); got != minRetryAfter {
 		t.Fatalf("idle: Retry-After %d", got)
 	}
-	p.served, p.shed = 1000, 2500
-	if got := p.retryAfter(500 * time.Millisecond); got != 3 {
-		t.Fatalf("2,500 refused, 1,000 answered: Retry-After %d, want 3", got)
+	// 1,000 places freed in the second that starts at 10 s: the refused
+	// of 10.5 s come back 1,000 a second.
+	now := 10 * time.Second
+	p.tick(now)
+	p.freed = 1000
+	now += 500 * time.Millisecond
+	for i := 1; i <= 2500; i++ {
+		want := (i + 999) / 1000
+		if got := p.retryAfter(now); got != want {
+			t.Fatalf("refused %d with 1,000 places freed a second: Retry-After %d, want %d", i, got, want)
+		}
 	}
-	if got := p.retryAfter(1500 * time.Millisecond); got != 3 {
-		t.Fatalf("the second after: Retry-After %d, want 3 (the last second counts)", got)
+	// A second without places freed: the floor, 100 a second, from where
+	// the times handed out end (2.5 s ahead of 10.5 s, 1.5 s of 11.5 s).
+	now += time.Second
+	p.freed = 0
+	if got := p.retryAfter(now); got != 2 {
+		t.Fatalf("the second after: Retry-After %d, want 2 (the last second's pace)", got)
 	}
-	p.shed = 1_000_000
-	if got := p.retryAfter(1600 * time.Millisecond); got != maxRetryAfter {
+	now += 2 * time.Second // 13.5 s: two seconds with nothing freed
+	for i := 1; i <= 100; i++ {
+		if got := p.retryAfter(now); got != 1 {
+			t.Fatalf("refused %d at the floor of 100 a second: Retry-After %d, want 1", i, got)
+		}
+	}
+	if got := p.retryAfter(now); got != 2 {
+		t.Fatalf("refused 101 at the floor of 100 a second: Retry-After %d, want 2", got)
+	}
+	for range 10_000 {
+		p.retryAfter(now)
+	}
+	if got := p.retryAfter(now); got != maxRetryAfter {
 		t.Fatalf("Retry-After %d, want the cap %d", got, maxRetryAfter)
 	}
-	if got := p.retryAfter(10 * time.Second); got != minRetryAfter {
+	if p.returns > now+maxRetryAfter*time.Second {
+		t.Fatalf("return times handed out %v ahead, past the cap", p.returns-now)
+	}
+	if got := p.retryAfter(now + 2*time.Minute); got != minRetryAfter {
 		t.Fatalf("after a quiet while: Retry-After %d", got)
 	}
 }

@@ -871,7 +871,7 @@ func (c *conn) teardown(reason error) {
 		// No close frame began it: the socket just ended.
 		code, byPeer = closeAbnormal, !edgeCut(reason)
 	}
-	c.srv.helloDone(c, false)
+	c.srv.helloDone(c)
 	if c.pe != nil {
 		c.srv.poller.remove(c.pe)
 	}

@@ -817,11 +817,11 @@ func (s *Server) helloAccepted(c *conn) {
 	s.mu.Unlock()
 }
 
-// helloDone takes c out of the hello phase, once: its hello was answered
-// (answered), or it closed.
-func (s *Server) helloDone(c *conn, answered bool) {
+// helloDone takes c out of the hello phase, once: its hello was answered,
+// or it closed.
+func (s *Server) helloDone(c *conn) {
 	s.mu.Lock()
-	s.hello.leave(c, answered)
+	s.hello.leave(c, time.Since(s.start))
 	s.mu.Unlock()
 }
 

@@ -155,7 +155,7 @@ func (c *conn) helloTimeout() {
 func (c *conn) hello(h *protocol.Hello) {
 	start := time.Now()
 	s := c.srv
-	defer s.helloDone(c, true)
+	defer s.helloDone(c)
 	g := s.auth.check(h.Token)
 	if !g.valid {
 		c.fatal(protocol.NewError(protocol.CodeAuthFailed, "invalid token"))

@@ -5,6 +5,7 @@ package cluster
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hermes-mobile/gateway/internal/retry"
 	"github.com/hermes-mobile/gateway/pkg/client"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 )
@@ -82,7 +84,9 @@ func TestSlowPreHelloSockets(t *testing.T) {
 // the hello timeout, held the whole budget of sockets that have not said
 // hello, and every phone's hello got a fatal internal_error (1 of 41
 // answered in 45 s). Now each of 41 phones arriving meanwhile gets ready:
-// the flood's sockets hold more than their share, so theirs go first.
+// the flood's sockets hold more than their share, so theirs go first once
+// they have waited the grace (a phone arriving before that is refused with
+// 503 and comes back after its Retry-After).
 func TestStalledHelloFloodLeavesPhonesIn(t *testing.T) {
 	c := newCluster(t, options{})
 	e := c.startEdge(t, "P")
@@ -110,16 +114,34 @@ func TestOneSlash64FloodLeavesPhonesIn(t *testing.T) {
 
 // phonesGetReady connects n phones to edge, one after the other, each
 // saying hello (forwarded, when not nil, gives the i-th its
-// X-Forwarded-For), and fails unless every one gets ready.
+// X-Forwarded-For), and fails unless every one gets ready, within five
+// upgrades refused with 503 each.
 func phonesGetReady(t *testing.T, c *cluster, edge string, n int, forwarded func(i int) string) {
 	t.Helper()
 	start := time.Now()
+	refusals := 0
 	for i := range n {
 		opts := client.Options{Timeout: 10 * time.Second, WriteTimeout: 10 * time.Second}
 		if forwarded != nil {
 			opts.Header = http.Header{"X-Forwarded-For": {forwarded(i)}}
 		}
 		conn, err := client.Dial(testCtx(t), c.edge(edge).url, opts)
+		// A phase full of strangers younger than the grace refuses the
+		// upgrade with 503 and a Retry-After, which the phone waits, as
+		// the SDKs do, and tries again.
+		for tries := 0; err != nil && tries < 5; tries++ {
+			var refused *client.HandshakeError
+			if !errors.As(err, &refused) || refused.Status != http.StatusServiceUnavailable {
+				break
+			}
+			wait, ok := retry.RetryAfter(refused.Header.Get("Retry-After"), time.Now())
+			if !ok || wait > 60*time.Second {
+				t.Fatalf("phone %d of %d: refused with Retry-After %q", i+1, n, refused.Header.Get("Retry-After"))
+			}
+			refusals++
+			time.Sleep(wait) // what the edge asked for
+			conn, err = client.Dial(testCtx(t), c.edge(edge).url, opts)
+		}
 		if err != nil {
 			t.Fatalf("phone %d of %d: %v", i+1, n, err)
 		}
@@ -129,7 +151,7 @@ func phonesGetReady(t *testing.T, c *cluster, edge string, n int, forwarded func
 			t.Fatalf("phone %d of %d: hello: %v", i+1, n, err)
 		}
 	}
-	t.Logf("%d phones got ready in %v", n, time.Since(start).Round(time.Millisecond))
+	t.Logf("%d phones got ready in %v (%d upgrades refused with 503 first)", n, time.Since(start).Round(time.Millisecond), refusals)
 }
 
 func checkRSS(t *testing.T, rss func() int64) {
