@@ -82,19 +82,19 @@ type helloPhase struct {
 	prefix4   int           // bits of an IPv4 address that name a source
 	prefix6   int           // bits of an IPv6 address that name a source
 
-	n                int // sockets in the phase, upgrades under way included
-	strangers        int
-	entries          map[*conn]*helloEntry
-	sources          map[netip.Prefix]*helloSource
-	bySize           sourceHeap // sources by strangers held, the most first
-	gfirst, glast    *helloEntry
+	n             int // sockets in the phase, upgrades under way included
+	strangers     int
+	entries       map[*conn]*helloEntry
+	sources       map[netip.Prefix]*helloSource
+	bySize        sourceHeap // sources by strangers held, the most first
+	gfirst, glast *helloEntry
 	// Retry-After: places freed in the current second (from window) and
 	// in the one before, and the time until which return times are
 	// handed out.
-	window         time.Duration
+	window           time.Duration
 	freed, lastFreed int
-	floorRate      int // places freed a second at the least: cap over HelloTimeout
-	returns        time.Duration
+	floorRate        int // places freed a second at the least: cap over HelloTimeout
+	returns          time.Duration
 }
 
 func newHelloPhase(cfg Config) *helloPhase {
