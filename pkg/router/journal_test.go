@@ -397,6 +397,13 @@ func TestJournalDropsPoisonEvent(t *testing.T) {
 	if want, wantBy = append(want, dev+"/next"), append(wantBy, "last"); !slices.Equal(log, want) || !slices.Equal(by, wantBy) {
 		t.Fatalf("handled %q by %q, want %q by %q", log, by, want, wantBy)
 	}
+	// The drop notice is a request the last router waited for; the typing
+	// stop after it is published, so it may still be on its way.
+	testsvc.WaitFor(t, 5*time.Second, "the drop notice and typing stop at the phone", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(phone) >= 2
+	})
 	mu.Lock()
 	defer mu.Unlock()
 	if len(phone) != 2 {
