@@ -25,9 +25,9 @@ type Deliverer struct {
 	Blobs      store.Blobs
 	BlobTTL    time.Duration // how long a delivered file is kept for the edge
 	HomeDevice string        // the target of a deliver without one (MOBILE_HOME_DEVICE)
-	// Keeper keeps a delivery with a ttl that the device cannot take now;
+	// Outbox keeps a delivery with a ttl that the device cannot take now;
 	// nil: a ttl is refused (bad_frame).
-	Keeper Keeper
+	Outbox *Outbox
 	// Tracer, when set, records a router.deliver span (SpanDeliver) for
 	// each output sent to a device's edge (and kept, with a ttl), under the
 	// span of the caller's context; the edge's edge.deliver continues it
@@ -51,16 +51,6 @@ func (d *Deliverer) span(ctx context.Context, op string) (context.Context, func(
 }
 
 func noEnd(error) {}
-
-// Keeper keeps outputs for a device that is not online: in its outbox,
-// which its next connection reads, with the media they refer to.
-type Keeper interface {
-	// Keep keeps out (addressed to device) for ttl, at most MaxTTL, and
-	// wakes the device (a push notification).
-	Keep(ctx context.Context, device string, out wire.Output, ttl time.Duration) error
-	// MaxTTL is the longest a delivery is kept (MOBILE_OUTBOX_TTL).
-	MaxTTL() time.Duration
-}
 
 // Delivery is what an edge did with a delivery.
 type Delivery struct {
@@ -90,7 +80,7 @@ func (d *Deliverer) Target(f *protocol.Deliver) (string, error) {
 // file. Without a ttl nothing is kept for a device that is not online, and
 // a file is stored only for a device that is (its owner record, or the
 // text that just reached it, says so). With a ttl (f.TTL, at most the
-// Keeper's MaxTTL) what does not reach the device, or is written but not
+// Outbox's MaxTTL) what does not reach the device, or is written but not
 // acknowledged in time, is kept in its outbox for the ttl (the Delivery is
 // Queued), and once a part is kept the parts after it are kept too, so
 // they reach the phone in order. It returns the Delivery, or ErrOffline
@@ -165,11 +155,11 @@ func (d *Deliverer) checkTTL(ttl time.Duration) error {
 	switch {
 	case ttl <= 0:
 		return nil
-	case d.Keeper == nil:
+	case d.Outbox == nil:
 		return protocol.NewError(protocol.CodeBadFrame, "deliver ttl: this gateway keeps no deliveries")
-	case ttl > d.Keeper.MaxTTL():
+	case ttl > d.Outbox.MaxTTL():
 		return protocol.NewError(protocol.CodeBadFrame, fmt.Sprintf("deliver ttl is at most %d seconds (MOBILE_OUTBOX_TTL), not %d",
-			int64(d.Keeper.MaxTTL()/time.Second), int64(ttl/time.Second)))
+			int64(d.Outbox.MaxTTL()/time.Second), int64(ttl/time.Second)))
 	}
 	return nil
 }
@@ -192,5 +182,5 @@ func (d *Deliverer) send(ctx context.Context, dl *Delivery, f *protocol.Deliver,
 		dl.Queued = true
 	}
 	out.WaitAck = false
-	return d.Keeper.Keep(ctx, dl.Device, out, f.TTL)
+	return d.Outbox.Keep(ctx, dl.Device, out, f.TTL)
 }

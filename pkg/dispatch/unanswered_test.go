@@ -4,35 +4,32 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/hermes-mobile/gateway/pkg/bus"
 	"github.com/hermes-mobile/gateway/pkg/dispatch"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
+	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/wire"
 )
 
-// keeper records what a Deliverer keeps.
-type keeper struct {
-	mu   sync.Mutex
-	kept []wire.Output
+// kept returns how many items device's outbox holds.
+func kept(t *testing.T, st store.Outbox, device string) int {
+	t.Helper()
+	items, err := st.PeekOutbox(t.Context(), device, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(items)
 }
 
-func (k *keeper) Keep(_ context.Context, _ string, out wire.Output, _ time.Duration) error {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.kept = append(k.kept, out)
-	return nil
-}
-
-func (k *keeper) MaxTTL() time.Duration { return time.Hour }
-
-func (k *keeper) len() int {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return len(k.kept)
+// outbox is an Outbox on st and b, closed when the test ends.
+func outbox(t *testing.T, st store.Store, b bus.Bus) *dispatch.Outbox {
+	t.Helper()
+	o := dispatch.NewOutbox(dispatch.OutboxConfig{TTL: time.Hour}, st, b, nil)
+	t.Cleanup(o.Close)
+	return o
 }
 
 // TestDeviceThatKeepsMovingIsOffline: every edge the device is looked for
@@ -57,11 +54,10 @@ func TestDeviceThatKeepsMovingIsOffline(t *testing.T) {
 	if err := d.Send(t.Context(), wire.Output{Op: wire.OpMessage, Device: "mover", ID: "m1", Text: "hi", Final: true}); !errors.Is(err, dispatch.ErrOffline) {
 		t.Fatalf("Send to a device that keeps moving: %v, want ErrOffline", err)
 	}
-	k := &keeper{}
-	dl, err := (&dispatch.Deliverer{Dispatcher: d, Blobs: st, BlobTTL: time.Minute, Keeper: k}).
+	dl, err := (&dispatch.Deliverer{Dispatcher: d, Blobs: st, BlobTTL: time.Minute, Outbox: outbox(t, st, b)}).
 		Deliver(t.Context(), &protocol.Deliver{ID: "job-1", Target: "mobile:mover", Text: "hi", TTL: time.Minute})
-	if err != nil || !dl.Queued || k.len() != 1 {
-		t.Fatalf("a delivery with a ttl to it: %+v, %v, %d kept; want it queued", dl, err, k.len())
+	if n := kept(t, st, "mover"); err != nil || !dl.Queued || n != 1 {
+		t.Fatalf("a delivery with a ttl to it: %+v, %v, %d kept; want it queued", dl, err, n)
 	}
 }
 
@@ -84,11 +80,10 @@ func TestSilentEdgeLeavesTimeToKeep(t *testing.T) {
 	// The API's ratio: DefaultTimeout for the edge, KeepMargin to keep.
 	ctx, cancel := context.WithTimeout(t.Context(), (dispatch.DefaultTimeout+dispatch.KeepMargin)/10)
 	defer cancel()
-	k := &keeper{}
-	d := &dispatch.Deliverer{Dispatcher: &dispatch.Dispatcher{Owners: st, Bus: b}, Blobs: st, BlobTTL: time.Minute, Keeper: k}
+	d := &dispatch.Deliverer{Dispatcher: &dispatch.Dispatcher{Owners: st, Bus: b}, Blobs: st, BlobTTL: time.Minute, Outbox: outbox(t, st, b)}
 	dl, err := d.Deliver(ctx, &protocol.Deliver{ID: "job-1", Target: "mobile:d1", Text: "hi", TTL: time.Minute})
-	if err != nil || !dl.Queued || k.len() != 1 {
-		t.Fatalf("a delivery with a ttl to a silent edge: %+v, %v, %d kept; want it queued", dl, err, k.len())
+	if n := kept(t, st, "d1"); err != nil || !dl.Queued || n != 1 {
+		t.Fatalf("a delivery with a ttl to a silent edge: %+v, %v, %d kept; want it queued", dl, err, n)
 	}
 	if ctx.Err() != nil {
 		t.Fatal("the delivery settled after its caller's deadline")

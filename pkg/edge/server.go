@@ -142,12 +142,13 @@ type Config struct {
 	ClaimTTL time.Duration
 	// Telemetry receives the edge's metrics and spans; nil records nothing.
 	Telemetry *telemetry.Telemetry
-	// Keeper keeps a deliver frame with a ttl that its device cannot take
-	// now (the router's outbox); nil refuses a ttl.
-	Keeper dispatch.Keeper
+	// Outbox keeps a deliver frame with a ttl that its device cannot take
+	// now (the process's outbox, as the router's API keeps one); nil
+	// refuses a ttl.
+	Outbox *dispatch.Outbox
 	// Push registers the push token an app sends in a push frame, for
 	// its own device, and names the kinds it takes (ready's
-	// capabilities.push): the notifier of the process's router. Nil
+	// capabilities.push): the notifier of the process's outbox. Nil
 	// takes none.
 	Push *push.Notifier
 	// DeviceSubjects: besides its edge subject, subscribe to each held
@@ -388,7 +389,7 @@ func New(cfg Config, st store.Store, b bus.Bus, log *slog.Logger) *Server {
 		start:     time.Now(),
 	}
 	s.helloBytes.limit = helloSocketBytes * int64(s.hello.cap) // what the admitted sockets may hold
-	s.deliverer = &dispatch.Deliverer{Dispatcher: s.sender, Blobs: st, BlobTTL: cfg.BlobTTL, HomeDevice: cfg.HomeDevice, Keeper: cfg.Keeper}
+	s.deliverer = &dispatch.Deliverer{Dispatcher: s.sender, Blobs: st, BlobTTL: cfg.BlobTTL, HomeDevice: cfg.HomeDevice, Outbox: cfg.Outbox}
 	if p, err := sharedPoller(); err == nil {
 		s.poller = p
 	}

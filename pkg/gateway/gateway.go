@@ -20,6 +20,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/bus"
 	"github.com/hermes-mobile/gateway/pkg/bus/natsbus"
 	"github.com/hermes-mobile/gateway/pkg/clock"
+	"github.com/hermes-mobile/gateway/pkg/dispatch"
 	"github.com/hermes-mobile/gateway/pkg/edge"
 	"github.com/hermes-mobile/gateway/pkg/router"
 	"github.com/hermes-mobile/gateway/pkg/store"
@@ -73,6 +74,12 @@ type Config struct {
 
 	Edge      edge.Config
 	RouterCfg router.Config
+	// Outbox configures what the node keeps for a device that holds no
+	// socket, and how it wakes it (MOBILE_OUTBOX_*, MOBILE_PUSH_*): the
+	// one dispatch.Outbox of the process, which its router keeps the
+	// agent's output in and its edge and router API keep cron's
+	// deliveries with a ttl in.
+	Outbox dispatch.OutboxConfig
 	// Telemetry receives the node's metrics and spans (unless Edge or
 	// RouterCfg name their own); nil records nothing.
 	Telemetry *telemetry.Telemetry
@@ -87,9 +94,9 @@ type Gateway struct {
 	Bus    bus.Bus
 	Edge   *edge.Server   // nil with Config.NoEdge
 	Router *router.Router // nil unless Config.Router
-	// keeper keeps the edge's deliver frames with a ttl when no router
-	// runs here: a Router never started.
-	keeper *router.Router
+	// Outbox keeps what the node's devices did not take: the router's
+	// and the edge's.
+	Outbox *dispatch.Outbox
 	API    *router.API // nil unless Config.Router and Config.APIListen
 	ln     net.Listener
 	served chan error
@@ -104,7 +111,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err e
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if err := errors.Join(cfg.Edge.Validate(), cfg.RouterCfg.Validate()); err != nil {
+	if err := errors.Join(cfg.Edge.Validate(), cfg.RouterCfg.Validate(), cfg.Outbox.Validate()); err != nil {
 		return nil, err
 	}
 	if cfg.NoEdge && !cfg.Router {
@@ -171,6 +178,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err e
 	if err := nb.WaitConnected(ctx); err != nil {
 		return nil, fmt.Errorf("NATS_URL: %w", err)
 	}
+	ocfg := cfg.Outbox
+	if cfg.Router && ocfg.Telemetry == nil {
+		// Its series are a router's (docs/metrics.md), which a process
+		// without a router does not serve; what it keeps is logged.
+		ocfg.Telemetry = cfg.RouterCfg.Telemetry
+	}
+	g.Outbox = dispatch.NewOutbox(ocfg, g.Store, g.Bus, log.With("component", "outbox"))
 	if cfg.Router {
 		a := cfg.Agent
 		switch {
@@ -183,6 +197,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err e
 		}
 		if cfg.RouterCfg.Clock == nil {
 			cfg.RouterCfg.Clock = cfg.Clock
+		}
+		if cfg.RouterCfg.Outbox == nil {
+			cfg.RouterCfg.Outbox = g.Outbox
 		}
 		g.Router = router.New(cfg.RouterCfg, g.Store, g.Bus, a, log.With("component", "router"))
 		if err := g.Router.Start(); err != nil {
@@ -202,29 +219,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err e
 	if err != nil {
 		return nil, fmt.Errorf("MOBILE_LISTEN: %w", err)
 	}
-	if cfg.Edge.Keeper == nil {
+	if cfg.Edge.Outbox == nil {
 		// A deliver frame with a ttl is kept as the router's API keeps
-		// it: by this process's router, or, without one, by a Router
-		// that is never started (its outbox bounds, MOBILE_OUTBOX_*,
-		// and push notifications, MOBILE_PUSH_*, with no agent).
-		keeper := g.Router
-		if keeper == nil {
-			if cfg.RouterCfg.Clock == nil {
-				cfg.RouterCfg.Clock = cfg.Clock
-			}
-			// No telemetry: its instruments are the router's series
-			// (docs/metrics.md), which a process without a router does
-			// not serve; what it keeps is logged.
-			kcfg := cfg.RouterCfg
-			kcfg.Telemetry = nil
-			g.keeper = router.New(kcfg, g.Store, g.Bus, agent.Demo{}, log.With("component", "outbox"))
-			keeper = g.keeper
-		}
-		cfg.Edge.Keeper = keeper
+		// it, and an app's own push token registered as the API
+		// registers one: by this process's outbox.
+		cfg.Edge.Outbox = g.Outbox
 		if cfg.Edge.Push == nil {
-			// An app's own push token is registered as the router's
-			// API registers one, by this process's notifier.
-			cfg.Edge.Push = keeper.Notifier()
+			cfg.Edge.Push = g.Outbox.Notifier()
 		}
 	}
 	g.Edge = edge.New(cfg.Edge, g.Store, g.Bus, log.With("component", "edge"))
@@ -353,8 +354,8 @@ func (g *Gateway) Close() error {
 	if g.Router != nil {
 		errs = append(errs, g.Router.Close())
 	}
-	if g.keeper != nil {
-		errs = append(errs, g.keeper.Close())
+	if g.Outbox != nil {
+		g.Outbox.Close()
 	}
 	if g.Bus != nil {
 		errs = append(errs, g.Bus.Close())

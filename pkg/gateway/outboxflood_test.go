@@ -28,7 +28,7 @@ func TestMintedDevicesKeepCronsQueuedMessage(t *testing.T) {
 	const bound = 16 << 10 // the flood's 400 answers take about 50 KiB
 	handled := &countingAgent{next: agent.Demo{}, gate: make(chan struct{})}
 	n := startNode(t, func(cfg *gateway.Config) {
-		cfg.RouterCfg.MaxOutboxBytes = bound
+		cfg.Outbox.StoreBytes = bound
 		cfg.Agent = handled
 	})
 

@@ -14,12 +14,12 @@ import (
 	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/client"
 	"github.com/hermes-mobile/gateway/pkg/config"
+	"github.com/hermes-mobile/gateway/pkg/dispatch"
 	"github.com/hermes-mobile/gateway/pkg/edge"
 	"github.com/hermes-mobile/gateway/pkg/gateway"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/push"
 	"github.com/hermes-mobile/gateway/pkg/push/pushtest"
-	"github.com/hermes-mobile/gateway/pkg/router"
 	"github.com/hermes-mobile/gateway/pkg/store"
 )
 
@@ -33,8 +33,8 @@ const (
 // may reach on loopback; tel-bound connects only with bound-token.
 func pushNode(t *testing.T, f *pushtest.FCM, a *pushtest.APNs) *node {
 	return startNode(t, func(cfg *gateway.Config) {
-		cfg.RouterCfg.PushAllowNets = "127.0.0.1/32"
-		cfg.RouterCfg.PushServices = router.PushServices{
+		cfg.Outbox.PushAllowNets = "127.0.0.1/32"
+		cfg.Outbox.PushServices = dispatch.PushServices{
 			FCMCredentials: config.Secret(f.Credentials()), FCMURL: f.URL,
 			APNsKey: config.Secret(a.KeyP8()), APNsKeyID: a.KeyID, APNsTeamID: a.TeamID, APNsTopic: a.Topic, APNsURL: a.URL,
 		}

@@ -13,8 +13,8 @@ import (
 
 	"github.com/hermes-mobile/gateway/pkg/agent"
 	"github.com/hermes-mobile/gateway/pkg/clock"
+	"github.com/hermes-mobile/gateway/pkg/dispatch"
 	"github.com/hermes-mobile/gateway/pkg/gateway"
-	"github.com/hermes-mobile/gateway/pkg/router"
 	"github.com/hermes-mobile/gateway/pkg/wire"
 )
 
@@ -40,7 +40,7 @@ func TestKeptForADay(t *testing.T) {
 			return err
 		})
 	})
-	if got := router.DefaultConfig().OutboxTTL; got != 24*time.Hour {
+	if got := dispatch.DefaultOutboxConfig().TTL; got != 24*time.Hour {
 		t.Fatalf("default outbox TTL %v, want 24h", got)
 	}
 	devs := []string{"tel-sleep-1", "tel-sleep-2"}

@@ -192,7 +192,7 @@ func NewAPI(r *Router, cfg APIConfig) *API {
 		streams:       make(map[tokens.Digest]int),
 		endpoints:     make(map[string][]string),
 	}
-	a.deliverer = &dispatch.Deliverer{Dispatcher: r.sender, Blobs: r.store, BlobTTL: r.cfg.BlobTTL, HomeDevice: cfg.HomeDevice, Keeper: r,
+	a.deliverer = &dispatch.Deliverer{Dispatcher: r.sender, Blobs: r.store, BlobTTL: r.cfg.BlobTTL, HomeDevice: cfg.HomeDevice, Outbox: r.outbox,
 		Tracer: r.tel.deliverTracer()}
 	a.ctx, a.cancel = context.WithCancel(r.ctx)
 	a.health = a.newHealth()

@@ -38,10 +38,10 @@ func (a *API) putPush(w http.ResponseWriter, req *http.Request) error {
 	// service (fcm, apns) this router does not send to: a clear 400 now.
 	// A name is checked on what it resolves to when a notification is
 	// sent.
-	if err := a.r.push.Check(t); err != nil {
+	if err := a.r.outbox.Notifier().Check(t); err != nil {
 		return badFrame("%v", err)
 	}
-	if err := a.r.push.Register(req.Context(), dev, t); err != nil {
+	if err := a.r.outbox.Notifier().Register(req.Context(), dev, t); err != nil {
 		return err
 	}
 	admin.WriteJSON(w, http.StatusOK, okBody{OK: true})

@@ -10,7 +10,10 @@ import (
 
 	"github.com/hermes-mobile/gateway/pkg/agent"
 	"github.com/hermes-mobile/gateway/pkg/bus/natsbus"
+	"github.com/hermes-mobile/gateway/pkg/config"
+	"github.com/hermes-mobile/gateway/pkg/dispatch"
 	"github.com/hermes-mobile/gateway/pkg/push"
+	"github.com/hermes-mobile/gateway/pkg/push/pushtest"
 	"github.com/hermes-mobile/gateway/pkg/router"
 	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/store/memstore"
@@ -148,9 +151,38 @@ func TestPushRegistrationHeaderValues(t *testing.T) {
 	})
 }
 
-// pushAPI serves the router API of a router of cfg (not started: only
-// registrations are made) and returns its URL.
-func pushAPI(t *testing.T, cfg router.Config) string {
+// pushServices are settings that turn FCM and APNs on, with the stand-ins'
+// credentials (nothing is sent to them here).
+func pushServices(t *testing.T) dispatch.PushServices {
+	f, a := pushtest.NewFCM(t), pushtest.NewAPNs(t)
+	return dispatch.PushServices{
+		FCMCredentials: config.Secret(f.Credentials()),
+		APNsKey:        config.Secret(a.KeyP8()), APNsKeyID: a.KeyID, APNsTeamID: a.TeamID, APNsTopic: a.Topic,
+	}
+}
+
+// TestPushRegistrationServices: the router API registers the fcm and
+// apns kinds, a token and no URL, when the service is configured, and
+// refuses them, naming the setting, when it is not.
+func TestPushRegistrationServices(t *testing.T) {
+	put := func(base string, body map[string]any) response {
+		return callURL(t, base, "PUT", "/v1/devices/tel-1/push", agentToken, body, nil)
+	}
+	off := pushAPI(t, dispatch.OutboxConfig{})
+	wantRefused(t, put(off, map[string]any{"kind": "fcm", "token": "abc:APA91b"}), "MOBILE_PUSH_FCM_CREDENTIALS_FILE")
+	wantRefused(t, put(off, map[string]any{"kind": "apns", "token": "0a1b"}), "MOBILE_PUSH_APNS_KEY_FILE")
+
+	on := pushAPI(t, dispatch.OutboxConfig{PushServices: pushServices(t)})
+	wantOK(t, put(on, map[string]any{"kind": "fcm", "token": "abc:APA91b"}))
+	wantOK(t, put(on, map[string]any{"kind": "apns", "token": "0a1b2c3d"}))
+	wantRefused(t, put(on, map[string]any{"kind": "apns", "token": "0a1b/../x"}), "hex")
+	wantRefused(t, put(on, map[string]any{"kind": "fcm", "token": "abc", "url": "https://fcm.example/"}), "no url")
+	wantRefused(t, put(on, map[string]any{"kind": "fcm"}), "token is missing")
+}
+
+// pushAPI serves the router API of a router whose outbox is of cfg (not
+// started: only registrations are made) and returns its URL.
+func pushAPI(t *testing.T, cfg dispatch.OutboxConfig) string {
 	t.Helper()
 	st := memstore.New(memstore.Options{})
 	t.Cleanup(func() { st.Close() })
@@ -159,7 +191,9 @@ func pushAPI(t *testing.T, cfg router.Config) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close() })
-	r := router.New(cfg, st, b, agent.Demo{}, nil)
+	o := dispatch.NewOutbox(cfg, st, b, nil)
+	t.Cleanup(o.Close)
+	r := router.New(router.Config{Outbox: o}, st, b, agent.Demo{}, nil)
 	t.Cleanup(func() { r.Close() })
 	api := router.NewAPI(r, apiConfig(nil))
 	t.Cleanup(api.Close)
@@ -176,21 +210,21 @@ func TestPushAllowSettings(t *testing.T) {
 	put := func(base, url string) response {
 		return callURL(t, base, "PUT", "/v1/devices/tel-1/push", agentToken, map[string]any{"kind": "ntfy", "url": url}, nil)
 	}
-	private := pushAPI(t, router.Config{PushAllowPrivate: true})
+	private := pushAPI(t, dispatch.OutboxConfig{PushAllowPrivate: true})
 	wantOK(t, put(private, "http://192.168.1.10/hermes_1"))
 	wantOK(t, put(private, "http://[fd12::1]:8080/hermes_1"))
 	wantRefused(t, put(private, "http://127.0.0.1/hermes_1"), "loopback")
 	wantRefused(t, put(private, "http://169.254.169.254/hermes_1"), "cloud metadata")
 	wantRefused(t, put(private, "http://100.100.100.200/hermes_1"), "cloud metadata")
 
-	nets := pushAPI(t, router.Config{PushAllowNets: "127.0.0.1/32, 192.168.7.0/24, 169.254.0.0/16"})
+	nets := pushAPI(t, dispatch.OutboxConfig{PushAllowNets: "127.0.0.1/32, 192.168.7.0/24, 169.254.0.0/16"})
 	wantOK(t, put(nets, "http://127.0.0.1:8080/hermes_1"))
 	wantOK(t, put(nets, "http://192.168.7.255/hermes_1"))
 	wantRefused(t, put(nets, "http://127.0.0.2/hermes_1"), "loopback")
 	wantRefused(t, put(nets, "http://192.168.8.0/hermes_1"), "private")
 	wantRefused(t, put(nets, "http://169.254.169.254/hermes_1"), "cloud metadata")
 
-	err := router.Config{PushAllowNets: "10.0.0.0/8,lan"}.Validate()
+	err := dispatch.OutboxConfig{PushAllowNets: "10.0.0.0/8,lan"}.Validate()
 	if err == nil || !strings.Contains(err.Error(), "MOBILE_PUSH_ALLOW_NETS") {
 		t.Fatalf("Validate = %v, want an error naming MOBILE_PUSH_ALLOW_NETS", err)
 	}

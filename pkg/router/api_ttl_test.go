@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/hermes-mobile/gateway/pkg/client"
+	"github.com/hermes-mobile/gateway/pkg/dispatch"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
-	"github.com/hermes-mobile/gateway/pkg/router"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -24,7 +24,7 @@ import (
 // passes, one second past it is 400 bad_frame, on both surfaces and for a
 // batch's delivery.
 func TestDeliverTTL(t *testing.T) {
-	day := int(router.DefaultOutboxTTL / time.Second)
+	day := int(dispatch.DefaultOutboxTTL / time.Second)
 	eachEnv(t, nil, func(t *testing.T, e *env) {
 		dev := device("sleeper")
 		cron := e.phone(t, device("cron")) // loopback: may deliver

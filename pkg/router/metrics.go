@@ -7,22 +7,16 @@ import (
 
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/hermes-mobile/gateway/pkg/push"
 	"github.com/hermes-mobile/gateway/pkg/telemetry"
 )
 
 // metrics are the router's instruments; every counter series exists at 0
 // from the start. docs/metrics.md lists the names.
 type metrics struct {
-	outboxIn metric.Int64Counter
 	latency  metric.Float64Histogram
 	dropped  metric.Int64Counter
 	backlog  metric.Int64UpDownCounter
 	takeover metric.Int64Counter
-
-	pushSent, pushFailed, pushDropped metric.Int64Counter
-	pushForgotten                     metric.Int64Counter
-	byPushKind                        telemetry.LabelSet // fcm, apns
 }
 
 // latencyBuckets (seconds) cover a loopback write (sub-millisecond) up to
@@ -37,9 +31,6 @@ func newMetrics(m metric.Meter) *metrics {
 	var x metrics
 	var in telemetry.Instruments
 	var e error
-	x.outboxIn, e = m.Int64Counter("hermes_outbox_queued",
-		metric.WithDescription("Agent outputs kept in an offline device's outbox."))
-	in.Check(e)
 	x.latency, e = m.Float64Histogram("hermes_delivery_latency", metric.WithUnit("s"),
 		metric.WithDescription("From the router sending an output to the owning edge acknowledging its write to the socket."),
 		metric.WithExplicitBucketBoundaries(latencyBuckets...))
@@ -53,29 +44,9 @@ func newMetrics(m metric.Meter) *metrics {
 	x.takeover, e = m.Int64Counter("hermes_journal_takeovers",
 		metric.WithDescription("Device journals this router took over from another router's lease (expired: its router died or was cut off; or released at shutdown)."))
 	in.Check(e)
-	x.pushSent, e = m.Int64Counter("hermes_push_sent",
-		metric.WithDescription("Push notifications a device's push endpoint accepted."))
-	in.Check(e)
-	x.pushFailed, e = m.Int64Counter("hermes_push_failed",
-		metric.WithDescription("Push notifications given up on: every attempt failed, the endpoint refused, or its registration could not be read."))
-	in.Check(e)
-	x.pushDropped, e = m.Int64Counter("hermes_push_dropped",
-		metric.WithDescription("Push notifications dropped unsent because the push queue was full, or a push service's share of it."))
-	in.Check(e)
-	x.pushForgotten, e = m.Int64Counter("hermes_push_forgotten",
-		metric.WithDescription("Push registrations forgotten because their service (FCM, APNs) reported the token no longer valid, by kind."))
-	in.Check(e)
 	if err := in.Err(); err != nil {
 		panic(fmt.Sprintf("router: creating the instruments: %v", err))
 	}
-	x.pushSent.Add(bg, 0)
-	x.pushFailed.Add(bg, 0)
-	x.pushDropped.Add(bg, 0)
-	x.byPushKind = telemetry.NewLabelSet("kind", push.KindFCM, push.KindAPNs)
-	for _, opts := range x.byPushKind.Known() {
-		x.pushForgotten.Add(bg, 0, opts...)
-	}
-	x.outboxIn.Add(bg, 0)
 	x.dropped.Add(bg, 0)
 	x.backlog.Add(bg, 0)
 	x.takeover.Add(bg, 0)
@@ -93,22 +64,9 @@ func (m *metrics) journalsTakenOver(n int) {
 	}
 }
 
-// outboxQueued counts an output kept for an offline device.
-func (m *metrics) outboxQueued() { m.outboxIn.Add(bg, 1) }
-
 // deliveryLatency records how long an acknowledged delivery took.
 func (m *metrics) deliveryLatency(d time.Duration) { m.latency.Record(bg, d.Seconds()) }
 
 // journalDropped counts a device event given up on after its routers died
 // on it too often.
 func (m *metrics) journalDropped() { m.dropped.Add(bg, 1) }
-
-// PushSent, PushFailed and PushDropped count push notifications
-// (push.Metrics).
-func (m *metrics) PushSent()    { m.pushSent.Add(bg, 1) }
-func (m *metrics) PushFailed()  { m.pushFailed.Add(bg, 1) }
-func (m *metrics) PushDropped() { m.pushDropped.Add(bg, 1) }
-
-// PushForgotten counts a registration of kind forgotten for a dead token
-// (push.Metrics).
-func (m *metrics) PushForgotten(kind string) { m.pushForgotten.Add(bg, 1, m.byPushKind.Of(kind)...) }

@@ -22,13 +22,12 @@ func TestMetricsSeries(t *testing.T) {
 	m := newMetrics(tel.Meter())
 	scrape := func() string { return testsvc.MetricsText(t, tel.Handler()) }
 	fresh := scrape()
-	for _, want := range []string{"hermes_outbox_queued_total 0", "hermes_journal_dropped_total 0",
+	for _, want := range []string{"hermes_journal_dropped_total 0",
 		"hermes_journal_backlog 0", "hermes_journal_takeovers_total 0"} {
 		if !strings.Contains(fresh, want) {
 			t.Errorf("a fresh router's /metrics lacks %q", want)
 		}
 	}
-	m.outboxQueued()
 	m.journalDropped()
 	m.journalWorked(1)
 	m.journalWorked(1)
@@ -41,7 +40,6 @@ func TestMetricsSeries(t *testing.T) {
 	}
 	body := scrape()
 	for _, want := range []string{
-		"hermes_outbox_queued_total 1",
 		"hermes_journal_dropped_total 1",
 		"hermes_journal_backlog 1",
 		"hermes_journal_takeovers_total 3",

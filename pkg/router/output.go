@@ -29,24 +29,16 @@ type output struct {
 	// device has no owner record (wire.Output.Via).
 	via string
 	// share is what the outbox charges what it keeps of this output to
-	// (shareFor); empty: shareAgent.
+	// (shareFor); empty: dispatch.ShareAgent.
 	share string
 }
 
-// The shares of the outbox's store-wide bound (store.OutboxLimits.Share):
-// the credential that caused an output to be kept. Past the bound the
-// share holding the most loses first (then its device holding the most),
-// so the agent's answers to made-up devices cannot push out what cron's
-// deliver token queued. An owner (tenant) id may take this place.
-const (
-	shareAgent   = "agent"   // the outputs of an agent through the API
-	shareDeliver = "deliver" // cron's deliveries (Keep), and the answers to a cron socket's texts
-)
-
-// shareFor is the share of the answers to ev: the token that admitted its
-// device, so that one token's made-up devices compete with each other,
-// not with a phone of its own token or with cron. A device of
-// MOBILE_EXTRA_TOKENS is a share of its own.
+// shareFor is the share of the outbox's store-wide bound
+// (store.OutboxLimits.Share) the answers to ev are charged to: the token
+// that admitted its device, so that one token's made-up devices compete
+// with each other, not with a phone of its own token or with cron
+// (dispatch.ShareDeliver). A device of MOBILE_EXTRA_TOKENS is a share of
+// its own.
 func shareFor(ev wire.Event) string {
 	switch ev.Auth {
 	case "device":
@@ -54,7 +46,7 @@ func shareFor(ev wire.Event) string {
 	case "app", "deliver":
 		return ev.Auth
 	}
-	return shareAgent
+	return dispatch.ShareAgent
 }
 
 var _ agent.Output = (*output)(nil)
@@ -102,16 +94,10 @@ func (o *output) send(ctx context.Context, out wire.Output) error {
 	// be neither delivered nor kept: with hold, both are tried again, with
 	// backoff, for as long as the agent's call may run, so an outage of the
 	// store does not drop an answer to an event the router already took.
-	offline := out
-	offline.Offline = true
-	data, err := wire.Marshal(offline)
-	if err != nil {
-		return err
-	}
 	push := func() error {
 		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		return o.r.keep(pctx, o.device, cmp.Or(o.share, shareAgent), out, data, 0)
+		return o.r.outbox.Put(pctx, o.device, cmp.Or(o.share, dispatch.ShareAgent), out, 0)
 	}
 	for {
 		err := push()
@@ -129,74 +115,7 @@ func (o *output) send(ctx context.Context, out wire.Output) error {
 			return nil // delivered after all
 		}
 	}
-	o.r.kept(ctx, o.device, out)
-	return nil
-}
-
-// Keep keeps out, a delivery for device that it did not take, in the
-// device's outbox for ttl (at most OutboxTTL) and wakes the device: the
-// dispatch.Keeper of cron's deliveries with a ttl, on the router's API and
-// (through an edge's own Router, unstarted, when no router runs in its
-// process) on the deliver frame.
-func (r *Router) Keep(ctx context.Context, device string, out wire.Output, ttl time.Duration) error {
-	out.Device = device
-	offline := out
-	offline.Offline = true
-	data, err := wire.Marshal(offline)
-	if err != nil {
-		return err
-	}
-	// The delivery's deadline may be nearly spent waiting for an ack:
-	// keeping it gets time of its own, as output.send's does.
-	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if err := r.keep(kctx, device, shareDeliver, out, data, ttl); err != nil {
-		return err
-	}
-	r.kept(ctx, device, out)
-	return nil
-}
-
-// MaxTTL is the longest Keep keeps an output: OutboxTTL.
-func (r *Router) MaxTTL() time.Duration { return r.cfg.OutboxTTL }
-
-var _ dispatch.Keeper = (*Router)(nil)
-
-// kept counts out, just pushed to device's outbox, notifies the device's
-// push endpoint and has the device's edge read the outbox again.
-func (r *Router) kept(ctx context.Context, device string, out wire.Output) {
-	r.tel.m.outboxQueued()
-	r.push.Notify(device, out.Op, out.Text)
-	// The device may have connected between the failed delivery and the
-	// push, and read its outbox before the push: its edge reads it again.
-	nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if err := r.sender.Notify(nctx, wire.Control{Op: wire.OpOutbox, Device: device}); err != nil {
-		r.log.DebugContext(ctx, "announcing an outbox item failed; the device reads it on its next connect", "device", device, "err", err)
-	}
-}
-
-// keep pushes data, the offline form of out, to device's outbox for ttl
-// (OutboxTTL when 0), charged to share, first making the media it refers
-// to live as long, and logs what the push dropped (past the store-wide
-// bound, maybe other devices' items).
-func (r *Router) keep(ctx context.Context, device, share string, out wire.Output, data []byte, ttl time.Duration) error {
-	lim := r.cfg.OutboxLimits(ttl)
-	lim.Share = share
-	if out.Media != nil && out.Media.Blob != "" {
-		if err := r.store.ExtendBlob(ctx, out.Media.Blob, lim.TTL); err != nil && !errors.Is(err, store.ErrNotFound) {
-			return err
-		}
-	}
-	d, err := r.store.PushOutbox(ctx, device, data, lim)
-	if err != nil {
-		return err
-	}
-	if d.Total() > 0 {
-		r.log.WarnContext(ctx, "outbox items dropped unwritten", "device", device, "share", share,
-			"full", d.Full, "bytes", d.Bytes, "store", d.Store, "expired", d.Expired,
-			"max_items", lim.MaxItems, "max_bytes", lim.MaxBytes, "max_store_bytes", lim.MaxStoreBytes)
-	}
+	o.r.outbox.Wake(ctx, o.device, out)
 	return nil
 }
 

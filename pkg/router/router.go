@@ -26,11 +26,9 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/agent"
 	"github.com/hermes-mobile/gateway/pkg/bus"
 	"github.com/hermes-mobile/gateway/pkg/clock"
-	"github.com/hermes-mobile/gateway/pkg/config"
 	"github.com/hermes-mobile/gateway/pkg/dispatch"
 	"github.com/hermes-mobile/gateway/pkg/ids"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
-	"github.com/hermes-mobile/gateway/pkg/push"
 	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/telemetry"
 	"github.com/hermes-mobile/gateway/pkg/wire"
@@ -46,20 +44,6 @@ type Config struct {
 	// wait without a limit (ttl -1) lives until answered or closed, at
 	// most this long.
 	PromptMaxTTL time.Duration
-	// OutboxMax bounds the frames kept for an offline device
-	// (MOBILE_OUTBOX_MAX, 1024); the oldest are dropped first.
-	OutboxMax int
-	// OutboxTTL is how long they are kept (MOBILE_OUTBOX_TTL, 24 h): a
-	// phone that sleeps through the night finds them in the morning.
-	OutboxTTL time.Duration
-	// OutboxBytes bounds the bytes of the frames kept for one offline
-	// device (MOBILE_OUTBOX_MIB, 32 MiB); the oldest are dropped first.
-	// Media are kept by reference (the blob's key), so a frame is small.
-	OutboxBytes int
-	// MaxOutboxBytes bounds the bytes of every device's outbox in the store
-	// together (MOBILE_MAX_OUTBOX_MIB, 1024 MiB); past it the store's
-	// oldest frames are dropped, whichever device they wait for.
-	MaxOutboxBytes int64
 	// SessionQueue bounds the events waiting for the agent per session
 	// (1000): the length of a device's journal. Past it new events are
 	// refused and the phone retries.
@@ -96,52 +80,16 @@ type Config struct {
 	RetryFor time.Duration
 	// Telemetry receives the router's metrics and spans; nil records nothing.
 	Telemetry *telemetry.Telemetry
-
-	// PushKey signs the webhook push notifications (MOBILE_PUSH_KEY);
-	// see package push.
-	PushKey config.Secret
-	// PushEvery: at most one push notification per device per this long
-	// (MOBILE_PUSH_EVERY, 15 min): one per burst of output.
-	PushEvery time.Duration
-	// PushContent puts the waiting message's text in push notifications
-	// (MOBILE_PUSH_CONTENT); off, they say only that something waits.
-	PushContent bool
-	// PushBackoff is the first wait between a notification's attempts (1
-	// s), doubling up to 1 min; tests shorten it.
-	PushBackoff time.Duration
-	// PushAllowPrivate lets push endpoints be at private addresses
-	// (MOBILE_PUSH_ALLOW_PRIVATE): a self-hosted ntfy on the LAN. See
-	// push.Policy.
-	PushAllowPrivate bool
-	// PushAllowNets lets push endpoints be in these networks, whatever
-	// they are, comma-separated CIDRs (MOBILE_PUSH_ALLOW_NETS): one LAN's
-	// subnet, or loopback for tests. Metadata addresses stay refused.
-	PushAllowNets string
-	// PushServices turns on FCM and APNs (MOBILE_PUSH_FCM_*,
-	// MOBILE_PUSH_APNS_*), whose notifications expire after OutboxTTL.
-	PushServices PushServices
+	// Outbox keeps the agent's output for a device that holds no socket,
+	// and cron's deliveries with a ttl that the API takes; the API
+	// registers push endpoints with its Notifier. Nil: New makes one of
+	// dispatch.DefaultOutboxConfig (with Telemetry), which Close closes.
+	Outbox *dispatch.Outbox
 }
-
-// The outbox's defaults: what is kept for a phone that sleeps.
-const (
-	DefaultOutboxMax      = 1024
-	DefaultOutboxTTL      = 24 * time.Hour
-	DefaultOutboxBytes    = 32 << 20
-	DefaultMaxOutboxBytes = 1024 << 20
-)
 
 // DefaultPromptMaxTTL is the longest a card may live by default
 // (MOBILE_PROMPT_MAX_TTL).
 const DefaultPromptMaxTTL = 24 * time.Hour
-
-// OutboxLimits are the store's bounds of the outboxes, for an item kept
-// for ttl (OutboxTTL when ttl is not positive or longer).
-func (c Config) OutboxLimits(ttl time.Duration) store.OutboxLimits {
-	if ttl <= 0 || ttl > c.OutboxTTL {
-		ttl = c.OutboxTTL
-	}
-	return store.OutboxLimits{MaxItems: c.OutboxMax, MaxBytes: c.OutboxBytes, MaxStoreBytes: c.MaxOutboxBytes, TTL: ttl}
-}
 
 // DefaultConfig is the configuration a zero Config stands for, so that
 // flags show the real defaults without repeating them.
@@ -157,26 +105,18 @@ func DefaultConfig() Config {
 // values stand for their defaults and are valid.
 func (c Config) Validate() error {
 	var errs []error
-	for name, d := range map[string]time.Duration{"PromptTTL": c.PromptTTL, "PromptMaxTTL": c.PromptMaxTTL, "OutboxTTL": c.OutboxTTL,
+	for name, d := range map[string]time.Duration{"PromptTTL": c.PromptTTL, "PromptMaxTTL": c.PromptMaxTTL,
 		"JournalLease": c.JournalLease, "JournalTTL": c.JournalTTL, "CloseGrace": c.CloseGrace, "SweepEvery": c.SweepEvery,
 		"HandleTimeout": c.HandleTimeout, "BlobTTL": c.BlobTTL, "RetryFor": c.RetryFor} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s: %v is negative", setting(name), d))
 		}
 	}
-	for name, n := range map[string]int{"OutboxMax": c.OutboxMax, "OutboxBytes": c.OutboxBytes, "SessionQueue": c.SessionQueue, "MaxAttempts": c.MaxAttempts} {
+	for name, n := range map[string]int{"SessionQueue": c.SessionQueue, "MaxAttempts": c.MaxAttempts} {
 		if n < 0 {
 			errs = append(errs, fmt.Errorf("%s: %d is negative", setting(name), n))
 		}
 	}
-	if c.MaxOutboxBytes < 0 {
-		errs = append(errs, fmt.Errorf("%s: %d is negative", setting("MaxOutboxBytes"), c.MaxOutboxBytes))
-	}
-	if _, err := push.ParseNets(c.PushAllowNets); err != nil {
-		errs = append(errs, fmt.Errorf("%s: %w", setting("PushAllowNets"), err))
-	}
-	_, _, perrs := c.PushServices.load()
-	errs = append(errs, perrs...)
 	if c.JournalLease > 0 && c.JournalLease < 3*time.Second {
 		errs = append(errs, fmt.Errorf("%s: %v is under 3 s: it is renewed every third of it", setting("JournalLease"), c.JournalLease))
 	}
@@ -192,18 +132,6 @@ func (c *Config) setDefaults() {
 		c.PromptMaxTTL = DefaultPromptMaxTTL
 	}
 	c.PromptMaxTTL = max(c.PromptMaxTTL, c.PromptTTL)
-	if c.OutboxMax <= 0 {
-		c.OutboxMax = DefaultOutboxMax
-	}
-	if c.OutboxTTL <= 0 {
-		c.OutboxTTL = DefaultOutboxTTL
-	}
-	if c.OutboxBytes <= 0 {
-		c.OutboxBytes = DefaultOutboxBytes
-	}
-	if c.MaxOutboxBytes <= 0 {
-		c.MaxOutboxBytes = DefaultMaxOutboxBytes
-	}
 	if c.SessionQueue <= 0 {
 		c.SessionQueue = 1000
 	}
@@ -232,9 +160,6 @@ func (c *Config) setDefaults() {
 	if c.RetryFor <= 0 {
 		c.RetryFor = 30 * time.Second
 	}
-	if c.PushEvery <= 0 {
-		c.PushEvery = 15 * time.Minute
-	}
 }
 
 // Router runs an agent behind the bus.
@@ -246,7 +171,9 @@ type Router struct {
 	agent  agent.Agent
 	sender *dispatch.Dispatcher
 	tel    routerTelemetry
-	push   *push.Notifier // wakes devices whose output went to the outbox
+	outbox *dispatch.Outbox // keeps what a device did not take, and wakes it
+	// ownOutbox: New made outbox (Config.Outbox was nil); Close closes it.
+	ownOutbox bool
 
 	// id names this router as the holder of journal leases.
 	id string
@@ -300,15 +227,11 @@ func New(cfg Config, st store.Store, b bus.Bus, a agent.Agent, log *slog.Logger)
 	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	r.quit, r.stop = context.WithCancel(r.ctx)
-	pushNets, _ := push.ParseNets(cfg.PushAllowNets) // Validate reports an error
-	fcm, apns, perrs := cfg.PushServices.load()      // and these
-	if len(perrs) > 0 {
-		log.Error("push services left off", "err", errors.Join(perrs...))
+	r.outbox = cfg.Outbox
+	if r.outbox == nil {
+		r.outbox = dispatch.NewOutbox(dispatch.OutboxConfig{Telemetry: cfg.Telemetry}, st, b, log)
+		r.ownOutbox = true
 	}
-	r.push = push.New(push.Config{Store: st, Key: []byte(cfg.PushKey), Every: cfg.PushEvery, Content: cfg.PushContent,
-		FCM: fcm, APNs: apns, TTL: cfg.OutboxTTL,
-		Policy:  push.Policy{AllowPrivate: cfg.PushAllowPrivate, AllowNets: pushNets},
-		Backoff: cfg.PushBackoff, Log: log.With("component", "push"), Metrics: r.tel.m})
 	return r
 }
 
@@ -346,7 +269,9 @@ func (r *Router) Close() error {
 	}
 	r.cancel()
 	<-done
-	r.push.Close()
+	if r.ownOutbox {
+		r.outbox.Close()
+	}
 	return nil
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/admin"
 	"github.com/hermes-mobile/gateway/pkg/agent"
 	"github.com/hermes-mobile/gateway/pkg/config"
+	"github.com/hermes-mobile/gateway/pkg/dispatch"
 	"github.com/hermes-mobile/gateway/pkg/edge"
 	"github.com/hermes-mobile/gateway/pkg/gateway"
 	"github.com/hermes-mobile/gateway/pkg/ids"
@@ -44,6 +45,7 @@ type flags struct {
 	blobTTL                                                             time.Duration
 	edgeCfg                                                             edge.Config   // its tuning flags
 	routerCfg                                                           router.Config // its tuning flags
+	outbox                                                              dispatch.OutboxConfig
 	agent                                                               agent.Choice
 }
 
@@ -74,6 +76,7 @@ func (f *flags) register(fs *flag.FlagSet) {
 	config.Seconds(fs, &f.blobTTL, "blob-ttl", "MOBILE_BLOB_TTL", edge.DefaultConfig().BlobTTL, "how long media stays in the store: uploads for the agent, the agent's files for the phones")
 	f.edgeCfg.RegisterFlags(fs)
 	f.routerCfg.RegisterFlags(fs)
+	f.outbox.RegisterFlags(fs)
 }
 
 // drainGrace is how long, past the drain window, the connections still
@@ -222,7 +225,8 @@ func (f flags) gatewayConfig() (gateway.Config, error) {
 	cfg.Edge.Pages, cfg.Edge.AvatarPath = web.Handler(web.Options{Client: webClient}), web.AvatarPath
 	cfg.RouterCfg = f.routerCfg
 	cfg.RouterCfg.BlobTTL = f.blobTTL
-	if err := errors.Join(cfg.Edge.Validate(), cfg.RouterCfg.Validate()); err != nil {
+	cfg.Outbox = f.outbox
+	if err := errors.Join(cfg.Edge.Validate(), cfg.RouterCfg.Validate(), cfg.Outbox.Validate()); err != nil {
 		return cfg, err
 	}
 	return cfg, nil

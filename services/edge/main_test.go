@@ -26,6 +26,7 @@ import (
 
 	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/config"
+	"github.com/hermes-mobile/gateway/pkg/dispatch"
 	"github.com/hermes-mobile/gateway/pkg/router"
 	"github.com/hermes-mobile/gateway/pkg/store/memstore"
 
@@ -104,7 +105,8 @@ func TestFlagDefaults(t *testing.T) {
 			MaxHelloBytes: 16 << 20, MaxHelloConns: 10_000, MaxHelloConnsPerAddr: 256, HelloPrefixV4: 32, HelloPrefixV6: 64,
 			MaxOutboundBytes: 32 << 20, WriteTimeout: 10 * time.Second, ReadTimeout: time.Minute, OwnerTTL: 30 * time.Second,
 			AckWait: 10 * time.Second, PageTimeout: 10 * time.Second, MaxPageConns: 1024},
-		routerCfg: router.Config{PromptTTL: protocol.DefaultPromptTTL, PromptMaxTTL: router.DefaultPromptMaxTTL, OutboxMax: 1024, SessionQueue: 1000, OutboxTTL: 24 * time.Hour, OutboxBytes: 32 << 20, MaxOutboxBytes: 1 << 30, PushEvery: 15 * time.Minute, JournalLease: 15 * time.Second},
+		routerCfg: router.Config{PromptTTL: protocol.DefaultPromptTTL, PromptMaxTTL: router.DefaultPromptMaxTTL, SessionQueue: 1000, JournalLease: 15 * time.Second},
+		outbox:    dispatch.OutboxConfig{Max: 1024, TTL: 24 * time.Hour, Bytes: 32 << 20, StoreBytes: 1 << 30, PushEvery: 15 * time.Minute},
 		agent:     agent.Choice{Name: "demo", OpenAIBaseURL: "https://api.openai.com/v1", OpenAITimeout: 120 * time.Second}}
 	if !reflect.DeepEqual(f, want) {
 		t.Fatalf("defaults = %+v, want %+v", f, want)
@@ -154,10 +156,10 @@ func TestEnvAndFlags(t *testing.T) {
 		{"MOBILE_PAGE_TIMEOUT", "page-timeout", "45", "90", func(f flags) string { return f.edgeCfg.PageTimeout.String() }},
 		{"MOBILE_MAX_PAGE_CONNS", "max-page-conns", "45", "90", func(f flags) string { return strconv.Itoa(f.edgeCfg.MaxPageConns) }},
 		{"MOBILE_BLOB_TTL", "blob-ttl", "45", "90", func(f flags) string { return f.blobTTL.String() }},
-		{"MOBILE_OUTBOX_MAX", "outbox-max", "45", "90", func(f flags) string { return strconv.Itoa(f.routerCfg.OutboxMax) }},
-		{"MOBILE_OUTBOX_TTL", "outbox-ttl", "45", "90", func(f flags) string { return f.routerCfg.OutboxTTL.String() }},
-		{"MOBILE_OUTBOX_MIB", "outbox-mib", "45", "90", func(f flags) string { return mib(int64(f.routerCfg.OutboxBytes)) }},
-		{"MOBILE_MAX_OUTBOX_MIB", "max-outbox", "45", "90", func(f flags) string { return mib(f.routerCfg.MaxOutboxBytes) }},
+		{"MOBILE_OUTBOX_MAX", "outbox-max", "45", "90", func(f flags) string { return strconv.Itoa(f.outbox.Max) }},
+		{"MOBILE_OUTBOX_TTL", "outbox-ttl", "45", "90", func(f flags) string { return f.outbox.TTL.String() }},
+		{"MOBILE_OUTBOX_MIB", "outbox-mib", "45", "90", func(f flags) string { return mib(int64(f.outbox.Bytes)) }},
+		{"MOBILE_MAX_OUTBOX_MIB", "max-outbox", "45", "90", func(f flags) string { return mib(f.outbox.StoreBytes) }},
 		{"MOBILE_SESSION_QUEUE", "session-queue", "45", "90", func(f flags) string { return strconv.Itoa(f.routerCfg.SessionQueue) }},
 		{"MOBILE_JOURNAL_LEASE", "journal-lease", "45", "90", func(f flags) string { return f.routerCfg.JournalLease.String() }},
 	} {

@@ -24,6 +24,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/admin"
 	"github.com/hermes-mobile/gateway/pkg/agent"
 	"github.com/hermes-mobile/gateway/pkg/config"
+	"github.com/hermes-mobile/gateway/pkg/dispatch"
 	"github.com/hermes-mobile/gateway/pkg/gateway"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/router"
@@ -43,6 +44,7 @@ type flags struct {
 	maxBlob                          int64
 	blobTTL                          time.Duration
 	router                           router.Config // its tuning flags
+	outbox                           dispatch.OutboxConfig
 
 	agent agent.Choice
 }
@@ -61,6 +63,7 @@ func (f *flags) register(fs *flag.FlagSet) {
 	f.agent.Register(fs, "the agent: demo, openai (an OpenAI-compatible chat API) or link (an outside agent reads GET /v1/events)")
 	config.String(fs, &f.eventsMax, "events-max", "MOBILE_EVENTS_MAX", strconv.Itoa(agent.DefaultLinkMaxLen), "events the log of AGENT=link keeps (about)")
 	f.router.RegisterFlags(fs)
+	f.outbox.RegisterFlags(fs)
 	config.Seconds(fs, &f.blobTTL, "blob-ttl", "MOBILE_BLOB_TTL", router.DefaultConfig().BlobTTL, "how long media sent by the agent stays in the store for the phones")
 	config.MiB(fs, &f.maxBlob, "max-blob", "MOBILE_MAX_BLOB_MIB", memstore.DefaultMaxBlobBytes, "media kept in the store for the agent and the phones (POST /v1/blobs); past it a blob is refused")
 	config.String(fs, &f.logLevel, "log-level", "MOBILE_LOG_LEVEL", "info", "debug, info, warn or error")
@@ -98,6 +101,7 @@ type settings struct {
 	eventsMax int
 	api       router.APIConfig
 	router    router.Config
+	outbox    dispatch.OutboxConfig
 }
 
 func (f flags) settings() (settings, error) {
@@ -130,7 +134,8 @@ func (f flags) settings() (settings, error) {
 	}
 	s.router = f.router
 	s.router.BlobTTL = f.blobTTL
-	return s, s.router.Validate()
+	s.outbox = f.outbox
+	return s, errors.Join(s.router.Validate(), s.outbox.Validate())
 }
 
 // run runs the router until ctx ends, then shuts it down: the HTTP API
@@ -161,7 +166,7 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) (err error) {
 		Name: "hermes-router", NoEdge: true, Router: true,
 		NATSURL: f.natsURL, NATSPrefix: f.natsPrefix, RedisURL: f.redisURL, RedisMode: f.redisMode, RedisPrefix: f.redisPrefix, RedisPoolSize: f.redisPool,
 		MaxBlobBytes: f.maxBlob, NewAgent: agent.Named(s.agent, s.openai, s.eventsMax),
-		APIListen: f.listen, API: s.api, RouterCfg: s.router, Telemetry: adm.Tel,
+		APIListen: f.listen, API: s.api, RouterCfg: s.router, Outbox: s.outbox, Telemetry: adm.Tel,
 		WaitForDeps: true,
 	}, log)
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/config"
+	"github.com/hermes-mobile/gateway/pkg/dispatch"
 
 	"github.com/redis/go-redis/v9"
 
@@ -73,7 +74,8 @@ func TestFlagDefaults(t *testing.T) {
 	clearEnv(t)
 	want := flags{listen: "127.0.0.1:8788", redisMode: "single", redisPrefix: "hermes:", redisPool: 32, agent: agent.Choice{Name: "demo", OpenAIBaseURL: "https://api.openai.com/v1", OpenAITimeout: 120 * time.Second}, eventsMax: "10000",
 		logLevel: "info", adminListen: "127.0.0.1:8790", maxBlob: 1 << 30, pprof: "off", blobTTL: 15 * time.Minute,
-		router: router.Config{PromptTTL: protocol.DefaultPromptTTL, PromptMaxTTL: router.DefaultPromptMaxTTL, OutboxMax: 1024, SessionQueue: 1000, OutboxTTL: 24 * time.Hour, OutboxBytes: 32 << 20, MaxOutboxBytes: 1 << 30, PushEvery: 15 * time.Minute, JournalLease: 15 * time.Second}}
+		router: router.Config{PromptTTL: protocol.DefaultPromptTTL, PromptMaxTTL: router.DefaultPromptMaxTTL, SessionQueue: 1000, JournalLease: 15 * time.Second},
+		outbox: dispatch.OutboxConfig{Max: 1024, TTL: 24 * time.Hour, Bytes: 32 << 20, StoreBytes: 1 << 30, PushEvery: 15 * time.Minute}}
 	if f := mustParse(t); !reflect.DeepEqual(f, want) {
 		t.Fatalf("defaults = %+v, want %+v", f, want)
 	}
@@ -104,8 +106,8 @@ func TestEnvAndFlags(t *testing.T) {
 		{"OPENAI_MODEL", "openai-model", "llama3", "gpt-4o-mini", func(f flags) string { return f.agent.OpenAIModel }},
 		{"OPENAI_SYSTEM_PROMPT", "openai-system-prompt", "Be brief.", "Be kind.", func(f flags) string { return f.agent.OpenAIPrompt }},
 		{"MOBILE_MAX_BLOB_MIB", "max-blob", "45", "90", func(f flags) string { return strconv.FormatInt(f.maxBlob>>20, 10) }},
-		{"MOBILE_OUTBOX_MIB", "outbox-mib", "45", "90", func(f flags) string { return strconv.Itoa(f.router.OutboxBytes >> 20) }},
-		{"MOBILE_MAX_OUTBOX_MIB", "max-outbox", "45", "90", func(f flags) string { return strconv.FormatInt(f.router.MaxOutboxBytes>>20, 10) }},
+		{"MOBILE_OUTBOX_MIB", "outbox-mib", "45", "90", func(f flags) string { return strconv.Itoa(f.outbox.Bytes >> 20) }},
+		{"MOBILE_MAX_OUTBOX_MIB", "max-outbox", "45", "90", func(f flags) string { return strconv.FormatInt(f.outbox.StoreBytes>>20, 10) }},
 	} {
 		t.Run(tc.env, func(t *testing.T) {
 			clearEnv(t)
@@ -144,8 +146,9 @@ func TestSettings(t *testing.T) {
 	}
 	want := settings{level: -4, agent: "link", eventsMax: 250,
 		api: router.APIConfig{DeliverTokens: []string{"cron-1", "cron-2"}, AgentTokens: []string{"agent-1"}, HomeDevice: "tel-1"},
-		router: router.Config{PromptTTL: 45 * time.Second, PromptMaxTTL: router.DefaultPromptMaxTTL, OutboxMax: 64, OutboxTTL: 2 * time.Minute, OutboxBytes: 32 << 20, MaxOutboxBytes: 1 << 30, PushEvery: 15 * time.Minute, SessionQueue: 50,
-			JournalLease: 6 * time.Second, BlobTTL: 5 * time.Minute}}
+		router: router.Config{PromptTTL: 45 * time.Second, PromptMaxTTL: router.DefaultPromptMaxTTL, SessionQueue: 50,
+			JournalLease: 6 * time.Second, BlobTTL: 5 * time.Minute},
+		outbox: dispatch.OutboxConfig{Max: 64, TTL: 2 * time.Minute, Bytes: 32 << 20, StoreBytes: 1 << 30, PushEvery: 15 * time.Minute}}
 	if !reflect.DeepEqual(s, want) {
 		t.Fatalf("settings = %+v, want %+v", s, want)
 	}

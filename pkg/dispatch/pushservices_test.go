@@ -1,4 +1,4 @@
-package router_test
+package dispatch_test
 
 import (
 	"encoding/json"
@@ -9,38 +9,19 @@ import (
 	"testing"
 
 	"github.com/hermes-mobile/gateway/pkg/config"
+	"github.com/hermes-mobile/gateway/pkg/dispatch"
 	"github.com/hermes-mobile/gateway/pkg/push"
 	"github.com/hermes-mobile/gateway/pkg/push/pushtest"
-	"github.com/hermes-mobile/gateway/pkg/router"
 )
 
 // pushServices are settings that turn FCM and APNs on, with the stand-ins'
 // credentials (nothing is sent to them here).
-func pushServices(t *testing.T) router.PushServices {
+func pushServices(t *testing.T) dispatch.PushServices {
 	f, a := pushtest.NewFCM(t), pushtest.NewAPNs(t)
-	return router.PushServices{
+	return dispatch.PushServices{
 		FCMCredentials: config.Secret(f.Credentials()),
 		APNsKey:        config.Secret(a.KeyP8()), APNsKeyID: a.KeyID, APNsTeamID: a.TeamID, APNsTopic: a.Topic,
 	}
-}
-
-// TestPushRegistrationServices: the router API registers the fcm and
-// apns kinds, a token and no URL, when the service is configured, and
-// refuses them, naming the setting, when it is not.
-func TestPushRegistrationServices(t *testing.T) {
-	put := func(base string, body map[string]any) response {
-		return callURL(t, base, "PUT", "/v1/devices/tel-1/push", agentToken, body, nil)
-	}
-	off := pushAPI(t, router.Config{})
-	wantRefused(t, put(off, map[string]any{"kind": "fcm", "token": "abc:APA91b"}), "MOBILE_PUSH_FCM_CREDENTIALS_FILE")
-	wantRefused(t, put(off, map[string]any{"kind": "apns", "token": "0a1b"}), "MOBILE_PUSH_APNS_KEY_FILE")
-
-	on := pushAPI(t, router.Config{PushServices: pushServices(t)})
-	wantOK(t, put(on, map[string]any{"kind": "fcm", "token": "abc:APA91b"}))
-	wantOK(t, put(on, map[string]any{"kind": "apns", "token": "0a1b2c3d"}))
-	wantRefused(t, put(on, map[string]any{"kind": "apns", "token": "0a1b/../x"}), "hex")
-	wantRefused(t, put(on, map[string]any{"kind": "fcm", "token": "abc", "url": "https://fcm.example/"}), "no url")
-	wantRefused(t, put(on, map[string]any{"kind": "fcm"}), "token is missing")
 }
 
 // TestPushServicesSettings: each secret comes from its variable or its
@@ -57,33 +38,33 @@ func TestPushServicesSettings(t *testing.T) {
 	fromFiles := good
 	fromFiles.FCMCredentials, fromFiles.FCMCredentialsFile = "", credsFile
 	fromFiles.APNsKey, fromFiles.APNsKeyFile = "", keyFile
-	for name, p := range map[string]router.PushServices{"variables": good, "files": fromFiles, "none": {}} {
-		if err := (router.Config{PushServices: p}).Validate(); err != nil {
+	for name, p := range map[string]dispatch.PushServices{"variables": good, "files": fromFiles, "none": {}} {
+		if err := (dispatch.OutboxConfig{PushServices: p}).Validate(); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
 	for name, tc := range map[string]struct {
-		mod  func(*router.PushServices)
+		mod  func(*dispatch.PushServices)
 		want string
 	}{
-		"both FCM's":        {func(p *router.PushServices) { p.FCMCredentialsFile = credsFile }, "MOBILE_PUSH_FCM_CREDENTIALS_FILE: MOBILE_PUSH_FCM_CREDENTIALS is set too"},
-		"no such file":      {func(p *router.PushServices) { p.APNsKey, p.APNsKeyFile = "", filepath.Join(dir, "none.p8") }, "MOBILE_PUSH_APNS_KEY_FILE: open"},
-		"project alone":     {func(p *router.PushServices) { p.FCMCredentials, p.FCMProject = "", "p-1" }, "MOBILE_PUSH_FCM_CREDENTIALS_FILE: not set"},
-		"topic alone":       {func(p *router.PushServices) { p.APNsKey = "" }, "MOBILE_PUSH_APNS_KEY_FILE: not set"},
-		"no key id":         {func(p *router.PushServices) { p.APNsKeyID = "" }, "MOBILE_PUSH_APNS_KEY_ID: not set"},
-		"no team":           {func(p *router.PushServices) { p.APNsTeamID = "" }, "MOBILE_PUSH_APNS_TEAM_ID: not set"},
-		"no topic":          {func(p *router.PushServices) { p.APNsTopic = "" }, "MOBILE_PUSH_APNS_TOPIC: not set"},
-		"environment":       {func(p *router.PushServices) { p.APNsEnvironment = "prod" }, "MOBILE_PUSH_APNS_ENV"},
-		"apns over http":    {func(p *router.PushServices) { p.APNsURL = "http://127.0.0.1:1" }, "MOBILE_PUSH_APNS_URL"},
-		"fcm url":           {func(p *router.PushServices) { p.FCMURL = "fcm.example" }, "MOBILE_PUSH_FCM_URL"},
-		"a key that is not": {func(p *router.PushServices) { p.APNsKey = config.Secret(good.FCMCredentials) }, "MOBILE_PUSH_APNS_KEY: "},
-		"user credentials": {func(p *router.PushServices) {
+		"both FCM's":        {func(p *dispatch.PushServices) { p.FCMCredentialsFile = credsFile }, "MOBILE_PUSH_FCM_CREDENTIALS_FILE: MOBILE_PUSH_FCM_CREDENTIALS is set too"},
+		"no such file":      {func(p *dispatch.PushServices) { p.APNsKey, p.APNsKeyFile = "", filepath.Join(dir, "none.p8") }, "MOBILE_PUSH_APNS_KEY_FILE: open"},
+		"project alone":     {func(p *dispatch.PushServices) { p.FCMCredentials, p.FCMProject = "", "p-1" }, "MOBILE_PUSH_FCM_CREDENTIALS_FILE: not set"},
+		"topic alone":       {func(p *dispatch.PushServices) { p.APNsKey = "" }, "MOBILE_PUSH_APNS_KEY_FILE: not set"},
+		"no key id":         {func(p *dispatch.PushServices) { p.APNsKeyID = "" }, "MOBILE_PUSH_APNS_KEY_ID: not set"},
+		"no team":           {func(p *dispatch.PushServices) { p.APNsTeamID = "" }, "MOBILE_PUSH_APNS_TEAM_ID: not set"},
+		"no topic":          {func(p *dispatch.PushServices) { p.APNsTopic = "" }, "MOBILE_PUSH_APNS_TOPIC: not set"},
+		"environment":       {func(p *dispatch.PushServices) { p.APNsEnvironment = "prod" }, "MOBILE_PUSH_APNS_ENV"},
+		"apns over http":    {func(p *dispatch.PushServices) { p.APNsURL = "http://127.0.0.1:1" }, "MOBILE_PUSH_APNS_URL"},
+		"fcm url":           {func(p *dispatch.PushServices) { p.FCMURL = "fcm.example" }, "MOBILE_PUSH_FCM_URL"},
+		"a key that is not": {func(p *dispatch.PushServices) { p.APNsKey = config.Secret(good.FCMCredentials) }, "MOBILE_PUSH_APNS_KEY: "},
+		"user credentials": {func(p *dispatch.PushServices) {
 			p.FCMCredentials = `{"type":"authorized_user","refresh_token":"PRIVATE KEY"}`
 		}, "MOBILE_PUSH_FCM_CREDENTIALS: "},
 	} {
 		p := good
 		tc.mod(&p)
-		err := router.Config{PushServices: p}.Validate()
+		err := dispatch.OutboxConfig{PushServices: p}.Validate()
 		if err == nil || !strings.HasPrefix(err.Error(), tc.want) && !strings.Contains(err.Error(), "\n"+tc.want) {
 			t.Errorf("%s: Validate = %v, want an error beginning %q", name, err, tc.want)
 			continue
@@ -109,7 +90,7 @@ func TestPushServicesFlags(t *testing.T) {
 	t.Setenv("MOBILE_PUSH_APNS_TEAM_ID", good.APNsTeamID)
 	t.Setenv("MOBILE_PUSH_APNS_TOPIC", good.APNsTopic)
 	fs := flag.NewFlagSet("router", flag.ContinueOnError)
-	var c router.Config
+	var c dispatch.OutboxConfig
 	c.RegisterFlags(fs)
 	if err := config.Parse(fs, []string{"-push-apns-env=sandbox"}); err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package router
+package dispatch
 
 import (
 	"errors"
@@ -146,7 +146,3 @@ func httpURL(s string, schemes ...string) bool {
 	u, err := url.Parse(s)
 	return err == nil && slices.Contains(schemes, u.Scheme) && u.Host != "" && u.User == nil
 }
-
-// Notifier is the router's push notifier: what the edge of its process
-// registers an app's own push token with (the push frame).
-func (r *Router) Notifier() *push.Notifier { return r.push }
