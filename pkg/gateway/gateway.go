@@ -111,25 +111,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err e
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	if err := errors.Join(cfg.Edge.Validate(), cfg.RouterCfg.Validate(), cfg.Outbox.Validate()); err != nil {
+	if err := cfg.check(); err != nil {
 		return nil, err
-	}
-	if cfg.NoEdge && !cfg.Router {
-		return nil, errors.New("gateway: a node with neither an edge nor a router would do nothing")
-	}
-	if cfg.Listen == "" {
-		cfg.Listen = "127.0.0.1:8787"
-	}
-	// Checked before the wait for Redis and NATS, so a typo is told at once.
-	if !cfg.NoEdge {
-		if err := checkAddr("MOBILE_LISTEN", cfg.Listen); err != nil {
-			return nil, err
-		}
-	}
-	if cfg.Router && cfg.APIListen != "" {
-		if err := checkAddr("MOBILE_ROUTER_LISTEN", cfg.APIListen); err != nil {
-			return nil, err
-		}
 	}
 	g := &Gateway{served: make(chan error, 1)}
 	if cfg.Edge.Telemetry == nil {
@@ -138,24 +121,74 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err e
 	if cfg.RouterCfg.Telemetry == nil {
 		cfg.RouterCfg.Telemetry = cfg.Telemetry
 	}
+	if cfg.RouterCfg.Clock == nil {
+		cfg.RouterCfg.Clock = cfg.Clock
+	}
 	defer func() {
 		if err != nil {
 			g.Close()
 		}
 	}()
+	if err := g.connect(ctx, cfg, log); err != nil {
+		return nil, err
+	}
+	g.Outbox = newOutbox(cfg, g.Store, g.Bus, log)
+	if cfg.Router {
+		if err := g.startRouter(ctx, cfg, log); err != nil {
+			return nil, err
+		}
+	}
+	if !cfg.NoEdge {
+		if err := g.startEdge(ctx, cfg, log); err != nil {
+			return nil, err
+		}
+	}
+	return g, nil
+}
+
+// check refuses a configuration that cannot work before anything is
+// started, and fills in the listen address. The addresses are checked
+// before the wait for Redis and NATS, so a typo is told at once.
+func (cfg *Config) check() error {
+	if err := errors.Join(cfg.Edge.Validate(), cfg.RouterCfg.Validate(), cfg.Outbox.Validate()); err != nil {
+		return err
+	}
+	if cfg.NoEdge && !cfg.Router {
+		return errors.New("gateway: a node with neither an edge nor a router would do nothing")
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:8787"
+	}
+	if !cfg.NoEdge {
+		if err := checkAddr("MOBILE_LISTEN", cfg.Listen); err != nil {
+			return err
+		}
+	}
+	if cfg.Router && cfg.APIListen != "" {
+		if err := checkAddr("MOBILE_ROUTER_LISTEN", cfg.APIListen); err != nil {
+			return err
+		}
+	}
 	switch cfg.RedisMode {
 	case "", redisstore.ModeSingle, redisstore.ModeCluster, redisstore.ModeSentinel:
 	default:
-		return nil, fmt.Errorf("REDIS_MODE: %q is not single, cluster or sentinel", cfg.RedisMode)
+		return fmt.Errorf("REDIS_MODE: %q is not single, cluster or sentinel", cfg.RedisMode)
 	}
 	if cfg.RedisURL != "" {
 		if err := redisstore.CheckURL(cfg.RedisMode, cfg.RedisURL); err != nil {
-			return nil, fmt.Errorf("REDIS_URL: %w", err)
+			return fmt.Errorf("REDIS_URL: %w", err)
 		}
 	}
+	return nil
+}
+
+// connect sets g's bus and store up: an external NATS or an embedded one,
+// Redis or memory.
+func (g *Gateway) connect(ctx context.Context, cfg Config, log *slog.Logger) error {
 	// The bus first: with WaitForDeps it connects in the background while
 	// Start waits for Redis, so the log tells of both.
 	var nb *natsbus.Bus // kept out of g.Bus until it is not nil
+	var err error
 	if cfg.NATSURL != "" {
 		nb, err = natsbus.Connect(cfg.NATSURL, natsbus.Options{Name: cfg.Name, Logger: log, SubjectPrefix: cfg.NATSPrefix, Telemetry: cfg.Telemetry,
 			RetryConnect: cfg.WaitForDeps})
@@ -163,62 +196,70 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err e
 		nb, err = natsbus.Embedded(natsbus.Options{Logger: log, Telemetry: cfg.Telemetry})
 	}
 	if err != nil {
-		return nil, fmt.Errorf("NATS_URL: %w", err)
+		return fmt.Errorf("NATS_URL: %w", err)
 	}
 	g.Bus = nb
 	if cfg.RedisURL != "" {
 		rs, err := connectRedis(ctx, cfg, log)
 		if err != nil {
-			return nil, fmt.Errorf("REDIS_URL: %w", err)
+			return fmt.Errorf("REDIS_URL: %w", err)
 		}
 		g.Store = rs
 	} else {
 		g.Store = memstore.New(memstore.Options{Clock: cfg.Clock, MaxBlobBytes: blobBytes(cfg.MaxBlobBytes)})
 	}
 	if err := nb.WaitConnected(ctx); err != nil {
-		return nil, fmt.Errorf("NATS_URL: %w", err)
+		return fmt.Errorf("NATS_URL: %w", err)
 	}
+	return nil
+}
+
+// newOutbox is the node's one outbox: its router keeps the agent's
+// output in it, and its edge and router API cron's deliveries with a
+// ttl. Its series are a router's (docs/metrics.md), which a process
+// without a router does not serve: there, what it keeps is only logged.
+func newOutbox(cfg Config, st store.Store, b bus.Bus, log *slog.Logger) *dispatch.Outbox {
 	ocfg := cfg.Outbox
 	if cfg.Router && ocfg.Telemetry == nil {
-		// Its series are a router's (docs/metrics.md), which a process
-		// without a router does not serve; what it keeps is logged.
 		ocfg.Telemetry = cfg.RouterCfg.Telemetry
 	}
-	g.Outbox = dispatch.NewOutbox(ocfg, g.Store, g.Bus, log.With("component", "outbox"))
-	if cfg.Router {
-		a := cfg.Agent
-		switch {
-		case cfg.NewAgent != nil:
-			if a, err = cfg.NewAgent(g.Store, log, cfg.RouterCfg.Telemetry.Meter()); err != nil {
-				return nil, err
-			}
-		case a == nil:
-			a = agent.Demo{}
+	return dispatch.NewOutbox(ocfg, st, b, log.With("component", "outbox"))
+}
+
+// startRouter starts the node's router with its agent and, with
+// cfg.APIListen, serves its HTTP API.
+func (g *Gateway) startRouter(ctx context.Context, cfg Config, log *slog.Logger) error {
+	a := cfg.Agent
+	switch {
+	case cfg.NewAgent != nil:
+		var err error
+		if a, err = cfg.NewAgent(g.Store, log, cfg.RouterCfg.Telemetry.Meter()); err != nil {
+			return err
 		}
-		if cfg.RouterCfg.Clock == nil {
-			cfg.RouterCfg.Clock = cfg.Clock
-		}
-		if cfg.RouterCfg.Outbox == nil {
-			cfg.RouterCfg.Outbox = g.Outbox
-		}
-		g.Router = router.New(cfg.RouterCfg, g.Store, g.Bus, a, log.With("component", "router"))
-		if err := g.Router.Start(); err != nil {
-			return nil, fmt.Errorf("router: %w", err)
-		}
-		if cfg.APIListen != "" {
-			if err := g.serveAPI(ctx, cfg, log); err != nil {
-				return nil, err
-			}
-		}
+	case a == nil:
+		a = agent.Demo{}
 	}
-	if cfg.NoEdge {
-		return g, nil
+	if cfg.RouterCfg.Outbox == nil {
+		cfg.RouterCfg.Outbox = g.Outbox
 	}
+	g.Router = router.New(cfg.RouterCfg, g.Store, g.Bus, a, log.With("component", "router"))
+	if err := g.Router.Start(); err != nil {
+		return fmt.Errorf("router: %w", err)
+	}
+	if cfg.APIListen != "" {
+		return g.serveAPI(ctx, cfg, log)
+	}
+	return nil
+}
+
+// startEdge listens on cfg.Listen and serves the node's edge there.
+func (g *Gateway) startEdge(ctx context.Context, cfg Config, log *slog.Logger) error {
 	var lc net.ListenConfig
-	g.ln, err = lc.Listen(ctx, "tcp", cfg.Listen)
+	ln, err := lc.Listen(ctx, "tcp", cfg.Listen)
 	if err != nil {
-		return nil, fmt.Errorf("MOBILE_LISTEN: %w", err)
+		return fmt.Errorf("MOBILE_LISTEN: %w", err)
 	}
+	g.ln = ln
 	if cfg.Edge.Outbox == nil {
 		// A deliver frame with a ttl is kept as the router's API keeps
 		// it, and an app's own push token registered as the API
@@ -230,7 +271,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err e
 	}
 	g.Edge = edge.New(cfg.Edge, g.Store, g.Bus, log.With("component", "edge"))
 	go func() { g.served <- g.Edge.Serve(g.ln) }()
-	return g, nil
+	return nil
 }
 
 // checkAddr refuses a listen address that no listen could take (no port,
