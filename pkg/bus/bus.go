@@ -97,6 +97,8 @@ func EdgeOutputSubject(edge string) string {
 // and an edge of this one does too when told to (Config.DeviceSubjects in
 // pkg/edge, for a rolling upgrade). The device id is escaped so any id is
 // one token.
+//
+// shim(v0.2.0): edges and senders of the release before edge subjects.
 func DeviceSubject(device string) string {
 	return devicePrefix + EscapeToken(device)
 }

@@ -217,6 +217,8 @@ func (d *Dispatcher) sendBatch(ctx context.Context, edge string, outs []wire.Out
 	reply, err := d.Bus.Request(rctx, bus.EdgeSubject(edge), data, nil)
 	switch {
 	case errors.Is(err, bus.ErrNoResponders):
+		// shim(v0.2.0): an edge of the release before batches.
+		//
 		// An edge of a release before batches, or one that is gone: each
 		// output goes on its device's subject.
 		return all(errMoved)

@@ -21,6 +21,8 @@ import (
 // that release) by sending each delivery alone. A device with no owner
 // is offline, as Deliver says; a delivery the new edge answers "moved"
 // is sent again on its device's subject.
+//
+// shim(v0.2.0): tests the fallback for an edge before batches.
 func TestDeliverBatchAcrossReleases(t *testing.T) {
 	b, st := embedded(t)
 	claim := func(dev, edge string) {

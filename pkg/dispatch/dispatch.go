@@ -113,6 +113,7 @@ func (d *Dispatcher) Notify(ctx context.Context, ctl wire.Control) error {
 			return err
 		}
 	}
+	// shim(v0.2.0): an edge of the release before edge subjects.
 	return d.Bus.Publish(ctx, bus.DeviceSubject(ctl.Device), data, nil)
 }
 
@@ -167,6 +168,8 @@ func (d *Dispatcher) send(ctx context.Context, out wire.Output) (err error) {
 	defer cancel()
 	reply, err := d.Bus.Request(rctx, bus.EdgeOutputSubject(owner.Edge), data, nil)
 	if errors.Is(err, bus.ErrNoResponders) {
+		// shim(v0.2.0): an edge of the release before edge subjects.
+		//
 		// The edge is gone, or is of a release before edge subjects,
 		// which listens on the device's subject.
 		reply, err = d.Bus.Request(rctx, bus.DeviceSubject(out.Device), data, nil)

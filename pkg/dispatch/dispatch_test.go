@@ -46,6 +46,8 @@ func TestPublishComesBeforeLaterSends(t *testing.T) {
 // owns gets no responders on the edge's subject and is made again on the
 // device's, where that edge answers; a device with no owner record is
 // offline at once, with no request made.
+//
+// shim(v0.2.0): tests the fallback to the device's subject.
 func TestSendReachesEdgesBeforeEdgeSubjects(t *testing.T) {
 	b, st := embedded(t)
 	epoch, err := st.ClaimDevice(t.Context(), "d1", "edge-old", time.Minute)

@@ -59,6 +59,8 @@ func (s *Server) onEdgeDelivery(m *bus.Msg) { s.onDelivery(m, true) }
 // this edge holds the device at the output's epoch, once the frames are
 // written, or held it at that epoch a moment ago (answerNoSocket);
 // otherwise it stays silent so the current owner's answer counts.
+//
+// shim(v0.2.0): Config.DeviceSubjects.
 func (s *Server) onDeviceDelivery(m *bus.Msg) { s.onDelivery(m, false) }
 
 func (s *Server) onDelivery(m *bus.Msg, direct bool) {

@@ -29,6 +29,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	config.Seconds(fs, &c.OwnerTTL, "owner-ttl", env["OwnerTTL"], def.OwnerTTL, "a device's owner record lives this long without the edge's heartbeat (every third of it)")
 	config.Seconds(fs, &c.PageTimeout, "page-timeout", env["PageTimeout"], def.PageTimeout, "a page request's headers must arrive within this once its first line came (idle page connections: 6×, writes: 3×)")
 	config.Int(fs, &c.MaxPageConns, "max-page-conns", env["MaxPageConns"], def.MaxPageConns, "open connections for the pages (not /ws) across the edge; past it a page request is answered 503")
+	// shim(v0.2.0): Config.DeviceSubjects.
 	config.Bool(fs, &c.DeviceSubjects, "device-subjects", env["DeviceSubjects"], def.DeviceSubjects, "also subscribe to each phone's device subject, as edges before edge subjects did: for a rolling upgrade from such a release (a subscription per phone)")
 	config.Seconds(fs, &c.AckWait, "ack-wait", env["AckWait"], def.AckWait, "how long a delivery to a phone that acks waits for its ack (under the router's 15 s)")
 }

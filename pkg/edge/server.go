@@ -156,6 +156,9 @@ type Config struct {
 	// before edge subjects, so that routers and edges of that release
 	// still reach this edge's phones during a rolling upgrade. It costs
 	// a subscription per phone (in the edge and the NATS server).
+	//
+	// shim(v0.2.0): routers and edges of the release before edge
+	// subjects (MOBILE_DEVICE_SUBJECTS, and what it turns on).
 	DeviceSubjects bool
 }
 
@@ -597,7 +600,7 @@ func (s *Server) register(c *conn) (ok, reread bool, err error) {
 	if old != nil {
 		old.closeWith(closeNormal, "replaced by a newer connection", nil)
 	}
-	if needSub {
+	if needSub { // shim(v0.2.0): Config.DeviceSubjects.
 		sub, err := s.bus.Subscribe(bus.DeviceSubject(c.device), s.onDeviceDelivery)
 		s.mu.Lock()
 		defer s.mu.Unlock()

@@ -218,7 +218,7 @@ func (c *conn) hello(h *protocol.Hello) {
 	// register saw it if it came before. An edge of the release before
 	// edge subjects announces on the device's subject, which we hear only
 	// from now on: with device subjects, look once more.
-	if s.deviceSubs {
+	if s.deviceSubs { // shim(v0.2.0): Config.DeviceSubjects.
 		if owner, err := s.owners.get(ctx, dev.ID); err == nil && owner.Epoch > epoch {
 			c.closeWith(closeNormal, "replaced by a newer connection", nil)
 			return
@@ -253,7 +253,7 @@ func (s *Server) announceTakeover(ctx context.Context, c *conn, prev store.Owner
 			c.logger().Warn("announcing takeover failed", "err", err)
 		}
 	}
-	if s.deviceSubs {
+	if s.deviceSubs { // shim(v0.2.0): Config.DeviceSubjects.
 		if err := s.bus.Publish(ctx, bus.DeviceSubject(c.device), takeover, nil); err != nil {
 			c.logger().Warn("announcing takeover failed", "err", err)
 		}

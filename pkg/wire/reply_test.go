@@ -39,6 +39,8 @@ func oldResult(r oldReply, waitAck bool) wire.Outcome {
 // round. What an old edge wrote (JSON literals of its replies) reads as
 // the outcome it meant; what a new edge writes reads, to an old router,
 // as the same outcome; and a new reply reads back as its own outcome.
+//
+// shim(v0.2.0): tests the booleans.
 func TestReplyAcrossReleases(t *testing.T) {
 	for _, tc := range []struct {
 		old     string // what an edge of the earlier release answered

@@ -146,6 +146,8 @@ type Reply struct {
 	OK      bool    `json:"ok"`
 	Error   string  `json:"error,omitempty"`
 
+	// shim(v0.2.0): the booleans Outcome replaced.
+	//
 	// The booleans the Outcome replaced. OutputReply still writes them
 	// and Result reads them when Outcome is absent, so that edges and
 	// routers of the release before Outcome and of this one understand
@@ -162,7 +164,8 @@ type Reply struct {
 func OutputReply(o Outcome, errText string) Reply {
 	return Reply{
 		Outcome: o, Error: errText,
-		OK:    o == OutcomeDelivered || o == OutcomeWritten,
+		OK: o == OutcomeDelivered || o == OutcomeWritten,
+		// shim(v0.2.0): the booleans, for a router of the release before Outcome.
 		Moved: o == OutcomeMoved, Gone: o == OutcomeGone,
 		Acked: o == OutcomeDelivered, Unacked: o == OutcomeWritten,
 	}
@@ -199,6 +202,7 @@ func (r Reply) Result(waitAck bool) Outcome {
 	if r.Outcome != "" {
 		return r.Outcome
 	}
+	// shim(v0.2.0): an edge of the release before Outcome.
 	switch {
 	case r.Moved:
 		return OutcomeMoved

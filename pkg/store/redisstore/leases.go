@@ -16,6 +16,9 @@ import (
 // says the edge holds leases. A record naming an edge that has seen and no
 // lease reads as none; one naming an edge without seen (an edge of the
 // release before leases, which refreshes each record) stands on its ttl.
+//
+// shim(v0.2.0): a record of an edge without seen, of the release before
+// leases.
 
 // leaseMemory is how long P edge:{E}:seen outlives the last renewal.
 const leaseMemory = 24 * time.Hour

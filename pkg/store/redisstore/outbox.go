@@ -139,6 +139,8 @@ return reply(string.format('%.0f', seq), full, over, 0, n)
 // sort each device's items of each share oldest first, so the oldest is
 // one ZRANGEBYLEX away. :sum is the bytes of :deadlines.
 //
+// shim(v0.2.0): :due and :bytes, the accounting of the release before.
+//
 // :due and :bytes are the accounting of the release before (nearest
 // deadline first, no holders): the items it counted are one holder of
 // their own, dropped nearest deadline first when it holds the most, and

@@ -32,6 +32,8 @@ func outboxPool(s *Store) storetest.Pool {
 	}}
 }
 
+// shim(v0.2.0): the release before, for TestOutboxUpgrade.
+//
 // legacyAccountOutboxScript is accountOutboxScript of the release before
 // the holders: nearest deadline first, in {outbox}:due and {outbox}:bytes.
 // The tests write with it what that release left in a Redis, and what its
@@ -141,6 +143,8 @@ func push(t *testing.T, s *Store, device, share, item string, lim store.OutboxLi
 // bound as one holder of their own, dropped nearest deadline first when it
 // holds the most; an acknowledgement or a deadline takes them out of the
 // old count, which is empty once they are gone.
+//
+// shim(v0.2.0): tests the accounting of the release before.
 func TestOutboxUpgrade(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, testsvc.StartRedis(t).URL(), Options{})
