@@ -10,27 +10,8 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/bus"
 	"github.com/hermes-mobile/gateway/pkg/dispatch"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
-	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/wire"
 )
-
-// kept returns how many items device's outbox holds.
-func kept(t *testing.T, st store.Outbox, device string) int {
-	t.Helper()
-	items, err := st.PeekOutbox(t.Context(), device, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(items)
-}
-
-// outbox is an Outbox on st and b, closed when the test ends.
-func outbox(t *testing.T, st store.Store, b bus.Bus) *dispatch.Outbox {
-	t.Helper()
-	o := dispatch.NewOutbox(dispatch.OutboxConfig{TTL: time.Hour}, st, b, nil)
-	t.Cleanup(o.Close)
-	return o
-}
 
 // TestDeviceThatKeepsMovingIsOffline: every edge the device is looked for
 // at answers that it moved on, without writing (a rolling restart, its
