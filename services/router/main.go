@@ -16,8 +16,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -39,7 +37,8 @@ type flags struct {
 	redisURL, redisMode, redisPrefix string
 	redisPool                        int
 	deliverTokens, agentTokens       config.Secret
-	homeDevice, eventsMax, logLevel  string
+	homeDevice, logLevel             string
+	eventsMax                        int
 	adminListen, pprof               string
 	maxBlob                          int64
 	blobTTL                          time.Duration
@@ -61,7 +60,7 @@ func (f *flags) register(fs *flag.FlagSet) {
 	config.SecretVar(fs, &f.agentTokens, "agent-tokens", "MOBILE_AGENT_TOKENS", "`tokens` of the agent link (sessions, events, blobs), comma-separated")
 	config.String(fs, &f.homeDevice, "home-device", "MOBILE_HOME_DEVICE", "", "target of a deliver without one")
 	f.agent.Register(fs, "the agent: demo, openai (an OpenAI-compatible chat API) or link (an outside agent reads GET /v1/events)")
-	config.String(fs, &f.eventsMax, "events-max", "MOBILE_EVENTS_MAX", strconv.Itoa(agent.DefaultLinkMaxLen), "events the log of AGENT=link keeps (about)")
+	config.Int(fs, &f.eventsMax, "events-max", "MOBILE_EVENTS_MAX", agent.DefaultLinkMaxLen, "events the log of AGENT=link keeps (about)")
 	f.router.RegisterFlags(fs)
 	f.outbox.RegisterFlags(fs)
 	config.Seconds(fs, &f.blobTTL, "blob-ttl", "MOBILE_BLOB_TTL", router.DefaultConfig().BlobTTL, "how long media sent by the agent stays in the store for the phones")
@@ -119,11 +118,10 @@ func (f flags) settings() (settings, error) {
 	if s.agent, s.openai, err = f.agent.Resolve(); err != nil {
 		return s, err
 	}
-	n, err := strconv.Atoi(strings.TrimSpace(f.eventsMax))
-	if err != nil || n < 1 {
-		return s, fmt.Errorf("MOBILE_EVENTS_MAX: %q is not a positive number", f.eventsMax)
+	if f.eventsMax < 1 {
+		return s, fmt.Errorf("MOBILE_EVENTS_MAX: %d is not a positive number", f.eventsMax)
 	}
-	s.eventsMax = n
+	s.eventsMax = f.eventsMax
 	if err := protocol.CheckDeviceID(f.homeDevice); err != nil {
 		return s, fmt.Errorf("MOBILE_HOME_DEVICE: %w", err)
 	}

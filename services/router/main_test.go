@@ -72,7 +72,7 @@ func mustParse(t *testing.T, args ...string) flags {
 
 func TestFlagDefaults(t *testing.T) {
 	clearEnv(t)
-	want := flags{listen: "127.0.0.1:8788", redisMode: "single", redisPrefix: "hermes:", redisPool: 32, agent: agent.Choice{Name: "demo", OpenAIBaseURL: "https://api.openai.com/v1", OpenAITimeout: 120 * time.Second}, eventsMax: "10000",
+	want := flags{listen: "127.0.0.1:8788", redisMode: "single", redisPrefix: "hermes:", redisPool: 32, agent: agent.Choice{Name: "demo", OpenAIBaseURL: "https://api.openai.com/v1", OpenAITimeout: 120 * time.Second}, eventsMax: 10000,
 		logLevel: "info", adminListen: "127.0.0.1:8790", maxBlob: 1 << 30, pprof: "off", blobTTL: 15 * time.Minute,
 		router: router.Config{PromptTTL: protocol.DefaultPromptTTL, PromptMaxTTL: router.DefaultPromptMaxTTL, SessionQueue: 1000, JournalLease: 15 * time.Second},
 		outbox: dispatch.OutboxConfig{Max: 1024, TTL: 24 * time.Hour, Bytes: 32 << 20, StoreBytes: 1 << 30, PushEvery: 15 * time.Minute}}
@@ -96,7 +96,7 @@ func TestEnvAndFlags(t *testing.T) {
 		{"MOBILE_AGENT_TOKENS", "agent-tokens", "a1", "a2,a3", func(f flags) string { return string(f.agentTokens) }},
 		{"MOBILE_HOME_DEVICE", "home-device", "tel-home", "tel-other", func(f flags) string { return f.homeDevice }},
 		{"AGENT", "agent", "link", "demo", func(f flags) string { return f.agent.Name }},
-		{"MOBILE_EVENTS_MAX", "events-max", "500", "700", func(f flags) string { return f.eventsMax }},
+		{"MOBILE_EVENTS_MAX", "events-max", "500", "700", func(f flags) string { return strconv.Itoa(f.eventsMax) }},
 		{"MOBILE_LOG_LEVEL", "log-level", "debug", "warn", func(f flags) string { return f.logLevel }},
 		{"MOBILE_PROMPT_TTL", "prompt-ttl", "45", "90", func(f flags) string { return f.router.PromptTTL.String() }},
 		{"MOBILE_ADMIN_LISTEN", "admin-listen", "off", "127.0.0.1:9002", func(f flags) string { return f.adminListen }},
@@ -172,7 +172,7 @@ func TestHomeDeviceBound(t *testing.T) {
 }
 
 func TestRunRejectsBadConfig(t *testing.T) {
-	ok := flags{listen: "127.0.0.1:0", natsURL: "nats://127.0.0.1:1", redisURL: "redis://127.0.0.1:1", agent: agent.Choice{Name: "demo"}, eventsMax: "10", logLevel: "info"}
+	ok := flags{listen: "127.0.0.1:0", natsURL: "nats://127.0.0.1:1", redisURL: "redis://127.0.0.1:1", agent: agent.Choice{Name: "demo"}, eventsMax: 10, logLevel: "info"}
 	for _, tc := range []struct {
 		name   string
 		mutate func(*flags)
@@ -185,8 +185,7 @@ func TestRunRejectsBadConfig(t *testing.T) {
 		{"openai base URL", func(f *flags) {
 			f.agent.Name, f.agent.OpenAIModel, f.agent.OpenAIBaseURL = "openai", "m", "api.example/v1"
 		}, "OPENAI_BASE_URL"},
-		{"events max", func(f *flags) { f.eventsMax = "0" }, "MOBILE_EVENTS_MAX"},
-		{"events max not a number", func(f *flags) { f.eventsMax = "many" }, "MOBILE_EVENTS_MAX"},
+		{"events max", func(f *flags) { f.eventsMax = 0 }, "MOBILE_EVENTS_MAX"},
 		{"log level", func(f *flags) { f.logLevel = "loud" }, "MOBILE_LOG_LEVEL"},
 		{"redis URL", func(f *flags) { f.redisURL = "http://x" }, "REDIS_URL"},
 	} {
@@ -213,6 +212,7 @@ func TestMainExits(t *testing.T) {
 		{nil, 1, "NATS_URL is required"},
 		{[]string{"NATS_URL=nats://127.0.0.1:1"}, 1, "REDIS_URL is required"},
 		{[]string{"MOBILE_PROMPT_TTL=soon"}, 2, "MOBILE_PROMPT_TTL"},
+		{[]string{"MOBILE_EVENTS_MAX=many"}, 2, "MOBILE_EVENTS_MAX"},
 	} {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), append(tc.env, "ROUTER_TEST_RUN_MAIN=1")...)
@@ -466,7 +466,7 @@ func TestSettingsRefuseWhatCannotWork(t *testing.T) {
 // is refused at once, naming it, though Redis and NATS do not answer.
 func TestListenErrorNamesTheVariable(t *testing.T) {
 	f := flags{listen: "127.0.0.1:99999", natsURL: "nats://127.0.0.1:1", redisURL: "redis://127.0.0.1:1", agent: agent.Choice{Name: "demo"},
-		eventsMax: "10", logLevel: "info", adminListen: "off"}
+		eventsMax: 10, logLevel: "info", adminListen: "off"}
 	const want = "MOBILE_ROUTER_LISTEN: \"127.0.0.1:99999\" is not a host:port"
 	if err := run(ctxFor(t, 10*time.Second), f, io.Discard, io.Discard); err == nil || !strings.HasPrefix(err.Error(), want) {
 		t.Fatalf("run = %v, want an error starting %q", err, want)
