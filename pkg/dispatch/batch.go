@@ -2,7 +2,6 @@ package dispatch
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 
@@ -14,7 +13,7 @@ import (
 )
 
 // BatchResult is what became of one delivery of DeliverBatch: what
-// Deliver returns for it.
+// Deliver returns for it (Err: the store's or the bus's failure).
 type BatchResult struct {
 	Delivery Delivery
 	Err      error
@@ -53,14 +52,15 @@ func (d *Deliverer) DeliverBatch(ctx context.Context, fs []*protocol.Deliver) []
 		if f.ID == "" {
 			f.ID = ids.New("d")
 		}
-		res[i].Delivery = Delivery{ID: f.ID, Outcome: wire.OutcomeDelivered}
-		dev, err := d.Target(f)
+		res[i].Delivery = Delivery{ID: f.ID, Outcome: Delivered}
+		dev, e := d.Target(f)
 		res[i].Delivery.Device = dev
-		if err == nil {
-			err = d.checkTTL(f.TTL)
+		if e == nil {
+			e = d.checkTTL(f.TTL)
 		}
-		if err != nil {
-			res[i].Err, settled[i] = err, true
+		if e != nil {
+			res[i].Delivery.refuse(e)
+			settled[i] = true
 			continue
 		}
 		if _, ok := byDevice[dev]; !ok {
@@ -155,20 +155,20 @@ func (d *Deliverer) sendTexts(ctx context.Context, fs []*protocol.Deliver, res [
 						outs[k].TraceParent = telemetry.TraceParent(sctx)
 					}
 				}
-				errs := d.Dispatcher.sendBatch(ctx, edge, outs)
+				outcomes, err := d.Dispatcher.sendBatch(ctx, edge, outs)
 				for k, it := range part {
-					if errors.Is(errs[k], ErrNotAcked) {
-						ends[k](nil) // written: the delivery's outcome, not a failure
-					} else {
-						ends[k](errs[k])
+					var o Outcome
+					if err == nil {
+						o = outcomes[k]
 					}
-					if errs[k] != nil && (!errors.Is(errs[k], ErrNotAcked) || fs[it.i].TTL > 0) {
+					ends[k](deliverySpanErr(o, err))
+					if o != Delivered && (o != Written || fs[it.i].TTL > 0) {
 						// Deliver sends it again alone and says what
 						// became of it (with a ttl: kept, if the phone
 						// does not take it then either).
 						continue
 					}
-					res[it.i].Err = res[it.i].Delivery.settle(errs[k])
+					res[it.i].Err = res[it.i].Delivery.settle(o)
 					settled[it.i] = true
 				}
 			}()
@@ -187,26 +187,21 @@ func outputSize(out wire.Output) int {
 }
 
 // sendBatch sends outs, each stamped with its device's epoch, to edge in
-// one wire.Batch, and returns what Send's one round would for each:
-// errMoved for one to send again on its device's subject.
-func (d *Dispatcher) sendBatch(ctx context.Context, edge string, outs []wire.Output) []error {
-	errs := make([]error, len(outs))
-	all := func(err error) []error {
-		for i := range errs {
-			errs[i] = err
-		}
-		return errs
-	}
+// one wire.Batch, and returns what Send's one round would for each: moved
+// for one to send again on its device's subject. The error, the bus's
+// failure or an edge's unreadable answer, is every output's.
+func (d *Dispatcher) sendBatch(ctx context.Context, edge string, outs []wire.Output) (outcomes []Outcome, err error) {
+	outcomes = make([]Outcome, len(outs))
 	defer func() {
-		for i, err := range errs {
-			if err != nil {
+		for i, o := range outcomes {
+			if err != nil || o != Delivered {
 				d.Cache.drop(outs[i].Device)
 			}
 		}
 	}()
 	data, err := wire.Marshal(wire.Batch{Outputs: outs})
 	if err != nil {
-		return all(err)
+		return outcomes, err
 	}
 	timeout := d.Timeout
 	if timeout <= 0 {
@@ -215,27 +210,24 @@ func (d *Dispatcher) sendBatch(ctx context.Context, edge string, outs []wire.Out
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	reply, err := d.Bus.Request(rctx, bus.EdgeSubject(edge), data, nil)
-	switch {
-	case errors.Is(err, bus.ErrNoResponders):
-		// shim(v0.2.0): an edge of the release before batches.
-		//
-		// An edge of a release before batches, or one that is gone: each
-		// output goes on its device's subject.
-		return all(errMoved)
-	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
-		return all(fmt.Errorf("%w: edge %q did not answer", ErrOffline, edge))
-	case err != nil:
-		return all(err)
+	// shim(v0.2.0): no responders is an edge of the release before
+	// batches (or one that is gone): each output goes on its device's
+	// subject (moved).
+	if o, berr, ok := busOutcome(ctx, err, moved); ok {
+		for i := range outcomes {
+			outcomes[i] = o
+		}
+		return outcomes, berr
 	}
 	var r wire.BatchReply
 	if err := wire.Unmarshal(reply, &r); err != nil {
-		return all(fmt.Errorf("bad reply from edge: %w", err))
+		return outcomes, fmt.Errorf("bad reply from edge: %w", err)
 	}
 	if len(r.Replies) != len(outs) {
-		return all(fmt.Errorf("bad reply from edge: %d answers to %d outputs", len(r.Replies), len(outs)))
+		return outcomes, fmt.Errorf("bad reply from edge: %d answers to %d outputs", len(r.Replies), len(outs))
 	}
 	for i, rep := range r.Replies {
-		errs[i] = replyErr(rep, outs[i].WaitAck)
+		outcomes[i] = Outcome(rep.Result(outs[i].WaitAck))
 	}
-	return errs
+	return outcomes, nil
 }

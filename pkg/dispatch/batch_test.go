@@ -2,7 +2,6 @@ package dispatch_test
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -87,17 +86,14 @@ func TestDeliverBatchAcrossReleases(t *testing.T) {
 	fs = append(fs, &protocol.Deliver{Target: "mobile:", Text: "no device"})
 
 	res := d.DeliverBatch(t.Context(), fs)
-	for i, want := range []error{nil, nil, nil, dispatch.ErrOffline, nil, nil, dispatch.ErrOffline} {
-		if want == nil && res[i].Err != nil || want != nil && !errors.Is(res[i].Err, want) {
-			t.Errorf("delivery %d (%s): %v, want %v", i, fs[i].Target, res[i].Err, want)
-		}
-		if res[i].Err == nil && res[i].Delivery.Outcome != wire.OutcomeDelivered {
-			t.Errorf("delivery %d: outcome %q", i, res[i].Delivery.Outcome)
+	ok, off := dispatch.Delivered, dispatch.Offline
+	for i, want := range []dispatch.Outcome{ok, ok, ok, off, ok, ok, off} {
+		if res[i].Err != nil || res[i].Delivery.Outcome != want {
+			t.Errorf("delivery %d (%s): %s, %v; want %s", i, fs[i].Target, res[i].Delivery.Outcome, res[i].Err, want)
 		}
 	}
-	var perr *protocol.Error
-	if !errors.As(res[7].Err, &perr) || perr.Code != protocol.CodeBadFrame {
-		t.Errorf("a target naming no device: %v, want bad_frame", res[7].Err)
+	if r := res[7]; r.Err != nil || r.Delivery.Outcome != dispatch.Refused || r.Delivery.Refusal == nil || r.Delivery.Refusal.Code != protocol.CodeBadFrame {
+		t.Errorf("a target naming no device: %+v, %v; want refused, bad_frame", r.Delivery, r.Err)
 	}
 	if res[6].Delivery.ID == "" {
 		t.Errorf("a delivery without an id got none")

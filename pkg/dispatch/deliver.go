@@ -52,28 +52,30 @@ func (d *Deliverer) span(ctx context.Context, op string) (context.Context, func(
 
 func noEnd(error) {}
 
-// Delivery is what an edge did with a delivery.
+// Delivery is what became of a delivery.
 type Delivery struct {
 	ID     string // the deliver's id, or the one made for it
 	Device string // the device its target names
-	// Outcome is wire.OutcomeDelivered (the phone has it: acknowledged,
-	// or written to a phone that does not ack and no "wait":"ack") or
-	// wire.OutcomeWritten (written, not acknowledged in time: it may not
-	// have it). Deliver returns no Delivery with another outcome.
-	Outcome wire.Outcome
-	// Queued: (a part of) it did not reach the device and is kept in its
-	// outbox for the deliver's ttl; only for a deliver with a ttl.
-	Queued bool
+	// Outcome is Delivered (the phone has it: acknowledged, or written to
+	// a phone that does not ack and no "wait":"ack"), Written (written,
+	// not acknowledged in time: it may not have it), Queued (with a ttl:
+	// (a part of) it did not reach the device and is kept in its outbox
+	// for the ttl), Offline (no edge holds the device and no ttl: nothing
+	// is kept) or Refused (Refusal says why).
+	Outcome Outcome
+	// Refusal is why a Refused deliver is refused (bad_frame).
+	Refusal *protocol.Error
 }
 
-// Target returns the device f is for: its target, or the home device.
-// The error is a *protocol.Error (bad_frame).
-func (d *Deliverer) Target(f *protocol.Deliver) (string, error) {
-	device, e := protocol.DeliverTarget(f.Target, d.HomeDevice)
-	if e != nil {
-		return "", e
-	}
-	return device, nil
+// refuse makes dl Refused for e.
+func (dl *Delivery) refuse(e *protocol.Error) {
+	dl.Outcome, dl.Refusal = Refused, e
+}
+
+// Target returns the device f is for: its target, or the home device, or
+// why f names none (bad_frame).
+func (d *Deliverer) Target(f *protocol.Deliver) (string, *protocol.Error) {
+	return protocol.DeliverTarget(f.Target, d.HomeDevice)
 }
 
 // Deliver sends f to the device online now: its text first, then its
@@ -81,33 +83,33 @@ func (d *Deliverer) Target(f *protocol.Deliver) (string, error) {
 // a file is stored only for a device that is (its owner record, or the
 // text that just reached it, says so). With a ttl (f.TTL, at most the
 // Outbox's MaxTTL) what does not reach the device, or is written but not
-// acknowledged in time, is kept in its outbox for the ttl (the Delivery is
-// Queued), and once a part is kept the parts after it are kept too, so
-// they reach the phone in order. It returns the Delivery, or ErrOffline
-// (no edge holds the device; no ttl), a *protocol.Error (a target naming
-// no device, a ttl past the bound), or the store's or the bus's error. The
-// Delivery's ID and Device are set whatever the error.
+// acknowledged in time, is kept in its outbox for the ttl (Queued), and
+// once a part is kept the parts after it are kept too, so they reach the
+// phone in order. It returns the Delivery, whose Outcome says what became
+// of f; the error is only the store's or the bus's failure. The Delivery's
+// ID and Device are set whatever the error.
 func (d *Deliverer) Deliver(ctx context.Context, f *protocol.Deliver) (Delivery, error) {
-	dl := Delivery{ID: f.ID, Outcome: wire.OutcomeDelivered}
+	dl := Delivery{ID: f.ID, Outcome: Delivered}
 	if dl.ID == "" {
 		dl.ID = ids.New("d")
 	}
-	var err error
-	if dl.Device, err = d.Target(f); err != nil {
-		return dl, err
+	var e *protocol.Error
+	if dl.Device, e = d.Target(f); e == nil {
+		e = d.checkTTL(f.TTL)
 	}
-	if err := d.checkTTL(f.TTL); err != nil {
-		return dl, err
+	if e != nil {
+		dl.refuse(e)
+		return dl, nil
 	}
 	reached := false // an edge wrote something of f to the device
 	if f.Text != "" {
-		if err := d.send(ctx, &dl, f, messageOutput(dl, f)); err != nil {
+		if err := d.send(ctx, &dl, f, messageOutput(dl, f)); err != nil || dl.Outcome == Offline {
 			return dl, err
 		}
-		reached = !dl.Queued
+		reached = dl.Outcome != Queued
 	}
 	if m := f.Media; m != nil {
-		if !reached && !dl.Queued {
+		if !reached && dl.Outcome != Queued {
 			// Do not keep up to 8 MiB for a device that has no owner
 			// record, unless asked to (a ttl). (Right after a Redis
 			// restart a connected device may lack one until its edge's
@@ -115,9 +117,10 @@ func (d *Deliverer) Deliver(ctx context.Context, f *protocol.Deliver) (Delivery,
 			// told anyway while Redis is away.)
 			if _, _, err := d.Dispatcher.owner(ctx, dl.Device); errors.Is(err, store.ErrNotFound) {
 				if f.TTL <= 0 {
-					return dl, ErrOffline
+					dl.Outcome = Offline
+					return dl, nil
 				}
-				dl.Queued = true // nobody to send it to: straight to the outbox
+				dl.Outcome = Queued // nobody to send it to: straight to the outbox
 			} else if err != nil {
 				return dl, err
 			}
@@ -140,18 +143,22 @@ func messageOutput(dl Delivery, f *protocol.Deliver) wire.Output {
 	return wire.Output{Op: wire.OpMessage, Device: dl.Device, ID: dl.ID, Text: f.Text, Final: true, WaitAck: f.WaitAck}
 }
 
-// settle takes the answer err to one output of dl: written but not
-// acknowledged makes the whole delivery written.
-func (dl *Delivery) settle(err error) error {
-	if errors.Is(err, ErrNotAcked) {
-		dl.Outcome = wire.OutcomeWritten
-		return nil
+// settle makes o, what became of one output of dl sent to the device
+// (Send's answer), dl's outcome: written but not acknowledged makes the
+// whole delivery written; offline (no ttl) makes it offline. Media gone
+// from the store right after it was stored there is the store's failure.
+func (dl *Delivery) settle(o Outcome) error {
+	switch o {
+	case Written, Offline:
+		dl.Outcome = o
+	case Gone:
+		return fmt.Errorf("%w: the file of delivery %s", ErrGone, dl.ID)
 	}
-	return err
+	return nil
 }
 
 // checkTTL refuses a ttl this Deliverer cannot keep for.
-func (d *Deliverer) checkTTL(ttl time.Duration) error {
+func (d *Deliverer) checkTTL(ttl time.Duration) *protocol.Error {
 	switch {
 	case ttl <= 0:
 		return nil
@@ -165,22 +172,33 @@ func (d *Deliverer) checkTTL(ttl time.Duration) error {
 }
 
 // send sends one output of f: to the device, or (f has a ttl, and the
-// device did not take it or an earlier part was kept) to its outbox. One
-// written but not acknowledged (and not kept) makes the whole delivery
-// written.
+// device did not take it or an earlier part was kept) to its outbox.
 func (d *Deliverer) send(ctx context.Context, dl *Delivery, f *protocol.Deliver, out wire.Output) (err error) {
 	ctx, end := d.span(ctx, out.Op)
-	defer func() { end(err) }()
-	if !dl.Queued {
-		err := d.Dispatcher.Send(ctx, out)
-		if f.TTL <= 0 || !errors.Is(err, ErrOffline) {
-			return dl.settle(err)
+	o := Queued
+	defer func() { end(deliverySpanErr(o, err)) }()
+	if dl.Outcome != Queued {
+		if o, err = d.Dispatcher.Send(ctx, out); err != nil {
+			return err
+		}
+		if f.TTL <= 0 || o == Delivered || o == Gone {
+			return dl.settle(o)
 		}
 		// Offline, or written and not acknowledged: kept, and sent again
 		// on the next connection (at least once; the app replaces a
 		// message by id).
-		dl.Queued = true
+		o, dl.Outcome = Queued, Queued
 	}
 	out.WaitAck = false
 	return d.Outbox.Keep(ctx, dl.Device, out, f.TTL)
+}
+
+// deliverySpanErr is the status of the span of one output of a delivery:
+// SpanErr, but written and not acknowledged is the delivery's outcome, not
+// a failure.
+func deliverySpanErr(o Outcome, err error) error {
+	if o == Written {
+		o = Delivered
+	}
+	return SpanErr(o, err)
 }

@@ -16,18 +16,6 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/wire"
 )
 
-// ErrOffline: no edge holds the device, or the one that did could not write.
-var ErrOffline = errors.New("device offline")
-
-// ErrNotAcked: the frames were written, but the phone, which acknowledges
-// what it displays, did not acknowledge them in time: it may not have them.
-// It wraps ErrOffline, so a sender that keeps what did not get there keeps
-// it.
-var ErrNotAcked = fmt.Errorf("%w: written, but not acknowledged by the phone", ErrOffline)
-
-// ErrGone: the output refers to media that no longer exists in the store.
-var ErrGone = errors.New("media no longer exists")
-
 // DefaultTimeout bounds one delivery: the owning edge answers once the
 // frames are written, so this is the edge's write timeout plus slack.
 const DefaultTimeout = 15 * time.Second
@@ -47,28 +35,23 @@ type Dispatcher struct {
 	Cache   *OwnerCache   // nil: every delivery reads its owner
 }
 
-// Send delivers out to out.Device. It returns nil once the phone has it
-// (wire.OutcomeDelivered), ErrNotAcked when it was written but not
-// acknowledged in time (wire.OutcomeWritten; see wire.Output.WaitAck),
-// ErrOffline when no edge has the device, ErrGone for media that no
-// longer exists, or another error when the store or the bus failed.
-func (d *Dispatcher) Send(ctx context.Context, out wire.Output) (err error) {
+// Send delivers out to out.Device and returns what became of it:
+// Delivered once the phone has it, Written when it was written but not
+// acknowledged in time (see wire.Output.WaitAck), Offline when no edge has
+// the device, or Gone for media that no longer exists. The error is only
+// the store's or the bus's failure.
+func (d *Dispatcher) Send(ctx context.Context, out wire.Output) (Outcome, error) {
 	// A device that moved between reading its owner and the request is
 	// looked up again; a few rounds cover any realistic reconnect burst.
-	for range 3 {
-		if err = d.send(ctx, out); !errors.Is(err, errMoved) {
-			return err
+	// Every edge it was looked for at answering that it had moved on,
+	// without writing it, is as good as offline (a ttl keeps it).
+	for range 4 {
+		if o, err := d.send(ctx, out); err != nil || o != moved {
+			return o, err
 		}
 	}
-	if err = d.send(ctx, out); errors.Is(err, errMoved) {
-		// Every edge it was looked for at answered that it had moved on,
-		// without writing it: as good as offline now (a ttl keeps it).
-		return fmt.Errorf("%w: %q kept moving between edges", ErrOffline, out.Device)
-	}
-	return err
+	return Offline, nil
 }
-
-var errMoved = errors.New("device moved")
 
 // Publish sends out to out.Device's edge without waiting for an answer:
 // for moments (typing, avatar states), which are neither retried nor
@@ -131,10 +114,10 @@ func (d *Dispatcher) route(ctx context.Context, out wire.Output) (o store.Owner,
 	return o, cached, err
 }
 
-func (d *Dispatcher) send(ctx context.Context, out wire.Output) (err error) {
+func (d *Dispatcher) send(ctx context.Context, out wire.Output) (o Outcome, err error) {
 	owner, cached, err := d.route(ctx, out)
 	defer func() {
-		if err != nil {
+		if err != nil || o != Delivered {
 			d.Cache.drop(out.Device) // moved, offline, failed: read it again next time
 		}
 	}()
@@ -144,14 +127,14 @@ func (d *Dispatcher) send(ctx context.Context, out wire.Output) (err error) {
 		// which the device's edge claims again within a heartbeat and
 		// then reads the outbox, where the sender keeps what it could
 		// not deliver.
-		return fmt.Errorf("%w: no owner record for %q", ErrOffline, out.Device)
+		return Offline, nil
 	case err != nil:
-		return fmt.Errorf("owner of %q: %w", out.Device, err)
+		return "", fmt.Errorf("owner of %q: %w", out.Device, err)
 	}
 	out.Epoch, out.Cached = owner.Epoch, cached
 	data, err := wire.Marshal(out)
 	if err != nil {
-		return err
+		return "", err
 	}
 	timeout := d.Timeout
 	if timeout <= 0 {
@@ -174,36 +157,33 @@ func (d *Dispatcher) send(ctx context.Context, out wire.Output) (err error) {
 		// which listens on the device's subject.
 		reply, err = d.Bus.Request(rctx, bus.DeviceSubject(out.Device), data, nil)
 	}
-	switch {
-	case errors.Is(err, bus.ErrNoResponders) && cached:
-		return errMoved // the cached owner's edge is gone: read the owner again
-	case errors.Is(err, bus.ErrNoResponders):
-		return ErrOffline
-	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
-		// The recorded owner did not answer: it died or lost the socket.
-		return fmt.Errorf("%w: no edge answered for %q", ErrOffline, out.Device)
-	case err != nil:
-		return err
+	noResponders := Offline
+	if cached {
+		noResponders = moved // the cached owner's edge is gone: read the owner again
+	}
+	if o, berr, ok := busOutcome(ctx, err, noResponders); ok {
+		return o, berr
 	}
 	var r wire.Reply
 	if err := wire.Unmarshal(reply, &r); err != nil {
-		return fmt.Errorf("bad reply from edge: %w", err)
+		return "", fmt.Errorf("bad reply from edge: %w", err)
 	}
-	return replyErr(r, out.WaitAck)
+	return Outcome(r.Result(out.WaitAck)), nil
 }
 
-// replyErr is what Send returns for an edge's answer r to an Output (its
-// WaitAck is waitAck), or errMoved to look the owner up again.
-func replyErr(r wire.Reply, waitAck bool) error {
-	switch r.Result(waitAck) {
-	case wire.OutcomeDelivered:
-		return nil
-	case wire.OutcomeWritten:
-		return ErrNotAcked
-	case wire.OutcomeMoved:
-		return errMoved
-	case wire.OutcomeGone:
-		return fmt.Errorf("%w: %s", ErrGone, r.Error)
+// busOutcome is what a request's error err means for the outputs it
+// carried (ok), or !ok when the edge answered: noResponders when no edge
+// listens on the subject, Offline when the one asked did not answer in
+// time (it died or lost the socket) while the caller (ctx) still waits,
+// or else the bus's error.
+func busOutcome(ctx context.Context, err error, noResponders Outcome) (o Outcome, _ error, ok bool) {
+	switch {
+	case err == nil:
+		return "", nil, false
+	case errors.Is(err, bus.ErrNoResponders):
+		return noResponders, nil, true
+	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+		return Offline, nil, true
 	}
-	return fmt.Errorf("%w: %s", ErrOffline, r.Error)
+	return "", err, true
 }

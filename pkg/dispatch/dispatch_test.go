@@ -2,7 +2,6 @@ package dispatch_test
 
 import (
 	"encoding/json"
-	"errors"
 	"slices"
 	"sync"
 	"testing"
@@ -30,8 +29,8 @@ func TestPublishComesBeforeLaterSends(t *testing.T) {
 	if err := d.Publish(t.Context(), wire.Output{Op: wire.OpTyping, Device: "d1"}); err != nil {
 		t.Fatalf("Publish: %v", err)
 	}
-	if err := d.Send(t.Context(), wire.Output{Op: wire.OpMessage, Device: "d1", ID: "m1", Text: "hi", Final: true}); err != nil {
-		t.Fatalf("Send: %v", err)
+	if o, err := d.Send(t.Context(), wire.Output{Op: wire.OpMessage, Device: "d1", ID: "m1", Text: "hi", Final: true}); err != nil || o != dispatch.Delivered {
+		t.Fatalf("Send: %s, %v", o, err)
 	}
 	if got := got(); len(got) != 2 || got[0].Op != wire.OpTyping || got[1].Op != wire.OpMessage {
 		t.Fatalf("the subscriber got %+v, want typing then the message", got)
@@ -56,11 +55,11 @@ func TestSendReachesEdgesBeforeEdgeSubjects(t *testing.T) {
 	}
 	got1, got2 := collect(t, b, bus.DeviceSubject("d1")), collect(t, b, bus.DeviceSubject("d2"))
 	d := &dispatch.Dispatcher{Owners: st, Bus: b}
-	if err := d.Send(t.Context(), wire.Output{Op: wire.OpMessage, Device: "d1", ID: "m1", Text: "hi", Final: true}); err != nil {
-		t.Fatalf("Send to an edge of the release before: %v", err)
+	if o, err := d.Send(t.Context(), wire.Output{Op: wire.OpMessage, Device: "d1", ID: "m1", Text: "hi", Final: true}); err != nil || o != dispatch.Delivered {
+		t.Fatalf("Send to an edge of the release before: %s, %v", o, err)
 	}
-	if err := d.Send(t.Context(), wire.Output{Op: wire.OpMessage, Device: "d2", ID: "m2", Text: "hi", Final: true}); !errors.Is(err, dispatch.ErrOffline) {
-		t.Fatalf("Send to a device with no owner record: %v, want ErrOffline", err)
+	if o, err := d.Send(t.Context(), wire.Output{Op: wire.OpMessage, Device: "d2", ID: "m2", Text: "hi", Final: true}); err != nil || o != dispatch.Offline {
+		t.Fatalf("Send to a device with no owner record: %s, %v; want offline", o, err)
 	}
 	if got := append(got1(), got2()...); len(got) != 1 || got[0].ID != "m1" || got[0].Epoch != epoch {
 		t.Fatalf("the device subjects got %+v, want m1 at epoch %d alone", got, epoch)
@@ -96,8 +95,8 @@ func TestCachedOwnerOfAGoneEdge(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Unsubscribe()
-	if err := d.Send(t.Context(), wire.Output{Op: wire.OpMessage, Device: "d1", ID: "m1", Text: "hi", Final: true}); err != nil {
-		t.Fatalf("Send after the cached owner's edge went: %v", err)
+	if o, err := d.Send(t.Context(), wire.Output{Op: wire.OpMessage, Device: "d1", ID: "m1", Text: "hi", Final: true}); err != nil || o != dispatch.Delivered {
+		t.Fatalf("Send after the cached owner's edge went: %s, %v", o, err)
 	}
 	if out := <-got; out.Epoch != epoch || out.Cached {
 		t.Fatalf("edge-new got epoch %d (cached %v), want %d read fresh", out.Epoch, out.Cached, epoch)

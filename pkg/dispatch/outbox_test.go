@@ -1,7 +1,6 @@
 package dispatch_test
 
 import (
-	"errors"
 	"testing"
 	"time"
 
@@ -39,7 +38,7 @@ func TestDeliverTTLToOfflineDeviceIsQueued(t *testing.T) {
 	b, st := embedded(t)
 	d := &dispatch.Deliverer{Dispatcher: &dispatch.Dispatcher{Owners: st, Bus: b}, Blobs: st, BlobTTL: time.Minute, Outbox: outbox(t, st, b)}
 	dl, err := d.Deliver(t.Context(), &protocol.Deliver{ID: "job-1", Target: "mobile:asleep", Text: "wake up", TTL: time.Minute})
-	if err != nil || !dl.Queued || dl.Device != "asleep" {
+	if err != nil || dl.Outcome != dispatch.Queued || dl.Device != "asleep" {
 		t.Fatalf("Deliver = %+v, %v; want it queued for asleep", dl, err)
 	}
 	items, err := st.PeekOutbox(t.Context(), "asleep", 0)
@@ -51,11 +50,11 @@ func TestDeliverTTLToOfflineDeviceIsQueued(t *testing.T) {
 		t.Fatalf("kept %s (%v), want the text, offline", items[0].Data, err)
 	}
 	// Without a ttl nothing is kept: the device is offline.
-	if _, err := d.Deliver(t.Context(), &protocol.Deliver{ID: "job-2", Target: "mobile:asleep", Text: "hi"}); !errors.Is(err, dispatch.ErrOffline) {
-		t.Fatalf("Deliver without a ttl = %v, want ErrOffline", err)
+	if dl, err := d.Deliver(t.Context(), &protocol.Deliver{ID: "job-2", Target: "mobile:asleep", Text: "hi"}); err != nil || dl.Outcome != dispatch.Offline {
+		t.Fatalf("Deliver without a ttl = %+v, %v; want offline", dl, err)
 	}
 	// A ttl past the outbox's is refused before anything is sent.
-	if _, err := d.Deliver(t.Context(), &protocol.Deliver{ID: "job-3", Target: "mobile:asleep", Text: "hi", TTL: 2 * time.Hour}); err == nil {
-		t.Fatal("a ttl past MOBILE_OUTBOX_TTL was taken")
+	if dl, err := d.Deliver(t.Context(), &protocol.Deliver{ID: "job-3", Target: "mobile:asleep", Text: "hi", TTL: 2 * time.Hour}); err != nil || dl.Outcome != dispatch.Refused {
+		t.Fatalf("a ttl past MOBILE_OUTBOX_TTL: %+v, %v; want it refused", dl, err)
 	}
 }

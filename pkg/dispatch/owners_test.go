@@ -93,8 +93,8 @@ func TestOwnerCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 5 {
-		if err := d.Send(ctx, wire.Output{Op: wire.OpMessage, Device: "tel-1", ID: "m", Text: "part"}); err != nil {
-			t.Fatalf("send %d: %v", i, err)
+		if o, err := d.Send(ctx, wire.Output{Op: wire.OpMessage, Device: "tel-1", ID: "m", Text: "part"}); err != nil || o != dispatch.Delivered {
+			t.Fatalf("send %d: %s, %v", i, o, err)
 		}
 	}
 	if n := owners.reads.Load(); n != 1 {
@@ -126,8 +126,8 @@ func TestOwnerCache(t *testing.T) {
 	if err := firstSub.Unsubscribe(); err != nil { // the old socket closed
 		t.Fatal(err)
 	}
-	if err := d.Send(ctx, wire.Output{Op: wire.OpMessage, Device: "tel-1", ID: "m2", Text: "after the move"}); err != nil {
-		t.Fatalf("send after the move: %v", err)
+	if o, err := d.Send(ctx, wire.Output{Op: wire.OpMessage, Device: "tel-1", ID: "m2", Text: "after the move"}); err != nil || o != dispatch.Delivered {
+		t.Fatalf("send after the move: %s, %v", o, err)
 	}
 	if got := second.Load(); got != e2 {
 		t.Fatalf("after the move delivered at epoch %d, want the new socket's %d", got, e2)
@@ -138,15 +138,15 @@ func TestOwnerCache(t *testing.T) {
 
 	// Within the TTL the new owner is cached; at the TTL it is read again.
 	clk.Advance(dispatch.OwnerCacheTTL - time.Nanosecond)
-	if err := d.Send(ctx, wire.Output{Op: wire.OpMessage, Device: "tel-1", ID: "m3", Text: "cached"}); err != nil {
-		t.Fatal(err)
+	if o, err := d.Send(ctx, wire.Output{Op: wire.OpMessage, Device: "tel-1", ID: "m3", Text: "cached"}); err != nil || o != dispatch.Delivered {
+		t.Fatalf("Send = %s, %v; want delivered", o, err)
 	}
 	if n := owners.reads.Load(); n != 2 {
 		t.Fatalf("owner read %d times within the TTL, want 2", n)
 	}
 	clk.Advance(time.Nanosecond)
-	if err := d.Send(ctx, wire.Output{Op: wire.OpMessage, Device: "tel-1", ID: "m4", Text: "expired"}); err != nil {
-		t.Fatal(err)
+	if o, err := d.Send(ctx, wire.Output{Op: wire.OpMessage, Device: "tel-1", ID: "m4", Text: "expired"}); err != nil || o != dispatch.Delivered {
+		t.Fatalf("Send = %s, %v; want delivered", o, err)
 	}
 	if n := owners.reads.Load(); n != 3 {
 		t.Fatalf("owner read %d times at the TTL, want 3", n)

@@ -3,7 +3,6 @@ package dispatch_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"testing"
 	"time"
 
@@ -32,12 +31,12 @@ func TestDeviceThatKeepsMovingIsOffline(t *testing.T) {
 	}
 	defer sub.Unsubscribe()
 	d := &dispatch.Dispatcher{Owners: st, Bus: b}
-	if err := d.Send(t.Context(), wire.Output{Op: wire.OpMessage, Device: "mover", ID: "m1", Text: "hi", Final: true}); !errors.Is(err, dispatch.ErrOffline) {
-		t.Fatalf("Send to a device that keeps moving: %v, want ErrOffline", err)
+	if o, err := d.Send(t.Context(), wire.Output{Op: wire.OpMessage, Device: "mover", ID: "m1", Text: "hi", Final: true}); err != nil || o != dispatch.Offline {
+		t.Fatalf("Send to a device that keeps moving: %s, %v; want offline", o, err)
 	}
 	dl, err := (&dispatch.Deliverer{Dispatcher: d, Blobs: st, BlobTTL: time.Minute, Outbox: outbox(t, st, b)}).
 		Deliver(t.Context(), &protocol.Deliver{ID: "job-1", Target: "mobile:mover", Text: "hi", TTL: time.Minute})
-	if n := kept(t, st, "mover"); err != nil || !dl.Queued || n != 1 {
+	if n := kept(t, st, "mover"); err != nil || dl.Outcome != dispatch.Queued || n != 1 {
 		t.Fatalf("a delivery with a ttl to it: %+v, %v, %d kept; want it queued", dl, err, n)
 	}
 }
@@ -63,7 +62,7 @@ func TestSilentEdgeLeavesTimeToKeep(t *testing.T) {
 	defer cancel()
 	d := &dispatch.Deliverer{Dispatcher: &dispatch.Dispatcher{Owners: st, Bus: b}, Blobs: st, BlobTTL: time.Minute, Outbox: outbox(t, st, b)}
 	dl, err := d.Deliver(ctx, &protocol.Deliver{ID: "job-1", Target: "mobile:d1", Text: "hi", TTL: time.Minute})
-	if n := kept(t, st, "d1"); err != nil || !dl.Queued || n != 1 {
+	if n := kept(t, st, "d1"); err != nil || dl.Outcome != dispatch.Queued || n != 1 {
 		t.Fatalf("a delivery with a ttl to a silent edge: %+v, %v, %d kept; want it queued", dl, err, n)
 	}
 	if ctx.Err() != nil {

@@ -580,9 +580,9 @@ func (c *conn) onDeliver(f *protocol.Deliver) {
 		c.sendError(errDeliverForbidden)
 		return
 	}
-	target, err := c.srv.deliverer.Target(f)
-	if err != nil {
-		c.deliverFailed(dispatch.Delivery{ID: f.ID}, err)
+	target, e := c.srv.deliverer.Target(f)
+	if e != nil {
+		c.sendError(e)
 		return
 	}
 	size := len(f.Text)
@@ -592,44 +592,40 @@ func (c *conn) onDeliver(f *protocol.Deliver) {
 	if c.cron == nil { // made on the first deliver frame: most connections never send one
 		c.cron = newCronQueue()
 	}
-	err = c.cron.push(c.srv.ctx, c.srv.goFunc, target, size, func() { c.deliver(f) })
+	err := c.cron.push(c.srv.ctx, c.srv.goFunc, target, size, func() { c.deliver(f) })
 	if err != nil { // the edge is closing
 		c.sendError(protocol.NewError(protocol.CodeInternalError, "deliver "+f.ID+": the gateway is shutting down; deliver it again"))
 	}
 }
 
 // deliver sends deliver frame f through the one delivery path
-// (dispatch.Deliverer, as POST /v1/deliver does) and answers the sender:
-// delivered when the API would answer 200 (with "queued":true when it
-// would answer 202 {"queued":true}), the error frame otherwise
-// (docs/protocol-notes.md has the table).
+// (dispatch.Deliverer, as POST /v1/deliver does) and answers the sender
+// with what became of it: delivered when the API would answer 200 (with
+// "queued":true when it would answer 202 {"queued":true}), device_offline
+// when no edge holds the device or it was written but not acknowledged in
+// time (the API's 404 and 202), the refusal's error, or internal_error
+// when the store or the bus failed (the API's 5xx). docs/protocol-notes.md
+// has the table.
 func (c *conn) deliver(f *protocol.Deliver) {
 	ctx, cancel := context.WithTimeout(c.srv.ctx, dispatch.DefaultTimeout)
 	defer cancel()
 	d, err := c.srv.deliverer.Deliver(ctx, f)
-	if err != nil || !d.Queued && d.Outcome != wire.OutcomeDelivered {
-		c.deliverFailed(d, err)
+	if err != nil {
+		c.logger().Warn("deliver failed", "target", d.Device, "err", err)
+		c.sendError(protocol.NewError(protocol.CodeInternalError, "deliver "+d.ID+" to "+d.Device+" failed; deliver it again"))
 		return
 	}
-	// Queued (a ttl, the API's 202 {"queued":true}): "queued":true.
-	c.send(protocol.AppendDelivered(newFrame(48+len(d.ID)+len(d.Device)), d.ID, d.Device, d.Queued))
-}
-
-// deliverFailed answers a deliver frame that was not delivered: its
-// validation's error, device_offline (no edge holds the device, or it was
-// written but not acknowledged in time: the API's 404 and 202), or
-// internal_error (the store or the bus failed: the API's 5xx).
-func (c *conn) deliverFailed(d dispatch.Delivery, err error) {
-	var perr *protocol.Error
-	switch {
-	case errors.As(err, &perr):
-		c.sendError(perr)
-	case err == nil: // written, not acknowledged in time
+	switch d.Outcome {
+	case dispatch.Delivered, dispatch.Queued:
+		c.send(protocol.AppendDelivered(newFrame(48+len(d.ID)+len(d.Device)), d.ID, d.Device, d.Outcome == dispatch.Queued))
+	case dispatch.Written:
 		c.sendError(protocol.NewError(protocol.CodeDeviceOffline, "deliver "+d.ID+": written, but device "+d.Device+" did not acknowledge it in time; deliver again to be sure"))
-	case errors.Is(err, dispatch.ErrOffline):
+	case dispatch.Offline:
 		c.sendError(protocol.NewError(protocol.CodeDeviceOffline, "deliver "+d.ID+": device "+d.Device+" is not online"))
+	case dispatch.Refused:
+		c.sendError(d.Refusal)
 	default:
-		c.logger().Warn("deliver failed", "target", d.Device, "err", err)
+		c.logger().Warn("deliver failed", "target", d.Device, "outcome", d.Outcome)
 		c.sendError(protocol.NewError(protocol.CodeInternalError, "deliver "+d.ID+" to "+d.Device+" failed; deliver it again"))
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/admin"
 	"github.com/hermes-mobile/gateway/pkg/dispatch"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
-	"github.com/hermes-mobile/gateway/pkg/wire"
 )
 
 // deliver is POST /v1/deliver: cron's message to a device that is online
@@ -45,26 +44,28 @@ func (a *API) deliver(w http.ResponseWriter, req *http.Request) error {
 	if err != nil {
 		return err
 	}
-	admin.WriteJSON(w, status, okBody{OK: true, ID: d.ID, Queued: d.Queued})
+	admin.WriteJSON(w, status, okBody{OK: true, ID: d.ID, Queued: d.Outcome == dispatch.Queued})
 	return nil
 }
 
 // deliverStatus is the answer to a delivery that Deliver answered d and
 // err for: 200 (delivered) or 202 (written, or queued with a ttl), or the
-// error to answer with.
+// error to answer with (err itself when the store or the bus failed).
 func deliverStatus(d dispatch.Delivery, err error) (int, error) {
-	var perr *protocol.Error
-	switch {
-	case errors.As(err, &perr):
-		return 0, protocolErr(perr)
-	case errors.Is(err, dispatch.ErrOffline):
-		return 0, apiErr(http.StatusNotFound, protocol.CodeDeviceOffline, "device "+d.Device+" is not online")
-	case err != nil:
+	if err != nil {
 		return 0, err
-	case d.Queued, d.Outcome == wire.OutcomeWritten:
-		return http.StatusAccepted, nil
 	}
-	return http.StatusOK, nil
+	switch d.Outcome {
+	case dispatch.Delivered:
+		return http.StatusOK, nil
+	case dispatch.Written, dispatch.Queued:
+		return http.StatusAccepted, nil
+	case dispatch.Offline:
+		return 0, apiErr(http.StatusNotFound, protocol.CodeDeviceOffline, "device "+d.Device+" is not online")
+	case dispatch.Refused:
+		return 0, protocolErr(d.Refusal)
+	}
+	return 0, fmt.Errorf("delivery %s: outcome %q", d.ID, d.Outcome)
 }
 
 // batchTimeout bounds one POST /v1/deliver/batch: the deliveries a batch
@@ -136,7 +137,7 @@ func (a *API) deliverBatch(w http.ResponseWriter, req *http.Request) error {
 			failed(at[k], r.Delivery.ID, err)
 			continue
 		}
-		results[at[k]] = batchResult{ID: r.Delivery.ID, Status: status, Queued: r.Delivery.Queued}
+		results[at[k]] = batchResult{ID: r.Delivery.ID, Status: status, Queued: r.Delivery.Outcome == dispatch.Queued}
 	}
 	admin.WriteJSON(w, http.StatusOK, struct {
 		Results []batchResult `json:"results"`

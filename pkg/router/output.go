@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/hermes-mobile/gateway/internal/retry"
@@ -72,17 +73,18 @@ func (o *output) send(ctx context.Context, out wire.Output) error {
 	for {
 		start := time.Now()
 		sctx, span := o.r.tel.start(ctx, "router.deliver", out.Op)
-		err := o.r.sender.Send(sctx, out)
-		telemetry.EndSpan(span, err)
+		got, err := o.r.sender.Send(sctx, out)
+		telemetry.EndSpan(span, dispatch.SpanErr(got, err))
 		if err == nil {
-			o.r.tel.m.deliveryLatency(time.Since(start))
-			return nil
-		}
-		if errors.Is(err, dispatch.ErrOffline) {
-			break
-		}
-		if errors.Is(err, dispatch.ErrGone) {
-			return err // no outbox: it would fail again on the next connect
+			switch got {
+			case dispatch.Delivered:
+				o.r.tel.m.deliveryLatency(time.Since(start))
+				return nil
+			case dispatch.Gone:
+				// No outbox: it would fail again on the next connect.
+				return fmt.Errorf("%w: %s of %s", dispatch.ErrGone, out.ID, o.device)
+			}
+			break // offline, or written and not acknowledged: kept
 		}
 		if ctx.Err() != nil || time.Now().After(deadline) {
 			o.r.log.WarnContext(ctx, "delivery keeps failing; keeping the output in the outbox", "device", o.device, "err", err)
@@ -111,7 +113,7 @@ func (o *output) send(ctx context.Context, out wire.Output) error {
 		if !wait.Wait(ctx) {
 			return err
 		}
-		if o.r.sender.Send(ctx, out) == nil {
+		if got, err := o.r.sender.Send(ctx, out); err == nil && got == dispatch.Delivered {
 			return nil // delivered after all
 		}
 	}

@@ -158,12 +158,13 @@ func (c *cluster) startProbe(t *testing.T) {
 // tests that are not about it wait here so that they test what they say.
 func (c *cluster) waitReachable(t testing.TB, dev string) {
 	t.Helper()
+	var o dispatch.Outcome
 	var err error
 	if !testsvc.Eventually(10*time.Second, func() bool {
-		err = c.probe.Send(testCtx(t), wire.Output{Op: "probe", Device: dev})
-		return err == nil
+		o, err = c.probe.Send(testCtx(t), wire.Output{Op: "probe", Device: dev})
+		return err == nil && o == dispatch.Delivered
 	}) {
-		t.Fatalf("%s: the edge holding it did not answer a delivery within 10 s: %v", dev, err)
+		t.Fatalf("%s: the edge holding it did not answer a delivery within 10 s: %s, %v", dev, o, err)
 	}
 }
 
