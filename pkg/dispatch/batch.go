@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/hermes-mobile/gateway/pkg/bus"
 	"github.com/hermes-mobile/gateway/pkg/ids"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/telemetry"
@@ -102,7 +101,7 @@ func (d *Deliverer) DeliverBatch(ctx context.Context, fs []*protocol.Deliver) []
 // Any other answer leaves the delivery to Deliver, which decides what
 // becomes of it.
 func (d *Deliverer) sendTexts(ctx context.Context, fs []*protocol.Deliver, res []BatchResult, settled []bool, devices []string, byDevice map[string][]int) {
-	owners, err := d.Dispatcher.Owners.DeviceOwners(ctx, devices)
+	owners, err := d.Dispatcher.owners(ctx, devices)
 	if err != nil {
 		return // Deliver reads them again, and answers the store's error
 	}
@@ -209,7 +208,7 @@ func (d *Dispatcher) sendBatch(ctx context.Context, edge string, outs []wire.Out
 	}
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	reply, err := d.Bus.Request(rctx, bus.EdgeSubject(edge), data, nil)
+	reply, err := d.Bus.Request(rctx, batchSubject(edge), data, nil)
 	// shim(v0.2.0): no responders is an edge of the release before
 	// batches (or one that is gone): each output goes on its device's
 	// subject (moved).

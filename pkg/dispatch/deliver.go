@@ -115,7 +115,7 @@ func (d *Deliverer) Deliver(ctx context.Context, f *protocol.Deliver) (Delivery,
 			// restart a connected device may lack one until its edge's
 			// next heartbeat: cron is told to retry, which it would be
 			// told anyway while Redis is away.)
-			if _, _, err := d.Dispatcher.owner(ctx, dl.Device); errors.Is(err, store.ErrNotFound) {
+			if _, _, err := d.Dispatcher.owner(ctx, dl.Device, false); errors.Is(err, store.ErrNotFound) {
 				if f.TTL <= 0 {
 					dl.Outcome = Offline
 					return dl, nil

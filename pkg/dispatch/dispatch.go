@@ -74,7 +74,7 @@ func (d *Dispatcher) Publish(ctx context.Context, out wire.Output) error {
 	if err != nil {
 		return err
 	}
-	return d.Bus.Publish(ctx, bus.EdgeOutputSubject(owner.Edge), data, nil)
+	return d.Bus.Publish(ctx, outputSubject(owner), data, nil)
 }
 
 // Notify sends ctl to the edge that holds ctl.Device (its owner record,
@@ -82,36 +82,36 @@ func (d *Dispatcher) Publish(ctx context.Context, out wire.Output) error {
 // of a release before edge subjects hears it. Nobody hears it when the
 // device is offline.
 func (d *Dispatcher) Notify(ctx context.Context, ctl wire.Control) error {
+	owner, _, err := d.owner(ctx, ctl.Device, true) // not the cache: the owner now
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		owner = store.Owner{} // offline: the device's subject alone
+	case err != nil:
+		return fmt.Errorf("owner of %q: %w", ctl.Device, err)
+	}
+	// shim(v0.2.0): true: the device's subject, for an edge of the release
+	// before edge subjects.
+	return d.NotifyAt(ctx, owner, ctl, true)
+}
+
+// NotifyAt sends ctl to owner's edge (none when owner.Edge is empty), and,
+// with alsoDevice, on ctl.Device's subject too, without waiting: for a
+// sender that knows the owner already (an edge's takeover notice goes to
+// the owner record its claim replaced). Both are tried; the error is
+// theirs.
+func (d *Dispatcher) NotifyAt(ctx context.Context, owner store.Owner, ctl wire.Control, alsoDevice bool) error {
 	data, err := wire.Marshal(ctl)
 	if err != nil {
 		return err
 	}
-	owner, err := d.Owners.DeviceOwner(ctx, ctl.Device) // not the cache: the owner now
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-	case err != nil:
-		return fmt.Errorf("owner of %q: %w", ctl.Device, err)
-	default:
-		if err := d.Bus.Publish(ctx, bus.EdgeOutputSubject(owner.Edge), data, nil); err != nil {
-			return err
-		}
+	var errs []error
+	if owner.Edge != "" {
+		errs = append(errs, d.Bus.Publish(ctx, outputSubject(owner), data, nil))
 	}
-	// shim(v0.2.0): an edge of the release before edge subjects.
-	return d.Bus.Publish(ctx, bus.DeviceSubject(ctl.Device), data, nil)
-}
-
-// route returns the owner out goes to: the device's owner record (from
-// the Cache while fresh), or, when there is none but out.Via names the
-// edge the device's event just came through, that edge at epoch 0. The
-// store may have lost the record (a Redis restart): epoch 0 has that edge
-// write out to whatever socket of the device it holds (and claim the
-// device again); none there is offline. store.ErrNotFound when neither.
-func (d *Dispatcher) route(ctx context.Context, out wire.Output) (o store.Owner, cached bool, err error) {
-	o, cached, err = d.owner(ctx, out.Device)
-	if errors.Is(err, store.ErrNotFound) && out.Via != "" {
-		return store.Owner{Edge: out.Via}, false, nil
+	if alsoDevice { // shim(v0.2.0): an edge of the release before edge subjects.
+		errs = append(errs, d.Bus.Publish(ctx, deviceSubject(ctl.Device), data, nil))
 	}
-	return o, cached, err
+	return errors.Join(errs...)
 }
 
 func (d *Dispatcher) send(ctx context.Context, out wire.Output) (o Outcome, err error) {
@@ -149,13 +149,13 @@ func (d *Dispatcher) send(ctx context.Context, out wire.Output) (o Outcome, err 
 	}
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	reply, err := d.Bus.Request(rctx, bus.EdgeOutputSubject(owner.Edge), data, nil)
+	reply, err := d.Bus.Request(rctx, outputSubject(owner), data, nil)
 	if errors.Is(err, bus.ErrNoResponders) {
 		// shim(v0.2.0): an edge of the release before edge subjects.
 		//
 		// The edge is gone, or is of a release before edge subjects,
 		// which listens on the device's subject.
-		reply, err = d.Bus.Request(rctx, bus.DeviceSubject(out.Device), data, nil)
+		reply, err = d.Bus.Request(rctx, deviceSubject(out.Device), data, nil)
 	}
 	noResponders := Offline
 	if cached {

@@ -2,11 +2,14 @@ package dispatch
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
+	"github.com/hermes-mobile/gateway/pkg/bus"
 	"github.com/hermes-mobile/gateway/pkg/clock"
 	"github.com/hermes-mobile/gateway/pkg/store"
+	"github.com/hermes-mobile/gateway/pkg/wire"
 )
 
 // OwnerCache remembers the owners a Dispatcher read, for OwnerCacheTTL, so
@@ -74,14 +77,63 @@ func (c *OwnerCache) drop(device string) {
 	c.mu.Unlock()
 }
 
-// owner returns device's owner from the cache (cached), or else the store.
-func (d *Dispatcher) owner(ctx context.Context, device string) (o store.Owner, cached bool, err error) {
-	if o, ok := d.Cache.get(device); ok {
-		return o, true, nil
+// Which edge holds a device, for every sender (Send, Publish, Notify, the
+// batches, an edge's takeover notice through NotifyAt): the owner record,
+// read here (owner, owners, route), and the subjects of the edge it names
+// (outputSubject, batchSubject; deviceSubject for an edge of the release
+// before edge subjects).
+
+// owner returns device's owner from the cache (cached), or else (or when
+// fresh: a notice, which must reach the owner now) the store.
+func (d *Dispatcher) owner(ctx context.Context, device string, fresh bool) (o store.Owner, cached bool, err error) {
+	if !fresh {
+		if o, ok := d.Cache.get(device); ok {
+			return o, true, nil
+		}
 	}
 	o, err = d.Owners.DeviceOwner(ctx, device)
 	if err == nil {
 		d.Cache.put(device, o)
 	}
 	return o, false, err
+}
+
+// owners returns the owners of devices, in order, in one store round trip;
+// an owner of epoch 0 is none (the device is offline).
+func (d *Dispatcher) owners(ctx context.Context, devices []string) ([]store.Owner, error) {
+	return d.Owners.DeviceOwners(ctx, devices)
+}
+
+// route returns the owner out goes to: the device's owner record (from
+// the Cache while fresh), or, when there is none but out.Via names the
+// edge the device's event just came through, that edge at epoch 0. The
+// store may have lost the record (a Redis restart): epoch 0 has that edge
+// write out to whatever socket of the device it holds (and claim the
+// device again); none there is offline. store.ErrNotFound when neither.
+func (d *Dispatcher) route(ctx context.Context, out wire.Output) (o store.Owner, cached bool, err error) {
+	o, cached, err = d.owner(ctx, out.Device, false)
+	if errors.Is(err, store.ErrNotFound) && out.Via != "" {
+		return store.Owner{Edge: out.Via}, false, nil
+	}
+	return o, cached, err
+}
+
+// outputSubject is the subject where the edge that owner names hears the
+// outputs and notices for the devices it holds.
+func outputSubject(owner store.Owner) string {
+	return bus.EdgeOutputSubject(owner.Edge)
+}
+
+// batchSubject is the subject where edge hears batches of outputs
+// (wire.Batch) for the devices it holds.
+func batchSubject(edge string) string {
+	return bus.EdgeSubject(edge)
+}
+
+// deviceSubject is the subject where an edge of the release before edge
+// subjects hears device's outputs and notices.
+//
+// shim(v0.2.0): device subjects.
+func deviceSubject(device string) string {
+	return bus.DeviceSubject(device)
 }

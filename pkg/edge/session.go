@@ -247,16 +247,12 @@ func (c *conn) hello(h *protocol.Hello) {
 // the device's subject too, where edges of the release before edge
 // subjects hear it.
 func (s *Server) announceTakeover(ctx context.Context, c *conn, prev store.Owner) {
-	takeover, _ := wire.Marshal(wire.Control{Op: wire.OpTakeover, Device: c.device, Epoch: c.epoch.Load()})
-	if prev.Edge != "" && prev.Edge != s.cfg.ID {
-		if err := s.bus.Publish(ctx, bus.EdgeOutputSubject(prev.Edge), takeover, nil); err != nil {
-			c.logger().Warn("announcing takeover failed", "err", err)
-		}
+	if prev.Edge == s.cfg.ID {
+		prev = store.Owner{} // a socket here was closed by register
 	}
-	if s.deviceSubs { // shim(v0.2.0): Config.DeviceSubjects.
-		if err := s.bus.Publish(ctx, bus.DeviceSubject(c.device), takeover, nil); err != nil {
-			c.logger().Warn("announcing takeover failed", "err", err)
-		}
+	// shim(v0.2.0): s.deviceSubs, Config.DeviceSubjects.
+	if err := s.sender.NotifyAt(ctx, prev, wire.Control{Op: wire.OpTakeover, Device: c.device, Epoch: c.epoch.Load()}, s.deviceSubs); err != nil {
+		c.logger().Warn("announcing takeover failed", "err", err)
 	}
 }
 
