@@ -494,7 +494,7 @@ func (m *msgReader) take(n int64) bool {
 		return true
 	}
 	c.logger().Warn("refusing a message: the edge's read budget is spent", "bytes", len(m.msg)+int(n), "budget", c.srv.cfg.MaxReadBytes)
-	c.fatal(protocol.NewFatal(protocol.CodeInternalError, "the gateway is reading too many large messages; reconnect and send it again"))
+	c.fatal(failReadBudget.frame())
 	return false
 }
 

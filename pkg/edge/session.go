@@ -24,7 +24,7 @@ func (c *conn) handle(msg []byte) {
 	defer func() {
 		if r := recover(); r != nil {
 			c.logger().Error("panic while handling a frame", "device", c.device, "panic", r, "stack", string(debug.Stack()))
-			c.sendError(protocol.NewError(protocol.CodeInternalError, "internal error"))
+			c.sendError(failPanic.frame())
 		}
 	}()
 	f, err := protocol.Decode(msg)
@@ -183,7 +183,7 @@ func (c *conn) hello(h *protocol.Hello) {
 	epoch, acks := claim.Epoch, claim.Acks
 	if err != nil {
 		c.logger().Warn("claiming device failed", "device", dev.ID, "err", err)
-		c.fatal(protocol.NewError(protocol.CodeInternalError, "gateway storage unavailable; reconnect later"))
+		c.fatal(failClaimDevice.frame())
 		return
 	}
 	c.id = s.cfg.ID + "/" + fmt.Sprint(epoch)
@@ -206,7 +206,7 @@ func (c *conn) hello(h *protocol.Hello) {
 	ok, reread, err := s.register(c)
 	if err != nil {
 		c.logger().Warn("subscribing device failed", "err", err)
-		c.fatal(protocol.NewError(protocol.CodeInternalError, "gateway bus unavailable; reconnect later"))
+		c.fatal(failSubscribe.frame())
 		return
 	}
 	if !ok {
@@ -306,7 +306,7 @@ func (c *conn) submit(ev wire.Event, blob []byte) {
 		// died) claimed this id and has not handed it over yet: its
 		// attempt may still fail, so this one must not be dropped.
 		c.logger().DebugContext(ctx, "id claimed by another attempt", "id", ev.ID)
-		c.sendError(protocol.NewError(protocol.CodeInternalError, "this message is still being delivered from another connection; send it again shortly"))
+		c.sendError(failTextPending.frame())
 		return
 	}
 	if err != nil {
@@ -314,7 +314,7 @@ func (c *conn) submit(ev wire.Event, blob []byte) {
 		// late): keep the attempt, so the phone's resend claims as us.
 		c.keepAttempt(key, attempt)
 		c.logger().WarnContext(ctx, "dedup failed", "err", err)
-		c.sendError(protocol.NewError(protocol.CodeInternalError, "gateway storage unavailable; send again"))
+		c.sendError(failTextDedup.frame())
 		return
 	}
 	if !first {
@@ -327,11 +327,11 @@ func (c *conn) submit(ev wire.Event, blob []byte) {
 		if err != nil {
 			c.release(key, attempt)
 			c.logger().WarnContext(ctx, "storing media failed", "err", err)
-			why := "gateway storage unavailable; send again"
+			why := failMediaStore
 			if errors.Is(err, store.ErrFull) {
-				why = "the gateway's media store is full; send again later"
+				why = failMediaFull
 			}
-			c.sendError(protocol.NewError(protocol.CodeInternalError, why))
+			c.sendError(why.frame())
 			return
 		}
 		ev.Media.Blob = blobKey
@@ -341,7 +341,7 @@ func (c *conn) submit(ev wire.Event, blob []byte) {
 	if err := c.srv.publishEvent(ctx, c, ev); err != nil {
 		c.release(key, attempt)
 		c.logger().WarnContext(ctx, "handing event to the agent failed", "err", err)
-		c.sendError(protocol.NewError(protocol.CodeInternalError, "the agent is not reachable; send again"))
+		c.sendError(failTextAgent.frame())
 		c.setAvatar(protocol.AvatarIdle, nil)
 		return
 	}
@@ -429,7 +429,7 @@ func (c *conn) onMedia(f *protocol.MediaUp) {
 		if charged, ok = c.chargeUpload(f.ID, f.Part, f.Parts, int64(len(f.Data)), int64(len(part.Meta))); !ok {
 			cancel()
 			c.logger().Warn("refusing an upload part: the edge's upload budget is spent", "budget", c.srv.cfg.MaxUploadBytes)
-			c.sendError(protocol.NewError(protocol.CodeInternalError, "the gateway's upload buffers are full; send this part again later"))
+			c.sendError(failUploadBudget.frame())
 			return
 		}
 	}
@@ -462,7 +462,7 @@ func (c *conn) onMedia(f *protocol.MediaUp) {
 		return
 	case err != nil:
 		c.logger().Warn("buffering upload failed", "err", err)
-		c.sendError(protocol.NewError(protocol.CodeInternalError, "gateway storage unavailable; send the file again"))
+		c.sendError(failUploadStore.frame())
 		return
 	case up == nil:
 		return // more parts to come
@@ -494,7 +494,7 @@ func (c *conn) onPromptAnswer(f *protocol.PromptAnswer) {
 		return
 	case err != nil:
 		c.logger().WarnContext(ctx, "reading prompt failed", "err", err)
-		c.sendError(protocol.NewError(protocol.CodeInternalError, "gateway storage unavailable; answer again"))
+		c.sendError(failPromptStore.frame())
 		return
 	}
 	applied := protocol.ResolveOption(rec.Kind, f.OptionID, f.Text, rec.Choices)
@@ -512,7 +512,7 @@ func (c *conn) onPromptAnswer(f *protocol.PromptAnswer) {
 	c.send(protocol.AppendPromptDone(newFrame(64), protocol.PromptDone{ID: rec.ID, OptionID: applied}))
 	if err := c.srv.publishEvent(ctx, c, ev); err != nil {
 		c.logger().WarnContext(ctx, "handing answer to the agent failed", "err", err)
-		c.sendError(protocol.NewError(protocol.CodeInternalError, "the agent is not reachable; answer the card again"))
+		c.sendError(failPromptAgent.frame())
 		rctx, rcancel := c.compensationContext()
 		defer rcancel()
 		if perr := st.PutPrompt(rctx, rec); perr != nil {
@@ -562,7 +562,7 @@ func (c *conn) onPush(f *protocol.Push) {
 	}
 	if err != nil {
 		c.logger().Warn("push registration failed", "kind", f.Kind, "err", err)
-		c.sendError(protocol.NewError(protocol.CodeInternalError, "push: gateway storage unavailable; send it again"))
+		c.sendError(failPushStore.frame())
 		return
 	}
 	c.logger().Debug("push registration", "kind", f.Kind, "registered", f.Token != "")
@@ -590,7 +590,7 @@ func (c *conn) onDeliver(f *protocol.Deliver) {
 	}
 	err := c.cron.push(c.srv.ctx, c.srv.goFunc, target, size, func() { c.deliver(f) })
 	if err != nil { // the edge is closing
-		c.sendError(protocol.NewError(protocol.CodeInternalError, "deliver "+f.ID+": the gateway is shutting down; deliver it again"))
+		c.sendError(failDeliverClosed.frame(f.ID))
 	}
 }
 
@@ -608,7 +608,7 @@ func (c *conn) deliver(f *protocol.Deliver) {
 	d, err := c.srv.deliverer.Deliver(ctx, f)
 	if err != nil {
 		c.logger().Warn("deliver failed", "target", d.Device, "err", err)
-		c.sendError(protocol.NewError(protocol.CodeInternalError, "deliver "+d.ID+" to "+d.Device+" failed; deliver it again"))
+		c.sendError(failDeliver.frame(d.ID, d.Device))
 		return
 	}
 	switch d.Outcome {
@@ -622,7 +622,7 @@ func (c *conn) deliver(f *protocol.Deliver) {
 		c.sendError(d.Refusal)
 	default:
 		c.logger().Warn("deliver failed", "target", d.Device, "outcome", d.Outcome)
-		c.sendError(protocol.NewError(protocol.CodeInternalError, "deliver "+d.ID+" to "+d.Device+" failed; deliver it again"))
+		c.sendError(failDeliver.frame(d.ID, d.Device))
 	}
 }
 
