@@ -54,7 +54,15 @@ LOADTESTS=()
 source loadtest/services.sh
 # shellcheck disable=SC2317 # called by the trap, not unreachable
 cleanup() {
-  stop_all "${LOADTESTS[@]}"
+  # The phones and the gateway first, so the edges release their phones
+  # while Redis and NATS still run; then the rest.
+  local p first=("${LOADTESTS[@]}")
+  if declare -F tier_pids >/dev/null; then
+    mapfile -t -O "${#first[@]}" first < <(tier_pids edges; tier_pids routers)
+  fi
+  for p in "${first[@]}"; do [ -n "$p" ] && kill -TERM "$p" 2>/dev/null; done
+  for p in "${first[@]}"; do [ -n "$p" ] && wait "$p" 2>/dev/null; done
+  stop_all
   keep_work "${HK_DIR:-}"
 }
 trap cleanup EXIT
