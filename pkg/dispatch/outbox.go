@@ -62,6 +62,11 @@ type OutboxConfig struct {
 	// MOBILE_PUSH_APNS_*), whose notifications expire after TTL.
 	PushServices PushServices
 
+	// OpTimeout bounds one store or bus call of keeping an output (the
+	// push to the outbox, the reread notice): DefaultOpTimeout, or the
+	// router's MOBILE_ROUTER_OP_TIMEOUT, which pkg/gateway passes on.
+	OpTimeout time.Duration
+
 	// Telemetry receives the outbox's and the push notifications' series
 	// (hermes_outbox_queued_total, hermes_push_*: a router's, in
 	// docs/metrics.md); nil records nothing.
@@ -75,6 +80,9 @@ const (
 	DefaultOutboxBytes      = 32 << 20
 	DefaultOutboxStoreBytes = 1024 << 20
 	DefaultPushEvery        = 15 * time.Minute
+	// DefaultOpTimeout bounds one store or bus call of keeping an output,
+	// and the router's by default (MOBILE_ROUTER_OP_TIMEOUT).
+	DefaultOpTimeout = 5 * time.Second
 )
 
 // DefaultOutboxConfig is the configuration a zero OutboxConfig stands
@@ -100,6 +108,9 @@ func (c *OutboxConfig) setDefaults() {
 	}
 	if c.PushEvery <= 0 {
 		c.PushEvery = DefaultPushEvery
+	}
+	if c.OpTimeout <= 0 {
+		c.OpTimeout = DefaultOpTimeout
 	}
 }
 
@@ -236,7 +247,7 @@ func (o *Outbox) Keep(ctx context.Context, device string, out wire.Output, ttl t
 	out.Device = device
 	// The delivery's deadline may be nearly spent waiting for an ack:
 	// keeping it gets time of its own, as the router's outputs do.
-	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.cfg.OpTimeout)
 	defer cancel()
 	if err := o.Put(kctx, device, ShareDeliver, out, ttl); err != nil {
 		return err
@@ -282,7 +293,7 @@ func (o *Outbox) Wake(ctx context.Context, device string, out wire.Output) {
 	o.push.Notify(device, out.Op, out.Text)
 	// The device may have connected between the failed delivery and the
 	// push, and read its outbox before the push: its edge reads it again.
-	nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.cfg.OpTimeout)
 	defer cancel()
 	if err := o.sender.Notify(nctx, wire.Control{Op: wire.OpOutbox, Device: device}); err != nil {
 		o.log.DebugContext(ctx, "announcing an outbox item failed; the device reads it on its next connect", "device", device, "err", err)

@@ -218,10 +218,15 @@ func (g *Gateway) connect(ctx context.Context, cfg Config, log *slog.Logger) err
 // output in it, and its edge and router API cron's deliveries with a
 // ttl. Its series are a router's (docs/metrics.md), which a process
 // without a router does not serve: there, what it keeps is only logged.
+// Its calls to the store and the bus take MOBILE_ROUTER_OP_TIMEOUT, as the
+// router's do, whether or not the process runs one.
 func newOutbox(cfg Config, st store.Store, b bus.Bus, log *slog.Logger) *dispatch.Outbox {
 	ocfg := cfg.Outbox
 	if cfg.Router && ocfg.Telemetry == nil {
 		ocfg.Telemetry = cfg.RouterCfg.Telemetry
+	}
+	if ocfg.OpTimeout == 0 {
+		ocfg.OpTimeout = cfg.RouterCfg.OpTimeout
 	}
 	return dispatch.NewOutbox(ocfg, st, b, log.With("component", "outbox"))
 }

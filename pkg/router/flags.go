@@ -17,6 +17,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	config.Seconds(fs, &c.PromptMaxTTL, "prompt-max-ttl", fieldEnv["PromptMaxTTL"], def.PromptMaxTTL, "the longest prompt card lifetime an agent may ask for (never below the prompt card lifetime)")
 	config.Int(fs, &c.SessionQueue, "session-queue", fieldEnv["SessionQueue"], def.SessionQueue, "events of one device waiting for the agent; past it the phone gets internal_error")
 	config.Seconds(fs, &c.JournalLease, "journal-lease", fieldEnv["JournalLease"], def.JournalLease, "how long a router holds a device's events without renewing; another takes them over after it")
+	config.Seconds(fs, &c.OpTimeout, "router-op-timeout", fieldEnv["OpTimeout"], def.OpTimeout, "how long one call of the router to Redis or NATS may take (an event's append to its journal, a journal's renewal, keeping an output in the outbox)")
 }
 
 // fieldEnv is the environment variable of each Config field that has one
@@ -28,6 +29,7 @@ var fieldEnv = map[string]string{
 	"SessionQueue": "MOBILE_SESSION_QUEUE",
 	"JournalLease": "MOBILE_JOURNAL_LEASE",
 	"BlobTTL":      "MOBILE_BLOB_TTL",
+	"OpTimeout":    "MOBILE_ROUTER_OP_TIMEOUT",
 }
 
 // setting names field in an error: its variable, or "router: <field>" for

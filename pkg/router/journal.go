@@ -58,7 +58,7 @@ func (r *Router) enqueue(ctx context.Context, ev wire.Event) error {
 	if err != nil {
 		return err
 	}
-	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	actx, cancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
 	defer cancel()
 	lim := store.JournalLimits{MaxLen: r.cfg.SessionQueue, Lease: r.cfg.JournalLease, TTL: r.cfg.JournalTTL}
 	a, err := r.store.AppendJournal(actx, ev.Device, r.id, data, lim)
@@ -176,7 +176,7 @@ func (r *Router) next(device string, done int64) (store.JournalEntry, bool, erro
 	deadline := time.Now().Add(r.cfg.JournalLease / 2)
 	wait := retry.New(100*time.Millisecond, 2*time.Second)
 	for {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), r.cfg.OpTimeout)
 		e, ok, err := r.store.NextJournal(ctx, device, r.id, done, r.cfg.JournalLease)
 		cancel()
 		if err == nil || !errors.Is(err, store.ErrUnavailable) {
@@ -192,7 +192,7 @@ func (r *Router) next(device string, done int64) (store.JournalEntry, bool, erro
 // release removes done (when not 0) and frees device's lease, leaving the
 // rest of the journal to the next router.
 func (r *Router) release(device string, done int64) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.ctx), r.cfg.OpTimeout)
 	defer cancel()
 	if done != 0 {
 		if _, _, err := r.store.NextJournal(ctx, device, r.id, done, r.cfg.JournalLease); err != nil {
@@ -240,7 +240,7 @@ func (r *Router) handleEntry(device string, e store.JournalEntry) int {
 				return
 			case <-t.C:
 			}
-			rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+			rctx, rcancel := context.WithTimeout(ctx, r.cfg.OpTimeout)
 			err := r.store.RenewJournal(rctx, device, r.id, r.cfg.JournalLease)
 			rcancel()
 			if err == nil {

@@ -97,7 +97,7 @@ func (o *output) send(ctx context.Context, out wire.Output) error {
 	// backoff, for as long as the agent's call may run, so an outage of the
 	// store does not drop an answer to an event the router already took.
 	push := func() error {
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.r.cfg.OpTimeout)
 		defer cancel()
 		return o.r.outbox.Put(pctx, o.device, cmp.Or(o.share, dispatch.ShareAgent), out, 0)
 	}

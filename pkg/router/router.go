@@ -78,6 +78,11 @@ type Config struct {
 	// RetryFor is how long a delivery is retried while the bus or the store
 	// fails before the output goes to the outbox (30 s).
 	RetryFor time.Duration
+	// OpTimeout bounds one call of the router to the store or the bus
+	// (MOBILE_ROUTER_OP_TIMEOUT, 5 s): an event's append to its journal,
+	// a journal's read, renewal and release, a sweep, an agent's Accept,
+	// keeping an output in the outbox.
+	OpTimeout time.Duration
 	// Telemetry receives the router's metrics and spans; nil records nothing.
 	Telemetry *telemetry.Telemetry
 	// Outbox keeps the agent's output for a device that holds no socket,
@@ -107,7 +112,7 @@ func (c Config) Validate() error {
 	var errs []error
 	for name, d := range map[string]time.Duration{"PromptTTL": c.PromptTTL, "PromptMaxTTL": c.PromptMaxTTL,
 		"JournalLease": c.JournalLease, "JournalTTL": c.JournalTTL, "CloseGrace": c.CloseGrace, "SweepEvery": c.SweepEvery,
-		"HandleTimeout": c.HandleTimeout, "BlobTTL": c.BlobTTL, "RetryFor": c.RetryFor} {
+		"HandleTimeout": c.HandleTimeout, "BlobTTL": c.BlobTTL, "RetryFor": c.RetryFor, "OpTimeout": c.OpTimeout} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s: %v is negative", setting(name), d))
 		}
@@ -159,6 +164,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.RetryFor <= 0 {
 		c.RetryFor = 30 * time.Second
+	}
+	if c.OpTimeout <= 0 {
+		c.OpTimeout = dispatch.DefaultOpTimeout
 	}
 }
 
@@ -229,7 +237,7 @@ func New(cfg Config, st store.Store, b bus.Bus, a agent.Agent, log *slog.Logger)
 	r.quit, r.stop = context.WithCancel(r.ctx)
 	r.outbox = cfg.Outbox
 	if r.outbox == nil {
-		r.outbox = dispatch.NewOutbox(dispatch.OutboxConfig{Telemetry: cfg.Telemetry}, st, b, log)
+		r.outbox = dispatch.NewOutbox(dispatch.OutboxConfig{OpTimeout: cfg.OpTimeout, Telemetry: cfg.Telemetry}, st, b, log)
 		r.ownOutbox = true
 	}
 	return r
@@ -351,7 +359,7 @@ func (r *Router) takeEvent(m *bus.Msg, ev wire.Event) {
 	defer span.End()
 	if acc, ok := r.agent.(agent.Acceptor); ok {
 		// Durable at once: acknowledged only once the agent has it.
-		ctx, cancel := context.WithTimeout(tctx, 5*time.Second)
+		ctx, cancel := context.WithTimeout(tctx, r.cfg.OpTimeout)
 		defer cancel()
 		reply(m, acc.Accept(ctx, ev))
 		return
@@ -372,7 +380,7 @@ func (r *Router) sweep() {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(r.ctx, 5*time.Second)
+		ctx, cancel := context.WithTimeout(r.ctx, r.cfg.OpTimeout)
 		recs, err := r.store.TakeExpired(ctx, r.cfg.Clock.Now(), 256)
 		if err != nil {
 			r.log.Warn("looking for expired cards failed", "err", err)

@@ -105,7 +105,7 @@ func TestFlagDefaults(t *testing.T) {
 			MaxHelloBytes: 16 << 20, MaxHelloConns: 10_000, MaxHelloConnsPerAddr: 256, HelloPrefixV4: 32, HelloPrefixV6: 64,
 			MaxOutboundBytes: 32 << 20, WriteTimeout: 10 * time.Second, ReadTimeout: time.Minute, OwnerTTL: 30 * time.Second,
 			AckWait: 10 * time.Second, PageTimeout: 10 * time.Second, MaxPageConns: 1024},
-		routerCfg: router.Config{PromptTTL: protocol.DefaultPromptTTL, PromptMaxTTL: router.DefaultPromptMaxTTL, SessionQueue: 1000, JournalLease: 15 * time.Second},
+		routerCfg: router.Config{PromptTTL: protocol.DefaultPromptTTL, PromptMaxTTL: router.DefaultPromptMaxTTL, SessionQueue: 1000, JournalLease: 15 * time.Second, OpTimeout: 5 * time.Second},
 		outbox:    dispatch.OutboxConfig{Max: 1024, TTL: 24 * time.Hour, Bytes: 32 << 20, StoreBytes: 1 << 30, PushEvery: 15 * time.Minute},
 		agent:     agent.Choice{Name: "demo", OpenAIBaseURL: "https://api.openai.com/v1", OpenAITimeout: 120 * time.Second}}
 	if !reflect.DeepEqual(f, want) {
@@ -162,6 +162,7 @@ func TestEnvAndFlags(t *testing.T) {
 		{"MOBILE_MAX_OUTBOX_MIB", "max-outbox", "45", "90", func(f flags) string { return mib(f.outbox.StoreBytes) }},
 		{"MOBILE_SESSION_QUEUE", "session-queue", "45", "90", func(f flags) string { return strconv.Itoa(f.routerCfg.SessionQueue) }},
 		{"MOBILE_JOURNAL_LEASE", "journal-lease", "45", "90", func(f flags) string { return f.routerCfg.JournalLease.String() }},
+		{"MOBILE_ROUTER_OP_TIMEOUT", "router-op-timeout", "45", "90", func(f flags) string { return f.routerCfg.OpTimeout.String() }},
 	} {
 		t.Run(tc.env, func(t *testing.T) {
 			clearEnv(t)

@@ -74,7 +74,7 @@ func TestFlagDefaults(t *testing.T) {
 	clearEnv(t)
 	want := flags{listen: "127.0.0.1:8788", redisMode: "single", redisPrefix: "hermes:", redisPool: 32, agent: agent.Choice{Name: "demo", OpenAIBaseURL: "https://api.openai.com/v1", OpenAITimeout: 120 * time.Second}, eventsMax: 10000,
 		logLevel: "info", adminListen: "127.0.0.1:8790", maxBlob: 1 << 30, pprof: "off", blobTTL: 15 * time.Minute,
-		router: router.Config{PromptTTL: protocol.DefaultPromptTTL, PromptMaxTTL: router.DefaultPromptMaxTTL, SessionQueue: 1000, JournalLease: 15 * time.Second},
+		router: router.Config{PromptTTL: protocol.DefaultPromptTTL, PromptMaxTTL: router.DefaultPromptMaxTTL, SessionQueue: 1000, JournalLease: 15 * time.Second, OpTimeout: 5 * time.Second},
 		outbox: dispatch.OutboxConfig{Max: 1024, TTL: 24 * time.Hour, Bytes: 32 << 20, StoreBytes: 1 << 30, PushEvery: 15 * time.Minute}}
 	if f := mustParse(t); !reflect.DeepEqual(f, want) {
 		t.Fatalf("defaults = %+v, want %+v", f, want)
@@ -99,6 +99,7 @@ func TestEnvAndFlags(t *testing.T) {
 		{"MOBILE_EVENTS_MAX", "events-max", "500", "700", func(f flags) string { return strconv.Itoa(f.eventsMax) }},
 		{"MOBILE_LOG_LEVEL", "log-level", "debug", "warn", func(f flags) string { return f.logLevel }},
 		{"MOBILE_PROMPT_TTL", "prompt-ttl", "45", "90", func(f flags) string { return f.router.PromptTTL.String() }},
+		{"MOBILE_ROUTER_OP_TIMEOUT", "router-op-timeout", "45", "90", func(f flags) string { return f.router.OpTimeout.String() }},
 		{"MOBILE_ADMIN_LISTEN", "admin-listen", "off", "127.0.0.1:9002", func(f flags) string { return f.adminListen }},
 		{"MOBILE_PPROF", "pprof", "on", "off", func(f flags) string { return f.pprof }},
 		{"OPENAI_BASE_URL", "openai-base-url", "http://env:11434/v1", "http://flag:8000/v1", func(f flags) string { return f.agent.OpenAIBaseURL }},
@@ -113,14 +114,14 @@ func TestEnvAndFlags(t *testing.T) {
 			clearEnv(t)
 			t.Setenv(tc.env, tc.envVal)
 			want := tc.envVal
-			if tc.env == "MOBILE_PROMPT_TTL" {
+			if tc.env == "MOBILE_PROMPT_TTL" || tc.env == "MOBILE_ROUTER_OP_TIMEOUT" {
 				want = "45s"
 			}
 			if got := tc.field(mustParse(t)); got != want {
 				t.Fatalf("$%s=%q → %q, want %q", tc.env, tc.envVal, got, want)
 			}
 			want = tc.flagVal
-			if tc.env == "MOBILE_PROMPT_TTL" {
+			if tc.env == "MOBILE_PROMPT_TTL" || tc.env == "MOBILE_ROUTER_OP_TIMEOUT" {
 				want = "1m30s"
 			}
 			if got := tc.field(mustParse(t, "-"+tc.flag+"="+tc.flagVal)); got != want {
@@ -147,7 +148,7 @@ func TestSettings(t *testing.T) {
 	want := settings{level: -4, agent: "link", eventsMax: 250,
 		api: router.APIConfig{DeliverTokens: []string{"cron-1", "cron-2"}, AgentTokens: []string{"agent-1"}, HomeDevice: "tel-1"},
 		router: router.Config{PromptTTL: 45 * time.Second, PromptMaxTTL: router.DefaultPromptMaxTTL, SessionQueue: 50,
-			JournalLease: 6 * time.Second, BlobTTL: 5 * time.Minute},
+			JournalLease: 6 * time.Second, BlobTTL: 5 * time.Minute, OpTimeout: 5 * time.Second},
 		outbox: dispatch.OutboxConfig{Max: 64, TTL: 2 * time.Minute, Bytes: 32 << 20, StoreBytes: 1 << 30, PushEvery: 15 * time.Minute}}
 	if !reflect.DeepEqual(s, want) {
 		t.Fatalf("settings = %+v, want %+v", s, want)
