@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/hermes-mobile/gateway/pkg/config"
+	"github.com/hermes-mobile/gateway/pkg/secret"
 )
 
 // Hard caps of one run. A flag above its cap is refused, so a typo cannot
@@ -97,7 +98,7 @@ const (
 // flagSet holds the flags before they become a Config.
 type flagSet struct {
 	urls, metrics, deliverURL, runID, jsonPath string
-	token, deliverToken                        config.Secret
+	token, deliverToken                        secret.Secret
 	cfg                                        Config
 }
 
@@ -105,7 +106,7 @@ type flagSet struct {
 func (f *flagSet) RegisterFlags(fs *flag.FlagSet) {
 	c := &f.cfg
 	fs.StringVar(&f.urls, "url", "ws://127.0.0.1:8787/ws", "WebSocket URLs of the edges, comma-separated; connections are split over them (loopback only)")
-	config.SecretVar(fs, &f.token, "token", "MOBILE_TOKEN", "the app token")
+	config.Secret(fs, &f.token, "token", "MOBILE_TOKEN", "the app token")
 	fs.IntVar(&c.Conns, "conns", 1000, fmt.Sprintf("connections to open and hold (at most %d per process)", MaxConns))
 	fs.DurationVar(&c.Soak, "soak", 10*time.Second, "how long the connections are held idle before messages (at most 1h)")
 	fs.DurationVar(&c.Duration, "duration", 30*time.Second, "how long messages are sent (at most 1h)")
@@ -117,7 +118,7 @@ func (f *flagSet) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Sources, "sources", sourceCount, "how many source addresses, from 127.0.0.2 on, the connections are spread over (1-253)")
 	fs.StringVar(&f.runID, "run", "", "run id, part of every device id (lt-<run>-<n>); random when empty")
 	fs.StringVar(&f.deliverURL, "deliver", "", "router API base URL (e.g. http://127.0.0.1:8788): also time POST /v1/deliver to the phones (loopback only)")
-	config.SecretVar(fs, &f.deliverToken, "deliver-token", "LOADTEST_DELIVER_TOKEN", "a deliver token of the router (MOBILE_DELIVER_TOKENS)")
+	config.Secret(fs, &f.deliverToken, "deliver-token", "LOADTEST_DELIVER_TOKEN", "a deliver token of the router (MOBILE_DELIVER_TOKENS)")
 	fs.Float64Var(&c.DeliverRate, "deliver-rate", 10, fmt.Sprintf("deliveries per second with -deliver (at most %d)", MaxDeliverRate))
 	fs.StringVar(&f.metrics, "metrics", "", "Prometheus /metrics URLs of the servers, comma-separated, each optionally name=url (loopback only); unreadable ones show n/a")
 	fs.BoolVar(&c.RequireMetrics, "require-metrics", false, "fail the run when a -metrics URL cannot be read or lacks process_resident_memory_bytes or go_goroutines")

@@ -25,6 +25,7 @@ import (
 
 	"github.com/hermes-mobile/gateway/pkg/config"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
+	"github.com/hermes-mobile/gateway/pkg/secret"
 )
 
 const (
@@ -178,8 +179,8 @@ func floorMain(ctx context.Context, args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("loadtest floor", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	listen := fs.String("listen", "127.0.0.1:0", "address to listen on (loopback only)")
-	var token config.Secret
-	config.SecretVar(fs, &token, "token", "MOBILE_TOKEN", "the app token hello must carry")
+	var token secret.Secret
+	config.Secret(fs, &token, "token", "MOBILE_TOKEN", "the app token hello must carry")
 	if err := config.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0

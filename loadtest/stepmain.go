@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hermes-mobile/gateway/pkg/config"
+	"github.com/hermes-mobile/gateway/pkg/secret"
 )
 
 // Bounds of step mode.
@@ -186,11 +187,11 @@ func stepMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	var (
 		cfg                                         stepConfig
 		scen, urls, rates, runID, deliverURL, jsonP string
-		token, deliverToken                         config.Secret
+		token, deliverToken                         secret.Secret
 	)
 	fs.StringVar(&scen, "scenario", "roundtrip", "what to offer: "+strings.Join(scenarios, ", ")+", comma-separated, or all")
 	fs.StringVar(&urls, "url", "ws://127.0.0.1:8787/ws", "WebSocket URLs of the edges, comma-separated; phones are split over them (loopback only)")
-	config.SecretVar(fs, &token, "token", "MOBILE_TOKEN", "the app token (the floor's too)")
+	config.Secret(fs, &token, "token", "MOBILE_TOKEN", "the app token (the floor's too)")
 	fs.IntVar(&cfg.Phones, "phones", 200, "phones held by the roundtrip, deliver and cron scenarios, on the gateway and on the floor")
 	fs.StringVar(&rates, "rates", defaultRates, "the rates offered, operations per second, increasing, comma-separated (1k = 1000)")
 	fs.DurationVar(&cfg.Step, "step", 10*time.Second, "how long each rate is offered")
@@ -199,7 +200,7 @@ func stepMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.Float64Var(&cfg.Rule.MinAchieved, "min-achieved", 0.9, "a step achieving less than this fraction of its offered rate is saturated")
 	fs.StringVar(&cfg.Floor, "floor", "auto", "the floor: auto (started in this process), off, or the ws:// URL of `loadtest floor`")
 	fs.StringVar(&deliverURL, "deliver", "", "router API base URL, for the deliver scenario (loopback only)")
-	config.SecretVar(fs, &deliverToken, "deliver-token", "LOADTEST_DELIVER_TOKEN", "a deliver token of the router (MOBILE_DELIVER_TOKENS)")
+	config.Secret(fs, &deliverToken, "deliver-token", "LOADTEST_DELIVER_TOKEN", "a deliver token of the router (MOBILE_DELIVER_TOKENS)")
 	fs.IntVar(&cfg.Batch, "batch", 100, "deliveries per POST /v1/deliver/batch in the deliver-batch scenario")
 	fs.IntVar(&cfg.InFlight, "in-flight", 1000, "HTTP requests (deliver) or handshakes (hello) in flight at most; one beyond counts as failed (client_busy)")
 	fs.IntVar(&cfg.Sources, "sources", sourceCount, "how many source addresses, from 127.0.0.2 on, connections are spread over (1-253)")

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/hermes-mobile/gateway/pkg/config"
+	"github.com/hermes-mobile/gateway/pkg/secret"
 	"github.com/hermes-mobile/gateway/pkg/store"
 )
 
@@ -19,7 +20,7 @@ import (
 type Choice struct {
 	Name                                     string // demo, openai or link
 	OpenAIBaseURL, OpenAIModel, OpenAIPrompt string
-	OpenAIKey                                config.Secret
+	OpenAIKey                                secret.Secret
 	OpenAITimeout                            time.Duration
 }
 
@@ -27,7 +28,7 @@ type Choice struct {
 func (c *Choice) Register(fs *flag.FlagSet, usage string) {
 	config.String(fs, &c.Name, "agent", "AGENT", "demo", usage)
 	config.String(fs, &c.OpenAIBaseURL, "openai-base-url", "OPENAI_BASE_URL", DefaultOpenAIBaseURL, "AGENT=openai: the API root (…/v1)")
-	config.SecretVar(fs, &c.OpenAIKey, "openai-api-key", "OPENAI_API_KEY", "AGENT=openai: the API key, sent as a bearer token")
+	config.Secret(fs, &c.OpenAIKey, "openai-api-key", "OPENAI_API_KEY", "AGENT=openai: the API key, sent as a bearer token")
 	config.String(fs, &c.OpenAIModel, "openai-model", "OPENAI_MODEL", "", "AGENT=openai: the model (required)")
 	config.String(fs, &c.OpenAIPrompt, "openai-system-prompt", "OPENAI_SYSTEM_PROMPT", "", "AGENT=openai: the system prompt")
 	config.Seconds(fs, &c.OpenAITimeout, "openai-timeout", "OPENAI_TIMEOUT", DefaultOpenAITimeout, "AGENT=openai: bound on one answer")

@@ -108,11 +108,9 @@ func parseSeconds(s string) (time.Duration, error) {
 	return d, nil
 }
 
-// Secret is a flag value that never prints (see package secret).
-type Secret = secret.Secret
-
-// SecretVar registers a secret flag that falls back to env.
-func SecretVar(fs *flag.FlagSet, p *Secret, name, env, usage string) {
+// Secret registers a flag of a token or key that falls back to env; it
+// never prints, in -help or anywhere (see package secret).
+func Secret(fs *flag.FlagSet, p *secret.Secret, name, env, usage string) {
 	register(fs, p, name, env, usage)
 }
 

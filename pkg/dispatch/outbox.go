@@ -13,6 +13,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/bus"
 	"github.com/hermes-mobile/gateway/pkg/config"
 	"github.com/hermes-mobile/gateway/pkg/push"
+	"github.com/hermes-mobile/gateway/pkg/secret"
 	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/telemetry"
 	"github.com/hermes-mobile/gateway/pkg/wire"
@@ -40,7 +41,7 @@ type OutboxConfig struct {
 
 	// PushKey signs the webhook push notifications (MOBILE_PUSH_KEY);
 	// see package push.
-	PushKey config.Secret
+	PushKey secret.Secret
 	// PushEvery: at most one push notification per device per this long
 	// (MOBILE_PUSH_EVERY, 15 min): one per burst of output.
 	PushEvery time.Duration
@@ -134,7 +135,7 @@ func (c *OutboxConfig) RegisterFlags(fs *flag.FlagSet) {
 	config.Seconds(fs, &c.TTL, "outbox-ttl", outboxEnv["TTL"], def.TTL, "how long an offline device's frames are kept")
 	config.MiB(fs, &c.Bytes, "outbox-mib", outboxEnv["Bytes"], def.Bytes, "bytes of frames kept per offline device; the oldest are dropped past it")
 	config.MiB(fs, &c.StoreBytes, "max-outbox", outboxEnv["StoreBytes"], def.StoreBytes, "bytes of frames kept for every offline device together; the store's oldest are dropped past it")
-	config.SecretVar(fs, &c.PushKey, "push-key", outboxEnv["PushKey"], "key of the HMAC-SHA256 signature (X-Hermes-Signature) of webhook push notifications")
+	config.Secret(fs, &c.PushKey, "push-key", outboxEnv["PushKey"], "key of the HMAC-SHA256 signature (X-Hermes-Signature) of webhook push notifications")
 	config.Seconds(fs, &c.PushEvery, "push-every", outboxEnv["PushEvery"], def.PushEvery, "at most one push notification per device per this long")
 	config.Bool(fs, &c.PushContent, "push-content", outboxEnv["PushContent"], false, "put the waiting message's text in push notifications")
 	config.Bool(fs, &c.PushAllowPrivate, "push-allow-private", outboxEnv["PushAllowPrivate"], false, "let push endpoints be at private addresses (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7): a self-hosted ntfy on the LAN")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/hermes-mobile/gateway/pkg/config"
 	"github.com/hermes-mobile/gateway/pkg/push"
+	"github.com/hermes-mobile/gateway/pkg/secret"
 )
 
 // PushServices configures the services that wake the phones people
@@ -22,7 +23,7 @@ import (
 type PushServices struct {
 	// FCMCredentials is a Firebase service account's JSON key;
 	// FCMCredentialsFile the file that holds it.
-	FCMCredentials     config.Secret
+	FCMCredentials     secret.Secret
 	FCMCredentialsFile string
 	// FCMProject is the Firebase project, when not the key's project_id.
 	FCMProject string
@@ -31,7 +32,7 @@ type PushServices struct {
 	FCMURL string
 	// APNsKey is the team's APNs authentication key, the .p8 file's
 	// PEM; APNsKeyFile the .p8 file.
-	APNsKey     config.Secret
+	APNsKey     secret.Secret
 	APNsKeyFile string
 	// APNsKeyID and APNsTeamID are the key's and the team's ids;
 	// APNsTopic the app's bundle id.
@@ -46,11 +47,11 @@ type PushServices struct {
 
 // registerFlags registers the push services' settings on fs.
 func (p *PushServices) registerFlags(fs *flag.FlagSet) {
-	config.SecretVar(fs, &p.FCMCredentials, "push-fcm-credentials", "MOBILE_PUSH_FCM_CREDENTIALS", "the JSON key of the Firebase service account that sends FCM notifications (or the file: -push-fcm-credentials-file)")
+	config.Secret(fs, &p.FCMCredentials, "push-fcm-credentials", "MOBILE_PUSH_FCM_CREDENTIALS", "the JSON key of the Firebase service account that sends FCM notifications (or the file: -push-fcm-credentials-file)")
 	config.String(fs, &p.FCMCredentialsFile, "push-fcm-credentials-file", "MOBILE_PUSH_FCM_CREDENTIALS_FILE", "", "the file of the Firebase service account's JSON key; turns FCM notifications on")
 	config.String(fs, &p.FCMProject, "push-fcm-project", "MOBILE_PUSH_FCM_PROJECT", "", "the Firebase project; empty: the key's project_id")
 	config.String(fs, &p.FCMURL, "push-fcm-url", "MOBILE_PUSH_FCM_URL", "", "FCM's root instead of "+push.FCMURL+" (a relay)")
-	config.SecretVar(fs, &p.APNsKey, "push-apns-key", "MOBILE_PUSH_APNS_KEY", "the APNs authentication key, the .p8 file's contents (or the file: -push-apns-key-file)")
+	config.Secret(fs, &p.APNsKey, "push-apns-key", "MOBILE_PUSH_APNS_KEY", "the APNs authentication key, the .p8 file's contents (or the file: -push-apns-key-file)")
 	config.String(fs, &p.APNsKeyFile, "push-apns-key-file", "MOBILE_PUSH_APNS_KEY_FILE", "", "the APNs authentication key's .p8 file; turns APNs notifications on")
 	config.String(fs, &p.APNsKeyID, "push-apns-key-id", "MOBILE_PUSH_APNS_KEY_ID", "", "the APNs key's id (10 characters)")
 	config.String(fs, &p.APNsTeamID, "push-apns-team-id", "MOBILE_PUSH_APNS_TEAM_ID", "", "the Apple developer team's id")
@@ -59,8 +60,8 @@ func (p *PushServices) registerFlags(fs *flag.FlagSet) {
 	config.String(fs, &p.APNsURL, "push-apns-url", "MOBILE_PUSH_APNS_URL", "", "APNs's host instead of the environment's (https)")
 }
 
-// secret is a secret setting's value: the variable's, or its file's.
-func secret(value config.Secret, file, name string) ([]byte, error) {
+// secretValue is a secret setting's value: the variable's, or its file's.
+func secretValue(value secret.Secret, file, name string) ([]byte, error) {
 	switch {
 	case value != "" && file != "":
 		return nil, fmt.Errorf("%s_FILE: %s is set too: give one of them", name, name)
@@ -80,7 +81,7 @@ func (p PushServices) load() (*push.FCM, *push.APNs, []error) {
 	var errs []error
 	var fcm *push.FCM
 	var apns *push.APNs
-	creds, err := secret(p.FCMCredentials, p.FCMCredentialsFile, "MOBILE_PUSH_FCM_CREDENTIALS")
+	creds, err := secretValue(p.FCMCredentials, p.FCMCredentialsFile, "MOBILE_PUSH_FCM_CREDENTIALS")
 	switch {
 	case err != nil:
 		errs = append(errs, err)
@@ -95,7 +96,7 @@ func (p PushServices) load() (*push.FCM, *push.APNs, []error) {
 	case p.FCMProject != "" || p.FCMURL != "":
 		errs = append(errs, errors.New("MOBILE_PUSH_FCM_CREDENTIALS_FILE: not set, but MOBILE_PUSH_FCM_PROJECT or MOBILE_PUSH_FCM_URL is: FCM needs the service account's key"))
 	}
-	key, err := secret(p.APNsKey, p.APNsKeyFile, "MOBILE_PUSH_APNS_KEY")
+	key, err := secretValue(p.APNsKey, p.APNsKeyFile, "MOBILE_PUSH_APNS_KEY")
 	switch {
 	case err != nil:
 		errs = append(errs, err)

@@ -12,6 +12,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/dispatch"
 	"github.com/hermes-mobile/gateway/pkg/push"
 	"github.com/hermes-mobile/gateway/pkg/push/pushtest"
+	"github.com/hermes-mobile/gateway/pkg/secret"
 )
 
 // pushServices are settings that turn FCM and APNs on, with the stand-ins'
@@ -19,8 +20,8 @@ import (
 func pushServices(t *testing.T) dispatch.PushServices {
 	f, a := pushtest.NewFCM(t), pushtest.NewAPNs(t)
 	return dispatch.PushServices{
-		FCMCredentials: config.Secret(f.Credentials()),
-		APNsKey:        config.Secret(a.KeyP8()), APNsKeyID: a.KeyID, APNsTeamID: a.TeamID, APNsTopic: a.Topic,
+		FCMCredentials: secret.Secret(f.Credentials()),
+		APNsKey:        secret.Secret(a.KeyP8()), APNsKeyID: a.KeyID, APNsTeamID: a.TeamID, APNsTopic: a.Topic,
 	}
 }
 
@@ -57,7 +58,7 @@ func TestPushServicesSettings(t *testing.T) {
 		"environment":       {func(p *dispatch.PushServices) { p.APNsEnvironment = "prod" }, "MOBILE_PUSH_APNS_ENV"},
 		"apns over http":    {func(p *dispatch.PushServices) { p.APNsURL = "http://127.0.0.1:1" }, "MOBILE_PUSH_APNS_URL"},
 		"fcm url":           {func(p *dispatch.PushServices) { p.FCMURL = "fcm.example" }, "MOBILE_PUSH_FCM_URL"},
-		"a key that is not": {func(p *dispatch.PushServices) { p.APNsKey = config.Secret(good.FCMCredentials) }, "MOBILE_PUSH_APNS_KEY: "},
+		"a key that is not": {func(p *dispatch.PushServices) { p.APNsKey = secret.Secret(good.FCMCredentials) }, "MOBILE_PUSH_APNS_KEY: "},
 		"user credentials": {func(p *dispatch.PushServices) {
 			p.FCMCredentials = `{"type":"authorized_user","refresh_token":"PRIVATE KEY"}`
 		}, "MOBILE_PUSH_FCM_CREDENTIALS: "},

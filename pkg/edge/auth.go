@@ -11,23 +11,20 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/tokens"
 )
 
-// Secret is a token; it never prints (see package secret).
-type Secret = secret.Secret
-
 // AuthConfig says who may connect.
 type AuthConfig struct {
 	// Token is the app token (MOBILE_TOKEN).
-	Token Secret
+	Token secret.Secret
 	// ExtraTokens binds tokens to device ids (MOBILE_EXTRA_TOKENS,
 	// device_id=token): such a token connects only as its device, and a bound
 	// device connects only with its token.
-	ExtraTokens map[string]Secret
+	ExtraTokens map[string]secret.Secret
 	// AllowedDevices, when not empty, is the only device ids accepted
 	// (MOBILE_ALLOWED_DEVICES).
 	AllowedDevices []string
 	// DeliverTokens authenticate service connections allowed to send deliver
 	// frames from anywhere (MOBILE_DELIVER_TOKENS).
-	DeliverTokens []Secret
+	DeliverTokens []secret.Secret
 	// TrustedProxies are the peers whose forwarding header names the client
 	// (MOBILE_TRUSTED_PROXIES).
 	TrustedProxies []netip.Prefix
@@ -56,8 +53,8 @@ func ParseForwardedHeader(s string) (string, error) {
 }
 
 // ParseExtraTokens parses "device_id=token,device_id=token".
-func ParseExtraTokens(s string) (map[string]Secret, error) {
-	m := make(map[string]Secret)
+func ParseExtraTokens(s string) (map[string]secret.Secret, error) {
+	m := make(map[string]secret.Secret)
 	for i, item := range config.List(s) {
 		dev, tok, ok := strings.Cut(item, "=")
 		dev, tok = strings.TrimSpace(dev), strings.TrimSpace(tok)
@@ -68,7 +65,7 @@ func ParseExtraTokens(s string) (map[string]Secret, error) {
 		if err := protocol.CheckDeviceID(dev); err != nil {
 			return nil, fmt.Errorf("MOBILE_EXTRA_TOKENS: entry %d: %w", i+1, err)
 		}
-		m[dev] = Secret(tok)
+		m[dev] = secret.Secret(tok)
 	}
 	return m, nil
 }

@@ -8,12 +8,14 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/hermes-mobile/gateway/pkg/secret"
 )
 
 const secretText = "s3cr3t-t0ken-value"
 
 func TestSecretIsRedactedInFormatting(t *testing.T) {
-	s := Secret(secretText)
+	s := secret.Secret(secretText)
 	//lint:ignore S1025 the test is of the %s verb, not of String
 	viaS := fmt.Sprintf("%s", s) //nolint:staticcheck // as above
 	for name, got := range map[string]string{
@@ -23,7 +25,7 @@ func TestSecretIsRedactedInFormatting(t *testing.T) {
 		"Sprint":       fmt.Sprint(s),
 		"Sprintln":     fmt.Sprintln(s),
 		"String":       s.String(),
-		"%v of struct": fmt.Sprintf("%v", AuthConfig{Token: s, DeliverTokens: []Secret{s}, ExtraTokens: map[string]Secret{"tel-1": s}}),
+		"%v of struct": fmt.Sprintf("%v", AuthConfig{Token: s, DeliverTokens: []secret.Secret{s}, ExtraTokens: map[string]secret.Secret{"tel-1": s}}),
 		"%+v of ptr":   fmt.Sprintf("%+v", &AuthConfig{Token: s}),
 	} {
 		if strings.Contains(got, secretText) {
@@ -43,7 +45,7 @@ func TestSecretIsRedactedInFormatting(t *testing.T) {
 }
 
 func TestSecretIsRedactedInLogs(t *testing.T) {
-	s := Secret(secretText)
+	s := secret.Secret(secretText)
 	handlers := map[string]func(*bytes.Buffer) slog.Handler{
 		"json": func(b *bytes.Buffer) slog.Handler { return slog.NewJSONHandler(b, nil) },
 		"text": func(b *bytes.Buffer) slog.Handler { return slog.NewTextHandler(b, nil) },
@@ -73,7 +75,7 @@ func TestParseExtraTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := map[string]Secret{"a": "1", "b": "2"}; !reflect.DeepEqual(got, want) {
+	if want := map[string]secret.Secret{"a": "1", "b": "2"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("got %v, want %v", got, want)
 	}
 	got, err = ParseExtraTokens(" tel-1 = tok=with=equals ,,")
@@ -147,8 +149,8 @@ func TestParsePrefixes(t *testing.T) {
 func testAuth() *authenticator {
 	return newAuthenticator(AuthConfig{
 		Token:         "main-token",
-		ExtraTokens:   map[string]Secret{"tel-1": "bound-1", "tel-2": "bound-2"},
-		DeliverTokens: []Secret{"deliver-1", "deliver-2"},
+		ExtraTokens:   map[string]secret.Secret{"tel-1": "bound-1", "tel-2": "bound-2"},
+		DeliverTokens: []secret.Secret{"deliver-1", "deliver-2"},
 	})
 }
 
@@ -180,7 +182,7 @@ func TestAuthenticatorCheck(t *testing.T) {
 
 func TestAuthenticatorWithoutMainToken(t *testing.T) {
 	// No app token configured: the empty token must not match it.
-	a := newAuthenticator(AuthConfig{ExtraTokens: map[string]Secret{"tel-1": "bound-1"}})
+	a := newAuthenticator(AuthConfig{ExtraTokens: map[string]secret.Secret{"tel-1": "bound-1"}})
 	if g := a.check(""); g.valid {
 		t.Fatalf("empty token accepted with no app token configured: %+v", g)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/edge"
 	"github.com/hermes-mobile/gateway/pkg/gateway"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
+	"github.com/hermes-mobile/gateway/pkg/secret"
 	"github.com/hermes-mobile/gateway/pkg/wire"
 )
 
@@ -525,7 +526,7 @@ func dlvWaitConns(n *node, want int) bool {
 func dlvProxyNode(t *testing.T) *node {
 	return startNode(t, func(c *gateway.Config) {
 		c.Edge.Auth.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
-		c.Edge.Auth.DeliverTokens = []edge.Secret{dlvToken}
+		c.Edge.Auth.DeliverTokens = []secret.Secret{dlvToken}
 	})
 }
 

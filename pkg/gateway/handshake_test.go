@@ -21,9 +21,9 @@ import (
 	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/agent"
 	"github.com/hermes-mobile/gateway/pkg/client"
-	"github.com/hermes-mobile/gateway/pkg/edge"
 	"github.com/hermes-mobile/gateway/pkg/gateway"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
+	"github.com/hermes-mobile/gateway/pkg/secret"
 	"github.com/hermes-mobile/gateway/pkg/wire"
 )
 
@@ -674,8 +674,8 @@ func TestHandshakeAllowedDevices(t *testing.T) {
 func TestHandshakeExtraTokens(t *testing.T) {
 	const bound, boundTok = "tel-bound", "bound-secret"
 	n := hsNode(t, func(cfg *gateway.Config) {
-		cfg.Edge.Auth.ExtraTokens = map[string]edge.Secret{bound: boundTok, "tel-bound-2": "second-secret"}
-		cfg.Edge.Auth.DeliverTokens = []edge.Secret{"deliver-secret"}
+		cfg.Edge.Auth.ExtraTokens = map[string]secret.Secret{bound: boundTok, "tel-bound-2": "second-secret"}
+		cfg.Edge.Auth.DeliverTokens = []secret.Secret{"deliver-secret"}
 	})
 
 	c := n.dial(t)
@@ -729,7 +729,7 @@ func TestHandshakeExtraTokens(t *testing.T) {
 // hello like the app token.
 func TestHandshakeDeliverToken(t *testing.T) {
 	n := hsNode(t, func(cfg *gateway.Config) {
-		cfg.Edge.Auth.DeliverTokens = []edge.Secret{"deliver-secret", "deliver-2"}
+		cfg.Edge.Auth.DeliverTokens = []secret.Secret{"deliver-secret", "deliver-2"}
 	})
 	for _, tok := range []string{"deliver-secret", "deliver-2"} {
 		c := n.dial(t)
@@ -861,8 +861,8 @@ func TestEventAuth(t *testing.T) {
 	type seen struct{ device, auth, userID string }
 	events := make(chan seen, 8)
 	n := hsNode(t, func(cfg *gateway.Config) {
-		cfg.Edge.Auth.ExtraTokens = map[string]edge.Secret{"tel-bound": "bound-secret"}
-		cfg.Edge.Auth.DeliverTokens = []edge.Secret{"deliver-secret"}
+		cfg.Edge.Auth.ExtraTokens = map[string]secret.Secret{"tel-bound": "bound-secret"}
+		cfg.Edge.Auth.DeliverTokens = []secret.Secret{"deliver-secret"}
 		cfg.Agent = agent.Func(func(ctx context.Context, ev wire.Event, out agent.Output) error {
 			events <- seen{ev.Device, ev.Auth, ev.UserID}
 			return nil

@@ -13,13 +13,12 @@ import (
 
 	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/client"
-	"github.com/hermes-mobile/gateway/pkg/config"
 	"github.com/hermes-mobile/gateway/pkg/dispatch"
-	"github.com/hermes-mobile/gateway/pkg/edge"
 	"github.com/hermes-mobile/gateway/pkg/gateway"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/push"
 	"github.com/hermes-mobile/gateway/pkg/push/pushtest"
+	"github.com/hermes-mobile/gateway/pkg/secret"
 	"github.com/hermes-mobile/gateway/pkg/store"
 )
 
@@ -35,10 +34,10 @@ func pushNode(t *testing.T, f *pushtest.FCM, a *pushtest.APNs) *node {
 	return startNode(t, func(cfg *gateway.Config) {
 		cfg.Outbox.PushAllowNets = "127.0.0.1/32"
 		cfg.Outbox.PushServices = dispatch.PushServices{
-			FCMCredentials: config.Secret(f.Credentials()), FCMURL: f.URL,
-			APNsKey: config.Secret(a.KeyP8()), APNsKeyID: a.KeyID, APNsTeamID: a.TeamID, APNsTopic: a.Topic, APNsURL: a.URL,
+			FCMCredentials: secret.Secret(f.Credentials()), FCMURL: f.URL,
+			APNsKey: secret.Secret(a.KeyP8()), APNsKeyID: a.KeyID, APNsTeamID: a.TeamID, APNsTopic: a.Topic, APNsURL: a.URL,
 		}
-		cfg.Edge.Auth.ExtraTokens = map[string]edge.Secret{"tel-bound": "bound-token"}
+		cfg.Edge.Auth.ExtraTokens = map[string]secret.Secret{"tel-bound": "bound-token"}
 	})
 }
 

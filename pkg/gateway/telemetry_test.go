@@ -24,6 +24,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/edge"
 	"github.com/hermes-mobile/gateway/pkg/gateway"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
+	"github.com/hermes-mobile/gateway/pkg/secret"
 	"github.com/hermes-mobile/gateway/pkg/telemetry"
 	"github.com/hermes-mobile/gateway/pkg/wire"
 )
@@ -199,8 +200,8 @@ func TestLogsNeverShowTokens(t *testing.T) {
 		Listen: "127.0.0.1:0", Router: true,
 		Edge: edge.Config{Auth: edge.AuthConfig{
 			Token:         appToken,
-			ExtraTokens:   map[string]edge.Secret{"tel-bound": boundToken},
-			DeliverTokens: []edge.Secret{deliverToken},
+			ExtraTokens:   map[string]secret.Secret{"tel-bound": boundToken},
+			DeliverTokens: []secret.Secret{deliverToken},
 		}},
 	}
 	g, err := gateway.Start(context.Background(), cfg, log)

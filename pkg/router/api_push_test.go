@@ -10,11 +10,11 @@ import (
 
 	"github.com/hermes-mobile/gateway/pkg/agent"
 	"github.com/hermes-mobile/gateway/pkg/bus/natsbus"
-	"github.com/hermes-mobile/gateway/pkg/config"
 	"github.com/hermes-mobile/gateway/pkg/dispatch"
 	"github.com/hermes-mobile/gateway/pkg/push"
 	"github.com/hermes-mobile/gateway/pkg/push/pushtest"
 	"github.com/hermes-mobile/gateway/pkg/router"
+	"github.com/hermes-mobile/gateway/pkg/secret"
 	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/store/memstore"
 )
@@ -156,8 +156,8 @@ func TestPushRegistrationHeaderValues(t *testing.T) {
 func pushServices(t *testing.T) dispatch.PushServices {
 	f, a := pushtest.NewFCM(t), pushtest.NewAPNs(t)
 	return dispatch.PushServices{
-		FCMCredentials: config.Secret(f.Credentials()),
-		APNsKey:        config.Secret(a.KeyP8()), APNsKeyID: a.KeyID, APNsTeamID: a.TeamID, APNsTopic: a.Topic,
+		FCMCredentials: secret.Secret(f.Credentials()),
+		APNsKey:        secret.Secret(a.KeyP8()), APNsKeyID: a.KeyID, APNsTeamID: a.TeamID, APNsTopic: a.Topic,
 	}
 }
 

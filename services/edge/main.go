@@ -24,6 +24,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/gateway"
 	"github.com/hermes-mobile/gateway/pkg/ids"
 	"github.com/hermes-mobile/gateway/pkg/router"
+	"github.com/hermes-mobile/gateway/pkg/secret"
 	"github.com/hermes-mobile/gateway/pkg/store/redisstore"
 	"github.com/hermes-mobile/gateway/pkg/telemetry"
 	"github.com/hermes-mobile/gateway/pkg/web"
@@ -31,7 +32,7 @@ import (
 
 // flags is the command line; every flag falls back to its env var.
 type flags struct {
-	token, extraTokens, deliverTokens                                   config.Secret
+	token, extraTokens, deliverTokens                                   secret.Secret
 	listen, allowedDevices                                              string
 	homeDevice, avatarURL, trustedProxies, natsURL, redisURL, redisMode string
 	forwardedHeader                                                     string
@@ -51,10 +52,10 @@ type flags struct {
 
 func (f *flags) register(fs *flag.FlagSet) {
 	config.String(fs, &f.listen, "listen", "MOBILE_LISTEN", "127.0.0.1:8787", "WebSocket listen address")
-	config.SecretVar(fs, &f.token, "token", "MOBILE_TOKEN", "app token; a random one is generated and printed when empty")
-	config.SecretVar(fs, &f.extraTokens, "extra-tokens", "MOBILE_EXTRA_TOKENS", "device-bound tokens, device_id=token,…")
+	config.Secret(fs, &f.token, "token", "MOBILE_TOKEN", "app token; a random one is generated and printed when empty")
+	config.Secret(fs, &f.extraTokens, "extra-tokens", "MOBILE_EXTRA_TOKENS", "device-bound tokens, device_id=token,…")
 	config.String(fs, &f.allowedDevices, "allowed-devices", "MOBILE_ALLOWED_DEVICES", "", "only these device ids may connect, comma-separated")
-	config.SecretVar(fs, &f.deliverTokens, "deliver-tokens", "MOBILE_DELIVER_TOKENS", "tokens allowed to send deliver frames from anywhere, comma-separated")
+	config.Secret(fs, &f.deliverTokens, "deliver-tokens", "MOBILE_DELIVER_TOKENS", "tokens allowed to send deliver frames from anywhere, comma-separated")
 	config.String(fs, &f.homeDevice, "home-device", "MOBILE_HOME_DEVICE", "", "target of a deliver without one")
 	config.String(fs, &f.avatarURL, "avatar-url", "MOBILE_AVATAR_URL", "", "avatar page URL sent in ready")
 	config.String(fs, &f.trustedProxies, "trusted-proxies", "MOBILE_TRUSTED_PROXIES", "", "reverse proxies (CIDRs) whose forwarding header names the client")
@@ -120,7 +121,7 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) (err error) {
 	}
 	generated := cfg.Edge.Auth.Token == ""
 	if generated {
-		cfg.Edge.Auth.Token = edge.Secret(ids.Hex(24))
+		cfg.Edge.Auth.Token = secret.Secret(ids.Hex(24))
 	}
 	pprofOn, err := admin.PprofSetting(f.pprof)
 	if err != nil {
@@ -206,12 +207,12 @@ func (f flags) gatewayConfig() (gateway.Config, error) {
 	if err != nil {
 		return cfg, err
 	}
-	auth := edge.AuthConfig{Token: edge.Secret(string(f.token)), ExtraTokens: extra, TrustedProxies: proxies, ForwardedHeader: fwdHeader}
+	auth := edge.AuthConfig{Token: secret.Secret(string(f.token)), ExtraTokens: extra, TrustedProxies: proxies, ForwardedHeader: fwdHeader}
 	if auth.AllowedDevices, err = edge.ParseDevices("MOBILE_ALLOWED_DEVICES", f.allowedDevices); err != nil {
 		return cfg, err
 	}
 	for _, t := range config.List(string(f.deliverTokens)) {
-		auth.DeliverTokens = append(auth.DeliverTokens, edge.Secret(t))
+		auth.DeliverTokens = append(auth.DeliverTokens, secret.Secret(t))
 	}
 	if _, err := edge.ParseDevices("MOBILE_HOME_DEVICE", f.homeDevice); err != nil {
 		return cfg, err

@@ -28,6 +28,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/config"
 	"github.com/hermes-mobile/gateway/pkg/dispatch"
 	"github.com/hermes-mobile/gateway/pkg/router"
+	"github.com/hermes-mobile/gateway/pkg/secret"
 	"github.com/hermes-mobile/gateway/pkg/store/memstore"
 
 	"github.com/hermes-mobile/gateway/pkg/agent"
@@ -234,10 +235,10 @@ func TestGatewayConfigFromEnv(t *testing.T) {
 		{"NATSURL", cfg.NATSURL, "nats://nats.example:4222"},
 		{"RedisURL", cfg.RedisURL, "redis://redis.example:6379"},
 		{"Router (auto with NATS_URL)", cfg.Router, false},
-		{"Token", a.Token, edge.Secret("app-token")},
-		{"ExtraTokens", a.ExtraTokens, map[string]edge.Secret{"tel-1": "bound-1", "tel-2": "bound-2"}},
+		{"Token", a.Token, secret.Secret("app-token")},
+		{"ExtraTokens", a.ExtraTokens, map[string]secret.Secret{"tel-1": "bound-1", "tel-2": "bound-2"}},
 		{"AllowedDevices", a.AllowedDevices, []string{"tel-1", "tel-2"}},
-		{"DeliverTokens", a.DeliverTokens, []edge.Secret{"cron-1", "cron-2"}},
+		{"DeliverTokens", a.DeliverTokens, []secret.Secret{"cron-1", "cron-2"}},
 		{"TrustedProxies", a.TrustedProxies, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("127.0.0.1/32")}},
 		{"HomeDevice", cfg.Edge.HomeDevice, "tel-1"},
 		{"AvatarURL", cfg.Edge.AvatarURL, "https://agent.example.com/avatar/"},
