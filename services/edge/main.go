@@ -25,56 +25,37 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/ids"
 	"github.com/hermes-mobile/gateway/pkg/router"
 	"github.com/hermes-mobile/gateway/pkg/secret"
-	"github.com/hermes-mobile/gateway/pkg/store/redisstore"
 	"github.com/hermes-mobile/gateway/pkg/telemetry"
 	"github.com/hermes-mobile/gateway/pkg/web"
 )
 
 // flags is the command line; every flag falls back to its env var.
 type flags struct {
-	token, extraTokens, deliverTokens                                   secret.Secret
-	listen, allowedDevices                                              string
-	homeDevice, avatarURL, trustedProxies, natsURL, redisURL, redisMode string
-	forwardedHeader                                                     string
-	redisPrefix, natsPrefix                                             string
-	redisPool                                                           int
-	router, logLevel, webClient                                         string
-	adminListen                                                         string
-	pprof                                                               string
-	drainWindow                                                         time.Duration
-	maxBlob                                                             int64
-	blobTTL                                                             time.Duration
-	edgeCfg                                                             edge.Config   // its tuning flags
-	routerCfg                                                           router.Config // its tuning flags
-	outbox                                                              dispatch.OutboxConfig
-	agent                                                               agent.Choice
+	node                                       gateway.NodeFlags // the settings every node has
+	token, extraTokens                         secret.Secret
+	listen, allowedDevices                     string
+	avatarURL, trustedProxies, forwardedHeader string
+	router, webClient                          string
+	drainWindow                                time.Duration
+	edgeCfg                                    edge.Config   // its tuning flags
+	routerCfg                                  router.Config // its tuning flags
+	outbox                                     dispatch.OutboxConfig
+	agent                                      agent.Choice
 }
 
 func (f *flags) register(fs *flag.FlagSet) {
 	config.String(fs, &f.listen, "listen", "MOBILE_LISTEN", "127.0.0.1:8787", "WebSocket listen address")
+	f.node.RegisterFlags(fs, gateway.EdgeCommand)
 	config.Secret(fs, &f.token, "token", "MOBILE_TOKEN", "app token; a random one is generated and printed when empty")
 	config.Secret(fs, &f.extraTokens, "extra-tokens", "MOBILE_EXTRA_TOKENS", "device-bound tokens, device_id=token,…")
 	config.String(fs, &f.allowedDevices, "allowed-devices", "MOBILE_ALLOWED_DEVICES", "", "only these device ids may connect, comma-separated")
-	config.Secret(fs, &f.deliverTokens, "deliver-tokens", "MOBILE_DELIVER_TOKENS", "tokens allowed to send deliver frames from anywhere, comma-separated")
-	config.String(fs, &f.homeDevice, "home-device", "MOBILE_HOME_DEVICE", "", "target of a deliver without one")
 	config.String(fs, &f.avatarURL, "avatar-url", "MOBILE_AVATAR_URL", "", "avatar page URL sent in ready")
 	config.String(fs, &f.trustedProxies, "trusted-proxies", "MOBILE_TRUSTED_PROXIES", "", "reverse proxies (CIDRs) whose forwarding header names the client")
 	config.String(fs, &f.forwardedHeader, "forwarded-header", "MOBILE_FORWARDED_HEADER", "x-forwarded-for", "the one header read from trusted proxies: x-forwarded-for or forwarded")
-	config.String(fs, &f.natsURL, "nats-url", "NATS_URL", "", "external NATS; empty embeds one in the process")
-	config.String(fs, &f.natsPrefix, "nats-prefix", "NATS_PREFIX", "", "prefix of every NATS subject, e.g. gw1. (lets several gateways share one NATS)")
-	config.String(fs, &f.redisURL, "redis-url", "REDIS_URL", "", "external Redis; empty keeps state in memory")
-	config.String(fs, &f.redisMode, "redis-mode", "REDIS_MODE", "single", "what REDIS_URL names: single (one server), cluster (a Redis Cluster: redis://host:port?addr=host:port&addr=…) or sentinel (redis://sentinel:26379?master_name=NAME&addr=…&password=…)")
-	config.String(fs, &f.redisPrefix, "redis-prefix", "REDIS_PREFIX", "hermes:", "prefix of every Redis key")
-	config.Int(fs, &f.redisPool, "redis-pool-size", "REDIS_POOL_SIZE", redisstore.DefaultPoolSize, "most connections to Redis per process (a pool_size in REDIS_URL wins); commands wait for a free one")
 	config.String(fs, &f.webClient, "web-client", "MOBILE_WEB_CLIENT", "auto", "serve the browser client at / on the WebSocket address: on, off, or auto (on without NATS_URL)")
 	config.String(fs, &f.router, "router", "MOBILE_ROUTER", "auto", "run a router with AGENT here: on, off, or auto (on without NATS_URL)")
 	f.agent.Register(fs, "the router's agent: demo, openai (an OpenAI-compatible chat API) or link (an outside agent over the router API)")
-	config.String(fs, &f.logLevel, "log-level", "MOBILE_LOG_LEVEL", "info", "debug, info, warn or error")
-	config.String(fs, &f.adminListen, "admin-listen", "MOBILE_ADMIN_LISTEN", "127.0.0.1:8789", "admin HTTP address (/healthz, /readyz, /metrics); off disables it")
-	config.String(fs, &f.pprof, "pprof", "MOBILE_PPROF", "off", "on: serve the Go profiles (net/http/pprof) at /debug/pprof/ on the admin port")
 	config.Seconds(fs, &f.drainWindow, "drain-window", "MOBILE_DRAIN_WINDOW", 10*time.Second, "on SIGTERM, close the sockets with 1001 spread over this window")
-	config.MiB(fs, &f.maxBlob, "max-blob", "MOBILE_MAX_BLOB_MIB", gateway.DefaultMaxBlobBytes, "media kept for the agent in the store; past it a file gets internal_error")
-	config.Seconds(fs, &f.blobTTL, "blob-ttl", "MOBILE_BLOB_TTL", edge.DefaultConfig().BlobTTL, "how long media stays in the store: uploads for the agent, the agent's files for the phones")
 	f.edgeCfg.RegisterFlags(fs)
 	f.routerCfg.RegisterFlags(fs)
 	f.outbox.RegisterFlags(fs)
@@ -108,9 +89,9 @@ func main() {
 }
 
 func run(ctx context.Context, f flags, stdout, stderr io.Writer) (err error) {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
-		return fmt.Errorf("MOBILE_LOG_LEVEL: %w", err)
+	level, err := f.node.Level()
+	if err != nil {
+		return err
 	}
 	// Records made inside a span carry its trace_id and span_id.
 	log := slog.New(telemetry.LogHandler(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level})))
@@ -123,11 +104,11 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) (err error) {
 	if generated {
 		cfg.Edge.Auth.Token = secret.Secret(ids.Hex(24))
 	}
-	pprofOn, err := admin.PprofSetting(f.pprof)
+	pprofOn, err := admin.PprofSetting(f.node.Pprof)
 	if err != nil {
 		return err
 	}
-	adm, err := admin.StartOps(ctx, log, f.adminListen, "hermes-edge")
+	adm, err := admin.StartOps(ctx, log, f.node.AdminListen, "hermes-edge")
 	if err != nil {
 		return err
 	}
@@ -178,16 +159,16 @@ func drain(g *gateway.Gateway, adm *admin.Server, window time.Duration, log *slo
 }
 
 func (f flags) gatewayConfig() (gateway.Config, error) {
-	cfg := gateway.Config{Listen: f.listen, NATSURL: f.natsURL, RedisURL: f.redisURL, RedisMode: f.redisMode, RedisPrefix: f.redisPrefix, RedisPoolSize: f.redisPool, NATSPrefix: f.natsPrefix,
-		MaxBlobBytes: f.maxBlob}
-	if f.token == "" && (f.natsURL != "" || f.redisURL != "") {
+	cfg := f.node.Config()
+	cfg.Listen = f.listen
+	if f.token == "" && (cfg.NATSURL != "" || cfg.RedisURL != "") {
 		// A token made up by one process is not the others' (nor the next
 		// run's): every phone would get auth_failed while each pod looks
 		// healthy. Only a single zero-config node makes one up.
 		return cfg, errors.New("MOBILE_TOKEN is required with NATS_URL or REDIS_URL: the nodes of a cluster must share the app token (set MOBILE_TOKEN or -token)")
 	}
 	var err error
-	if cfg.Router, err = onOffAuto("MOBILE_ROUTER", f.router, f.natsURL == ""); err != nil {
+	if cfg.Router, err = onOffAuto("MOBILE_ROUTER", f.router, cfg.NATSURL == ""); err != nil {
 		return cfg, err
 	}
 	name, oc, err := f.agent.Resolve()
@@ -211,21 +192,21 @@ func (f flags) gatewayConfig() (gateway.Config, error) {
 	if auth.AllowedDevices, err = edge.ParseDevices("MOBILE_ALLOWED_DEVICES", f.allowedDevices); err != nil {
 		return cfg, err
 	}
-	for _, t := range config.List(string(f.deliverTokens)) {
+	for _, t := range config.List(string(f.node.DeliverTokens)) {
 		auth.DeliverTokens = append(auth.DeliverTokens, secret.Secret(t))
 	}
-	if _, err := edge.ParseDevices("MOBILE_HOME_DEVICE", f.homeDevice); err != nil {
+	if _, err := edge.ParseDevices("MOBILE_HOME_DEVICE", f.node.HomeDevice); err != nil {
 		return cfg, err
 	}
-	webClient, err := onOffAuto("MOBILE_WEB_CLIENT", f.webClient, f.natsURL == "")
+	webClient, err := onOffAuto("MOBILE_WEB_CLIENT", f.webClient, cfg.NATSURL == "")
 	if err != nil {
 		return cfg, err
 	}
 	cfg.Edge = f.edgeCfg
-	cfg.Edge.Auth, cfg.Edge.HomeDevice, cfg.Edge.AvatarURL, cfg.Edge.BlobTTL = auth, f.homeDevice, f.avatarURL, f.blobTTL
+	cfg.Edge.Auth, cfg.Edge.HomeDevice, cfg.Edge.AvatarURL, cfg.Edge.BlobTTL = auth, f.node.HomeDevice, f.avatarURL, f.node.BlobTTL
 	cfg.Edge.Pages, cfg.Edge.AvatarPath = web.Handler(web.Options{Client: webClient}), web.AvatarPath
 	cfg.RouterCfg = f.routerCfg
-	cfg.RouterCfg.BlobTTL = f.blobTTL
+	cfg.RouterCfg.BlobTTL = f.node.BlobTTL
 	cfg.Outbox = f.outbox
 	if err := errors.Join(cfg.Edge.Validate(), cfg.RouterCfg.Validate(), cfg.Outbox.Validate()); err != nil {
 		return cfg, err

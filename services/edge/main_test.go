@@ -27,6 +27,7 @@ import (
 	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/config"
 	"github.com/hermes-mobile/gateway/pkg/dispatch"
+	"github.com/hermes-mobile/gateway/pkg/gateway"
 	"github.com/hermes-mobile/gateway/pkg/router"
 	"github.com/hermes-mobile/gateway/pkg/secret"
 	"github.com/hermes-mobile/gateway/pkg/store/memstore"
@@ -98,9 +99,7 @@ func mustParse(t *testing.T, args ...string) flags {
 func TestFlagDefaults(t *testing.T) {
 	clearEnv(t)
 	f := mustParse(t)
-	want := flags{listen: "127.0.0.1:8787", redisMode: "single", router: "auto", webClient: "auto", logLevel: "info", redisPrefix: "hermes:", redisPool: 32,
-		forwardedHeader: "x-forwarded-for",
-		adminListen:     "127.0.0.1:8789", pprof: "off", drainWindow: 10 * time.Second, maxBlob: 1 << 30, blobTTL: 15 * time.Minute,
+	want := flags{listen: "127.0.0.1:8787", router: "auto", webClient: "auto", forwardedHeader: "x-forwarded-for", drainWindow: 10 * time.Second,
 		edgeCfg: edge.Config{PingInterval: 30 * time.Second,
 			MaxReadBytes: 256 << 20, MaxQueuedBytes: 256 << 20, MaxUploadBytes: 256 << 20,
 			MaxHelloBytes: 16 << 20, MaxHelloConns: 10_000, MaxHelloConnsPerAddr: 256, HelloPrefixV4: 32, HelloPrefixV6: 64,
@@ -108,7 +107,9 @@ func TestFlagDefaults(t *testing.T) {
 			AckWait: 10 * time.Second, PageTimeout: 10 * time.Second, MaxPageConns: 1024},
 		routerCfg: router.Config{PromptTTL: protocol.DefaultPromptTTL, PromptMaxTTL: router.DefaultPromptMaxTTL, SessionQueue: 1000, JournalLease: 15 * time.Second, OpTimeout: 5 * time.Second},
 		outbox:    dispatch.OutboxConfig{Max: 1024, TTL: 24 * time.Hour, Bytes: 32 << 20, StoreBytes: 1 << 30, PushEvery: 15 * time.Minute},
-		agent:     agent.Choice{Name: "demo", OpenAIBaseURL: "https://api.openai.com/v1", OpenAITimeout: 120 * time.Second}}
+		agent:     agent.Choice{Name: "demo", OpenAIBaseURL: "https://api.openai.com/v1", OpenAITimeout: 120 * time.Second},
+		node:      gateway.NodeFlags{RedisMode: "single", LogLevel: "info", RedisPrefix: "hermes:", RedisPool: 32, AdminListen: "127.0.0.1:8789", Pprof: "off", MaxBlob: 1 << 30, BlobTTL: 15 * time.Minute},
+	}
 	if !reflect.DeepEqual(f, want) {
 		t.Fatalf("defaults = %+v, want %+v", f, want)
 	}
@@ -126,29 +127,29 @@ func TestEnvAndFlags(t *testing.T) {
 		{"MOBILE_TOKEN", "token", "env-token", "flag-token", func(f flags) string { return string(f.token) }},
 		{"MOBILE_EXTRA_TOKENS", "extra-tokens", "tel-1=a", "tel-2=b", func(f flags) string { return string(f.extraTokens) }},
 		{"MOBILE_ALLOWED_DEVICES", "allowed-devices", "tel-1,tel-2", "tel-3", func(f flags) string { return f.allowedDevices }},
-		{"MOBILE_DELIVER_TOKENS", "deliver-tokens", "d1,d2", "d3", func(f flags) string { return string(f.deliverTokens) }},
-		{"MOBILE_HOME_DEVICE", "home-device", "tel-home", "tel-other", func(f flags) string { return f.homeDevice }},
+		{"MOBILE_DELIVER_TOKENS", "deliver-tokens", "d1,d2", "d3", func(f flags) string { return string(f.node.DeliverTokens) }},
+		{"MOBILE_HOME_DEVICE", "home-device", "tel-home", "tel-other", func(f flags) string { return f.node.HomeDevice }},
 		{"MOBILE_LISTEN", "listen", "0.0.0.0:9000", "127.0.0.1:9001", func(f flags) string { return f.listen }},
 		{"MOBILE_AVATAR_URL", "avatar-url", "https://env.example/avatar/", "https://flag.example/a/", func(f flags) string { return f.avatarURL }},
 		{"MOBILE_TRUSTED_PROXIES", "trusted-proxies", "10.0.0.0/8", "127.0.0.1", func(f flags) string { return f.trustedProxies }},
-		{"NATS_URL", "nats-url", "nats://env:4222", "nats://flag:4222", func(f flags) string { return f.natsURL }},
-		{"REDIS_URL", "redis-url", "redis://env:6379", "redis://flag:6379", func(f flags) string { return f.redisURL }},
+		{"NATS_URL", "nats-url", "nats://env:4222", "nats://flag:4222", func(f flags) string { return f.node.NATSURL }},
+		{"REDIS_URL", "redis-url", "redis://env:6379", "redis://flag:6379", func(f flags) string { return f.node.RedisURL }},
 		{"MOBILE_ROUTER", "router", "off", "on", func(f flags) string { return f.router }},
-		{"MOBILE_LOG_LEVEL", "log-level", "debug", "warn", func(f flags) string { return f.logLevel }},
+		{"MOBILE_LOG_LEVEL", "log-level", "debug", "warn", func(f flags) string { return f.node.LogLevel }},
 		{"AGENT", "agent", "openai", "link", func(f flags) string { return f.agent.Name }},
 		{"OPENAI_BASE_URL", "openai-base-url", "http://env:11434/v1", "http://flag:8000/v1", func(f flags) string { return f.agent.OpenAIBaseURL }},
 		{"OPENAI_API_KEY", "openai-api-key", "sk-env", "sk-flag", func(f flags) string { return string(f.agent.OpenAIKey) }},
 		{"OPENAI_MODEL", "openai-model", "llama3", "gpt-4o-mini", func(f flags) string { return f.agent.OpenAIModel }},
 		{"OPENAI_SYSTEM_PROMPT", "openai-system-prompt", "Be brief.", "Be kind.", func(f flags) string { return f.agent.OpenAIPrompt }},
 		{"MOBILE_PROMPT_TTL", "prompt-ttl", "45", "90", func(f flags) string { return f.routerCfg.PromptTTL.String() }},
-		{"MOBILE_ADMIN_LISTEN", "admin-listen", "off", "127.0.0.1:9002", func(f flags) string { return f.adminListen }},
-		{"MOBILE_PPROF", "pprof", "on", "off", func(f flags) string { return f.pprof }},
+		{"MOBILE_ADMIN_LISTEN", "admin-listen", "off", "127.0.0.1:9002", func(f flags) string { return f.node.AdminListen }},
+		{"MOBILE_PPROF", "pprof", "on", "off", func(f flags) string { return f.node.Pprof }},
 		{"MOBILE_DRAIN_WINDOW", "drain-window", "45", "90", func(f flags) string { return f.drainWindow.String() }},
 		{"MOBILE_PING_INTERVAL", "ping-interval", "45", "90", func(f flags) string { return f.edgeCfg.PingInterval.String() }},
 		{"MOBILE_MAX_READ_MIB", "max-read", "45", "90", func(f flags) string { return mib(f.edgeCfg.MaxReadBytes) }},
 		{"MOBILE_MAX_QUEUED_MIB", "max-queued", "45", "90", func(f flags) string { return mib(f.edgeCfg.MaxQueuedBytes) }},
 		{"MOBILE_MAX_UPLOAD_MIB", "max-upload", "45", "90", func(f flags) string { return mib(f.edgeCfg.MaxUploadBytes) }},
-		{"MOBILE_MAX_BLOB_MIB", "max-blob", "45", "90", func(f flags) string { return mib(f.maxBlob) }},
+		{"MOBILE_MAX_BLOB_MIB", "max-blob", "45", "90", func(f flags) string { return mib(f.node.MaxBlob) }},
 		{"MOBILE_MAX_OUTBOUND_MIB", "max-outbound", "45", "90", func(f flags) string { return mib(int64(f.edgeCfg.MaxOutboundBytes)) }},
 		{"MOBILE_WRITE_TIMEOUT", "write-timeout", "45", "90", func(f flags) string { return f.edgeCfg.WriteTimeout.String() }},
 		{"MOBILE_READ_TIMEOUT", "read-timeout", "45", "90", func(f flags) string { return f.edgeCfg.ReadTimeout.String() }},
@@ -156,7 +157,7 @@ func TestEnvAndFlags(t *testing.T) {
 		{"MOBILE_ACK_WAIT", "ack-wait", "45", "90", func(f flags) string { return f.edgeCfg.AckWait.String() }},
 		{"MOBILE_PAGE_TIMEOUT", "page-timeout", "45", "90", func(f flags) string { return f.edgeCfg.PageTimeout.String() }},
 		{"MOBILE_MAX_PAGE_CONNS", "max-page-conns", "45", "90", func(f flags) string { return strconv.Itoa(f.edgeCfg.MaxPageConns) }},
-		{"MOBILE_BLOB_TTL", "blob-ttl", "45", "90", func(f flags) string { return f.blobTTL.String() }},
+		{"MOBILE_BLOB_TTL", "blob-ttl", "45", "90", func(f flags) string { return f.node.BlobTTL.String() }},
 		{"MOBILE_OUTBOX_MAX", "outbox-max", "45", "90", func(f flags) string { return strconv.Itoa(f.outbox.Max) }},
 		{"MOBILE_OUTBOX_TTL", "outbox-ttl", "45", "90", func(f flags) string { return f.outbox.TTL.String() }},
 		{"MOBILE_OUTBOX_MIB", "outbox-mib", "45", "90", func(f flags) string { return mib(int64(f.outbox.Bytes)) }},
@@ -260,7 +261,7 @@ func TestRouterModes(t *testing.T) {
 		{"off", "", false}, {"Off", "", false}, {"false", "", false}, {"0", "", false},
 		{"auto", "", true}, {"auto", "nats://x:4222", false}, {"", "", true}, {"", "nats://x:4222", false},
 	} {
-		f := flags{router: tc.router, natsURL: tc.nats, token: "x"}
+		f := flags{router: tc.router, token: "x", node: gateway.NodeFlags{NATSURL: tc.nats}}
 		cfg, err := f.gatewayConfig()
 		if err != nil || cfg.Router != tc.want {
 			t.Errorf("router %q nats %q → %v, %v; want %v", tc.router, tc.nats, cfg.Router, err, tc.want)
@@ -362,13 +363,13 @@ func TestRunRejectsBadConfig(t *testing.T) {
 		f    flags
 		want string
 	}{
-		{"log level", flags{listen: "127.0.0.1:0", router: "auto", logLevel: "loud", token: "x"}, "MOBILE_LOG_LEVEL"},
-		{"router", flags{listen: "127.0.0.1:0", router: "maybe", logLevel: "info", token: "x"}, "MOBILE_ROUTER"},
+		{"log level", flags{listen: "127.0.0.1:0", router: "auto", token: "x", node: gateway.NodeFlags{LogLevel: "loud"}}, "MOBILE_LOG_LEVEL"},
+		{"router", flags{listen: "127.0.0.1:0", router: "maybe", token: "x", node: gateway.NodeFlags{LogLevel: "info"}}, "MOBILE_ROUTER"},
 		// A Redis or NATS that does not answer is waited for (see
 		// test/cluster's TestStartBeforeRedisAndNATS); a URL that cannot
 		// work is refused.
-		{"redis", flags{listen: "127.0.0.1:0", router: "auto", logLevel: "info", token: "x", redisURL: "http://127.0.0.1:1"}, "REDIS_URL"},
-		{"nats", flags{listen: "127.0.0.1:0", router: "auto", logLevel: "info", token: "x", natsURL: "nats://127.0.0.1:port", adminListen: "off"}, "NATS_URL"},
+		{"redis", flags{listen: "127.0.0.1:0", router: "auto", token: "x", node: gateway.NodeFlags{LogLevel: "info", RedisURL: "http://127.0.0.1:1"}}, "REDIS_URL"},
+		{"nats", flags{listen: "127.0.0.1:0", router: "auto", token: "x", node: gateway.NodeFlags{LogLevel: "info", NATSURL: "nats://127.0.0.1:port", AdminListen: "off"}}, "NATS_URL"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -806,7 +807,7 @@ func TestWebClientModes(t *testing.T) {
 		{"on", "", true}, {"on", "nats://x:4222", true}, {"off", "", false}, {"OFF", "nats://x:4222", false},
 		{"auto", "", true}, {"auto", "nats://x:4222", false}, {"", "", true}, {"", "nats://x:4222", false},
 	} {
-		f := flags{webClient: tc.web, natsURL: tc.nats, token: "x"}
+		f := flags{webClient: tc.web, token: "x", node: gateway.NodeFlags{NATSURL: tc.nats}}
 		cfg, err := f.gatewayConfig()
 		if err != nil {
 			t.Fatalf("web %q: %v", tc.web, err)
@@ -992,7 +993,7 @@ func TestListenErrorsNameTheVariable(t *testing.T) {
 		{"taken", taken.Addr().String(), "", "MOBILE_LISTEN: listen tcp " + taken.Addr().String()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := flags{listen: tc.listen, router: "auto", logLevel: "info", token: "x", redisURL: tc.redis, adminListen: "off"}
+			f := flags{listen: tc.listen, router: "auto", token: "x", node: gateway.NodeFlags{LogLevel: "info", RedisURL: tc.redis, AdminListen: "off"}}
 			err := run(testCtx(t), f, io.Discard, io.Discard)
 			if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
 				t.Fatalf("run = %v, want an error starting %q", err, tc.want)
@@ -1014,7 +1015,7 @@ func TestRedisURLErrorsSayWhatIsExpected(t *testing.T) {
 	} {
 		t.Run(tc.url, func(t *testing.T) {
 			for _, mode := range []string{"single", "cluster", "sentinel"} {
-				f := flags{listen: "127.0.0.1:0", router: "auto", logLevel: "info", token: "x", redisURL: tc.url, redisMode: mode, adminListen: "off"}
+				f := flags{listen: "127.0.0.1:0", router: "auto", token: "x", node: gateway.NodeFlags{LogLevel: "info", RedisURL: tc.url, RedisMode: mode, AdminListen: "off"}}
 				err := run(testCtx(t), f, io.Discard, io.Discard)
 				if err == nil || err.Error() != tc.want {
 					t.Errorf("REDIS_MODE=%s: run = %v, want %s", mode, err, tc.want)

@@ -17,7 +17,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/hermes-mobile/gateway/pkg/admin"
 	"github.com/hermes-mobile/gateway/pkg/agent"
@@ -27,48 +26,29 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/router"
 	"github.com/hermes-mobile/gateway/pkg/secret"
-	"github.com/hermes-mobile/gateway/pkg/store/memstore"
-	"github.com/hermes-mobile/gateway/pkg/store/redisstore"
 	"github.com/hermes-mobile/gateway/pkg/telemetry"
 )
 
 // flags is the command line; every flag falls back to its env var.
 type flags struct {
-	listen, natsURL, natsPrefix      string
-	redisURL, redisMode, redisPrefix string
-	redisPool                        int
-	deliverTokens, agentTokens       secret.Secret
-	homeDevice, logLevel             string
-	eventsMax                        int
-	adminListen, pprof               string
-	maxBlob                          int64
-	blobTTL                          time.Duration
-	router                           router.Config // its tuning flags
-	outbox                           dispatch.OutboxConfig
+	listen      string
+	node        gateway.NodeFlags // the settings every node has
+	agentTokens secret.Secret
+	eventsMax   int
+	router      router.Config // its tuning flags
+	outbox      dispatch.OutboxConfig
 
 	agent agent.Choice
 }
 
 func (f *flags) register(fs *flag.FlagSet) {
 	config.String(fs, &f.listen, "listen", "MOBILE_ROUTER_LISTEN", "127.0.0.1:8788", "HTTP API listen address")
-	config.String(fs, &f.natsURL, "nats-url", "NATS_URL", "", "the cluster's NATS (required)")
-	config.String(fs, &f.natsPrefix, "nats-prefix", "NATS_PREFIX", "", "prefix of every NATS subject, as the cluster's edges have it (e.g. gw1.)")
-	config.String(fs, &f.redisURL, "redis-url", "REDIS_URL", "", "the cluster's Redis, redis://[user:pass@]host:port[/db] (required)")
-	config.String(fs, &f.redisMode, "redis-mode", "REDIS_MODE", "single", "what REDIS_URL names: single (one server), cluster (a Redis Cluster: redis://host:port?addr=host:port&addr=…) or sentinel (redis://sentinel:26379?master_name=NAME&addr=…&password=…)")
-	config.String(fs, &f.redisPrefix, "redis-prefix", "REDIS_PREFIX", "hermes:", "prefix of every Redis key")
-	config.Int(fs, &f.redisPool, "redis-pool-size", "REDIS_POOL_SIZE", redisstore.DefaultPoolSize, "most connections to Redis per process (a pool_size in REDIS_URL wins); commands wait for a free one")
-	config.Secret(fs, &f.deliverTokens, "deliver-tokens", "MOBILE_DELIVER_TOKENS", "`tokens` that may call POST /v1/deliver, comma-separated")
+	f.node.RegisterFlags(fs, gateway.RouterCommand)
 	config.Secret(fs, &f.agentTokens, "agent-tokens", "MOBILE_AGENT_TOKENS", "`tokens` of the agent link (sessions, events, blobs), comma-separated")
-	config.String(fs, &f.homeDevice, "home-device", "MOBILE_HOME_DEVICE", "", "target of a deliver without one")
 	f.agent.Register(fs, "the agent: demo, openai (an OpenAI-compatible chat API) or link (an outside agent reads GET /v1/events)")
 	config.Int(fs, &f.eventsMax, "events-max", "MOBILE_EVENTS_MAX", agent.DefaultLinkMaxLen, "events the log of AGENT=link keeps (about)")
 	f.router.RegisterFlags(fs)
 	f.outbox.RegisterFlags(fs)
-	config.Seconds(fs, &f.blobTTL, "blob-ttl", "MOBILE_BLOB_TTL", router.DefaultConfig().BlobTTL, "how long media sent by the agent stays in the store for the phones")
-	config.MiB(fs, &f.maxBlob, "max-blob", "MOBILE_MAX_BLOB_MIB", memstore.DefaultMaxBlobBytes, "media kept in the store for the agent and the phones (POST /v1/blobs); past it a blob is refused")
-	config.String(fs, &f.logLevel, "log-level", "MOBILE_LOG_LEVEL", "info", "debug, info, warn or error")
-	config.String(fs, &f.adminListen, "admin-listen", "MOBILE_ADMIN_LISTEN", "127.0.0.1:8790", "admin HTTP address (/healthz, /readyz, /metrics); off disables it")
-	config.String(fs, &f.pprof, "pprof", "MOBILE_PPROF", "off", "on: serve the Go profiles (net/http/pprof) at /debug/pprof/ on the admin port")
 }
 
 func main() {
@@ -106,16 +86,16 @@ type settings struct {
 
 func (f flags) settings() (settings, error) {
 	var s settings
-	if err := s.level.UnmarshalText([]byte(f.logLevel)); err != nil {
-		return s, fmt.Errorf("MOBILE_LOG_LEVEL: %w", err)
+	var err error
+	if s.level, err = f.node.Level(); err != nil {
+		return s, err
 	}
-	if f.natsURL == "" {
+	if f.node.NATSURL == "" {
 		return s, errors.New("NATS_URL is required: the router reaches the cluster's edges through their NATS (set NATS_URL or -nats-url)")
 	}
-	if f.redisURL == "" {
+	if f.node.RedisURL == "" {
 		return s, errors.New("REDIS_URL is required: the router shares the cluster's state in its Redis (set REDIS_URL or -redis-url)")
 	}
-	var err error
 	if s.agent, s.openai, err = f.agent.Resolve(); err != nil {
 		return s, err
 	}
@@ -123,16 +103,16 @@ func (f flags) settings() (settings, error) {
 		return s, fmt.Errorf("MOBILE_EVENTS_MAX: %d is not a positive number", f.eventsMax)
 	}
 	s.eventsMax = f.eventsMax
-	if err := protocol.CheckDeviceID(f.homeDevice); err != nil {
+	if err := protocol.CheckDeviceID(f.node.HomeDevice); err != nil {
 		return s, fmt.Errorf("MOBILE_HOME_DEVICE: %w", err)
 	}
 	s.api = router.APIConfig{
-		DeliverTokens: config.List(string(f.deliverTokens)),
+		DeliverTokens: config.List(string(f.node.DeliverTokens)),
 		AgentTokens:   config.List(string(f.agentTokens)),
-		HomeDevice:    f.homeDevice,
+		HomeDevice:    f.node.HomeDevice,
 	}
 	s.router = f.router
-	s.router.BlobTTL = f.blobTTL
+	s.router.BlobTTL = f.node.BlobTTL
 	s.outbox = f.outbox
 	return s, errors.Join(s.router.Validate(), s.outbox.Validate())
 }
@@ -149,11 +129,11 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) (err error) {
 	// Records made inside a span carry its trace_id and span_id.
 	log := slog.New(telemetry.LogHandler(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: s.level})))
 
-	pprofOn, err := admin.PprofSetting(f.pprof)
+	pprofOn, err := admin.PprofSetting(f.node.Pprof)
 	if err != nil {
 		return err
 	}
-	adm, err := admin.StartOps(ctx, log, f.adminListen, "hermes-router")
+	adm, err := admin.StartOps(ctx, log, f.node.AdminListen, "hermes-router")
 	if err != nil {
 		return err
 	}
@@ -161,13 +141,12 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) (err error) {
 	if pprofOn {
 		adm.HandlePprof()
 	}
-	g, err := gateway.Start(ctx, gateway.Config{
-		Name: "hermes-router", NoEdge: true, Router: true,
-		NATSURL: f.natsURL, NATSPrefix: f.natsPrefix, RedisURL: f.redisURL, RedisMode: f.redisMode, RedisPrefix: f.redisPrefix, RedisPoolSize: f.redisPool,
-		MaxBlobBytes: f.maxBlob, NewAgent: agent.Named(s.agent, s.openai, s.eventsMax),
-		APIListen: f.listen, API: s.api, RouterCfg: s.router, Outbox: s.outbox, Telemetry: adm.Tel,
-		WaitForDeps: true,
-	}, log)
+	cfg := f.node.Config()
+	cfg.Name, cfg.NoEdge, cfg.Router = "hermes-router", true, true
+	cfg.NewAgent = agent.Named(s.agent, s.openai, s.eventsMax)
+	cfg.APIListen, cfg.API, cfg.RouterCfg, cfg.Outbox, cfg.Telemetry = f.listen, s.api, s.router, s.outbox, adm.Tel
+	cfg.WaitForDeps = true
+	g, err := gateway.Start(ctx, cfg, log)
 	if err != nil {
 		if ctx.Err() != nil {
 			// SIGTERM while waiting for Redis or NATS: nothing to drain.

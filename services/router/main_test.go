@@ -72,10 +72,11 @@ func mustParse(t *testing.T, args ...string) flags {
 
 func TestFlagDefaults(t *testing.T) {
 	clearEnv(t)
-	want := flags{listen: "127.0.0.1:8788", redisMode: "single", redisPrefix: "hermes:", redisPool: 32, agent: agent.Choice{Name: "demo", OpenAIBaseURL: "https://api.openai.com/v1", OpenAITimeout: 120 * time.Second}, eventsMax: 10000,
-		logLevel: "info", adminListen: "127.0.0.1:8790", maxBlob: 1 << 30, pprof: "off", blobTTL: 15 * time.Minute,
+	want := flags{listen: "127.0.0.1:8788", agent: agent.Choice{Name: "demo", OpenAIBaseURL: "https://api.openai.com/v1", OpenAITimeout: 120 * time.Second}, eventsMax: 10000,
 		router: router.Config{PromptTTL: protocol.DefaultPromptTTL, PromptMaxTTL: router.DefaultPromptMaxTTL, SessionQueue: 1000, JournalLease: 15 * time.Second, OpTimeout: 5 * time.Second},
-		outbox: dispatch.OutboxConfig{Max: 1024, TTL: 24 * time.Hour, Bytes: 32 << 20, StoreBytes: 1 << 30, PushEvery: 15 * time.Minute}}
+		outbox: dispatch.OutboxConfig{Max: 1024, TTL: 24 * time.Hour, Bytes: 32 << 20, StoreBytes: 1 << 30, PushEvery: 15 * time.Minute},
+		node:   gateway.NodeFlags{RedisMode: "single", RedisPrefix: "hermes:", RedisPool: 32, LogLevel: "info", AdminListen: "127.0.0.1:8790", MaxBlob: 1 << 30, Pprof: "off", BlobTTL: 15 * time.Minute},
+	}
 	if f := mustParse(t); !reflect.DeepEqual(f, want) {
 		t.Fatalf("defaults = %+v, want %+v", f, want)
 	}
@@ -88,25 +89,25 @@ func TestEnvAndFlags(t *testing.T) {
 		field           func(flags) string
 	}{
 		{"MOBILE_ROUTER_LISTEN", "listen", "0.0.0.0:9000", "127.0.0.1:9001", func(f flags) string { return f.listen }},
-		{"NATS_URL", "nats-url", "nats://env:4222", "nats://flag:4222", func(f flags) string { return f.natsURL }},
-		{"NATS_PREFIX", "nats-prefix", "env.", "flag.", func(f flags) string { return f.natsPrefix }},
-		{"REDIS_URL", "redis-url", "redis://env:6379", "redis://flag:6379", func(f flags) string { return f.redisURL }},
-		{"REDIS_PREFIX", "redis-prefix", "env:", "flag:", func(f flags) string { return f.redisPrefix }},
-		{"MOBILE_DELIVER_TOKENS", "deliver-tokens", "d1,d2", "d3", func(f flags) string { return string(f.deliverTokens) }},
+		{"NATS_URL", "nats-url", "nats://env:4222", "nats://flag:4222", func(f flags) string { return f.node.NATSURL }},
+		{"NATS_PREFIX", "nats-prefix", "env.", "flag.", func(f flags) string { return f.node.NATSPrefix }},
+		{"REDIS_URL", "redis-url", "redis://env:6379", "redis://flag:6379", func(f flags) string { return f.node.RedisURL }},
+		{"REDIS_PREFIX", "redis-prefix", "env:", "flag:", func(f flags) string { return f.node.RedisPrefix }},
+		{"MOBILE_DELIVER_TOKENS", "deliver-tokens", "d1,d2", "d3", func(f flags) string { return string(f.node.DeliverTokens) }},
 		{"MOBILE_AGENT_TOKENS", "agent-tokens", "a1", "a2,a3", func(f flags) string { return string(f.agentTokens) }},
-		{"MOBILE_HOME_DEVICE", "home-device", "tel-home", "tel-other", func(f flags) string { return f.homeDevice }},
+		{"MOBILE_HOME_DEVICE", "home-device", "tel-home", "tel-other", func(f flags) string { return f.node.HomeDevice }},
 		{"AGENT", "agent", "link", "demo", func(f flags) string { return f.agent.Name }},
 		{"MOBILE_EVENTS_MAX", "events-max", "500", "700", func(f flags) string { return strconv.Itoa(f.eventsMax) }},
-		{"MOBILE_LOG_LEVEL", "log-level", "debug", "warn", func(f flags) string { return f.logLevel }},
+		{"MOBILE_LOG_LEVEL", "log-level", "debug", "warn", func(f flags) string { return f.node.LogLevel }},
 		{"MOBILE_PROMPT_TTL", "prompt-ttl", "45", "90", func(f flags) string { return f.router.PromptTTL.String() }},
 		{"MOBILE_ROUTER_OP_TIMEOUT", "router-op-timeout", "45", "90", func(f flags) string { return f.router.OpTimeout.String() }},
-		{"MOBILE_ADMIN_LISTEN", "admin-listen", "off", "127.0.0.1:9002", func(f flags) string { return f.adminListen }},
-		{"MOBILE_PPROF", "pprof", "on", "off", func(f flags) string { return f.pprof }},
+		{"MOBILE_ADMIN_LISTEN", "admin-listen", "off", "127.0.0.1:9002", func(f flags) string { return f.node.AdminListen }},
+		{"MOBILE_PPROF", "pprof", "on", "off", func(f flags) string { return f.node.Pprof }},
 		{"OPENAI_BASE_URL", "openai-base-url", "http://env:11434/v1", "http://flag:8000/v1", func(f flags) string { return f.agent.OpenAIBaseURL }},
 		{"OPENAI_API_KEY", "openai-api-key", "sk-env", "sk-flag", func(f flags) string { return string(f.agent.OpenAIKey) }},
 		{"OPENAI_MODEL", "openai-model", "llama3", "gpt-4o-mini", func(f flags) string { return f.agent.OpenAIModel }},
 		{"OPENAI_SYSTEM_PROMPT", "openai-system-prompt", "Be brief.", "Be kind.", func(f flags) string { return f.agent.OpenAIPrompt }},
-		{"MOBILE_MAX_BLOB_MIB", "max-blob", "45", "90", func(f flags) string { return strconv.FormatInt(f.maxBlob>>20, 10) }},
+		{"MOBILE_MAX_BLOB_MIB", "max-blob", "45", "90", func(f flags) string { return strconv.FormatInt(f.node.MaxBlob>>20, 10) }},
 		{"MOBILE_OUTBOX_MIB", "outbox-mib", "45", "90", func(f flags) string { return strconv.Itoa(f.outbox.Bytes >> 20) }},
 		{"MOBILE_MAX_OUTBOX_MIB", "max-outbox", "45", "90", func(f flags) string { return strconv.FormatInt(f.outbox.StoreBytes>>20, 10) }},
 	} {
@@ -173,22 +174,22 @@ func TestHomeDeviceBound(t *testing.T) {
 }
 
 func TestRunRejectsBadConfig(t *testing.T) {
-	ok := flags{listen: "127.0.0.1:0", natsURL: "nats://127.0.0.1:1", redisURL: "redis://127.0.0.1:1", agent: agent.Choice{Name: "demo"}, eventsMax: 10, logLevel: "info"}
+	ok := flags{listen: "127.0.0.1:0", agent: agent.Choice{Name: "demo"}, eventsMax: 10, node: gateway.NodeFlags{NATSURL: "nats://127.0.0.1:1", RedisURL: "redis://127.0.0.1:1", LogLevel: "info"}}
 	for _, tc := range []struct {
 		name   string
 		mutate func(*flags)
 		want   string
 	}{
-		{"no NATS_URL", func(f *flags) { f.natsURL = "" }, "NATS_URL"},
-		{"no REDIS_URL", func(f *flags) { f.redisURL = "" }, "REDIS_URL"},
+		{"no NATS_URL", func(f *flags) { f.node.NATSURL = "" }, "NATS_URL"},
+		{"no REDIS_URL", func(f *flags) { f.node.RedisURL = "" }, "REDIS_URL"},
 		{"agent", func(f *flags) { f.agent.Name = "smart" }, "AGENT"},
 		{"openai without a model", func(f *flags) { f.agent.Name = "openai" }, "OPENAI_MODEL"},
 		{"openai base URL", func(f *flags) {
 			f.agent.Name, f.agent.OpenAIModel, f.agent.OpenAIBaseURL = "openai", "m", "api.example/v1"
 		}, "OPENAI_BASE_URL"},
 		{"events max", func(f *flags) { f.eventsMax = 0 }, "MOBILE_EVENTS_MAX"},
-		{"log level", func(f *flags) { f.logLevel = "loud" }, "MOBILE_LOG_LEVEL"},
-		{"redis URL", func(f *flags) { f.redisURL = "http://x" }, "REDIS_URL"},
+		{"log level", func(f *flags) { f.node.LogLevel = "loud" }, "MOBILE_LOG_LEVEL"},
+		{"redis URL", func(f *flags) { f.node.RedisURL = "http://x" }, "REDIS_URL"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := ok
@@ -466,8 +467,9 @@ func TestSettingsRefuseWhatCannotWork(t *testing.T) {
 // TestListenErrorNamesTheVariable: a MOBILE_ROUTER_LISTEN that cannot work
 // is refused at once, naming it, though Redis and NATS do not answer.
 func TestListenErrorNamesTheVariable(t *testing.T) {
-	f := flags{listen: "127.0.0.1:99999", natsURL: "nats://127.0.0.1:1", redisURL: "redis://127.0.0.1:1", agent: agent.Choice{Name: "demo"},
-		eventsMax: 10, logLevel: "info", adminListen: "off"}
+	f := flags{listen: "127.0.0.1:99999", agent: agent.Choice{Name: "demo"}, eventsMax: 10,
+		node: gateway.NodeFlags{NATSURL: "nats://127.0.0.1:1", RedisURL: "redis://127.0.0.1:1", LogLevel: "info", AdminListen: "off"},
+	}
 	const want = "MOBILE_ROUTER_LISTEN: \"127.0.0.1:99999\" is not a host:port"
 	if err := run(ctxFor(t, 10*time.Second), f, io.Discard, io.Discard); err == nil || !strings.HasPrefix(err.Error(), want) {
 		t.Fatalf("run = %v, want an error starting %q", err, want)
