@@ -64,16 +64,6 @@ var helloRefusals = func() (r [maxRetryAfter + 1]error) {
 	return r
 }()
 
-var (
-	// errClientClosed: the peer sent a close frame; our answer is queued and
-	// the socket closes once it is written.
-	errClientClosed = errors.New("client closed the connection")
-	errSlowReader   = errors.New("slow reader: outbound queue full")
-	// errWriteStalled wraps the deadline error of a write that made no
-	// progress for WriteTimeout.
-	errWriteStalled = errors.New("slow reader: no write progress")
-)
-
 // Close codes of the metrics for a connection that ended without a close
 // frame (RFC 6455 7.1.5: 1006) and for a close frame without a code (1005).
 const (
@@ -867,9 +857,11 @@ func (c *conn) teardown(reason error) {
 	helloed := c.flags.is(flagHelloed)
 	code, byPeer := c.closeCode, c.closeByPeer
 	c.mu.Unlock()
+	var why *closeReason
+	errors.As(reason, &why) // nil: the socket's own error
 	if code == 0 {
 		// No close frame began it: the socket just ended.
-		code, byPeer = closeAbnormal, !edgeCut(reason)
+		code, byPeer = closeAbnormal, !edgeCut(why, reason)
 	}
 	c.srv.helloDone(c)
 	if c.pe != nil {
@@ -890,11 +882,8 @@ func (c *conn) teardown(reason error) {
 	c.srv.unregister(c)
 	c.srv.nConns.Add(-1)
 	c.srv.tel.m.connClosed(code, byPeer, time.Since(c.opened))
-	switch {
-	case errors.Is(reason, errSlowReader):
-		c.srv.tel.m.slowReaderClosed(slowReaderQueueFull)
-	case errors.Is(reason, errWriteStalled):
-		c.srv.tel.m.slowReaderClosed(slowReaderStalled)
+	if why != nil && why.slow != "" {
+		c.srv.tel.m.slowReaderClosed(why.slow)
 	}
 	if helloed {
 		c.logger().Debug("connection closed", "reason", reason)
@@ -907,12 +896,14 @@ func (c *conn) teardown(reason error) {
 	close(c.dead)
 }
 
-// edgeCut reports whether the edge dropped a connection for reason (a slow
-// or silent peer, a read or write deadline, shutdown) rather than the peer
-// going away (EOF, reset).
-func edgeCut(reason error) bool {
-	return errors.Is(reason, errSlowReader) || errors.Is(reason, errPingTimeout) || errors.Is(reason, errEvicted) ||
-		errors.Is(reason, errServerClosed) || errors.Is(reason, os.ErrDeadlineExceeded)
+// edgeCut reports whether the edge dropped a connection (a cause of its
+// own that cuts, why, or a read deadline) rather than the peer going away
+// (EOF, reset).
+func edgeCut(why *closeReason, reason error) bool {
+	if why != nil {
+		return why.cut
+	}
+	return errors.Is(reason, os.ErrDeadlineExceeded)
 }
 
 // frame building. A frame buffer starts with room for the largest server

@@ -565,8 +565,6 @@ func (s *Server) Close() error {
 	return s.stopBudgets()
 }
 
-var errServerClosed = errors.New("server closed")
-
 // register makes c the socket of its device on this edge, closing an older
 // one, and subscribes to the device's subject when this edge had no socket
 // for it. It reports false when c lost to a newer socket already here.
@@ -724,10 +722,6 @@ func (s *Server) refreshOwned(lapsed bool) {
 		}
 	}
 }
-
-// errPingTimeout: the peer sent nothing, not even a pong, for
-// (1+PingMisses) ping intervals.
-var errPingTimeout = errors.New("no pong: keepalive timed out")
 
 // keepalive is the one sweep of the edge's sockets: every PingInterval it
 // pings those that sent nothing for an interval and drops those silent for

@@ -134,10 +134,6 @@ func (c *conn) keepAttempt(key, attempt string) {
 	c.attempts[key] = attempt
 }
 
-// errEvicted: the socket had not said hello, and its place in the hello
-// phase went to a newcomer (see admission.go).
-var errEvicted = errors.New("pushed out of the hello phase for a newcomer")
-
 // evict closes a socket that has not said hello, whose place in the hello
 // phase went to a newcomer, at once: a close frame would keep its reader
 // and message, which the newcomer was promised, until the peer answered.
