@@ -2,8 +2,6 @@ package deploy
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"net/http"
 	"os"
 	"os/exec"
@@ -29,9 +27,7 @@ func servedMetrics(t *testing.T) map[string]map[string]bool {
 	t.Helper()
 	redisURL, natsURL := testsvc.RedisURL(t), testsvc.NATSURL(t)
 	edgeBin, routerBin := testsvc.Build(t, "services/edge"), testsvc.Build(t, "services/router")
-	b := make([]byte, 6)
-	rand.Read(b)
-	id := hex.EncodeToString(b)
+	id := testsvc.RandomHex(6)
 	const token = "served-metrics-token"
 	cluster := []string{"NATS_URL=" + natsURL, "NATS_PREFIX=dm" + id + ".", "REDIS_URL=" + redisURL,
 		"REDIS_PREFIX=hermes-deploy:" + id + ":", "MOBILE_ADMIN_LISTEN=127.0.0.1:0", "MOBILE_LOG_LEVEL=info"}

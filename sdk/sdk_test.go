@@ -13,8 +13,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"io"
 	"os"
@@ -234,9 +232,7 @@ type gateway struct {
 // startEdge runs the edge binary on a free loopback port until the test ends.
 func startEdge(t *testing.T, bin string) gateway {
 	t.Helper()
-	b := make([]byte, 12)
-	rand.Read(b)
-	gw := gateway{token: "app-" + hex.EncodeToString(b)}
+	gw := gateway{token: "app-" + testsvc.RandomHex(12)}
 	cmd := exec.Command(bin)
 	cmd.Env = append(cleanEnv(), "MOBILE_TOKEN="+gw.token, "MOBILE_LISTEN=127.0.0.1:0", "MOBILE_ADMIN_LISTEN=off",
 		"MOBILE_DRAIN_WINDOW=1")

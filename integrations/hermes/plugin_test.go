@@ -7,9 +7,6 @@ package hermes_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -80,8 +77,8 @@ func TestHermesPlugin(t *testing.T) {
 	redisURL, natsURL := testsvc.RedisURL(t), testsvc.NATSURL(t)
 	edgeBin, routerBin := testsvc.Build(t, "services/edge"), testsvc.Build(t, "services/router")
 
-	id := randomHex(6)
-	agentToken, deliverToken, appToken := "agent-"+randomHex(12), "cron-"+randomHex(12), "app-"+randomHex(12)
+	id := testsvc.RandomHex(6)
+	agentToken, deliverToken, appToken := "agent-"+testsvc.RandomHex(12), "cron-"+testsvc.RandomHex(12), "app-"+testsvc.RandomHex(12)
 	common := []string{
 		"NATS_URL=" + natsURL,
 		"NATS_PREFIX=hp" + id + ".",
@@ -223,12 +220,4 @@ func cleanEnv() []string {
 		env = append(env, kv)
 	}
 	return env
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		panic(errors.New("crypto/rand: " + err.Error()))
-	}
-	return hex.EncodeToString(b)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/admin"
 	"github.com/hermes-mobile/gateway/pkg/bus/natsbus"
 	"github.com/hermes-mobile/gateway/pkg/store/memstore"
@@ -209,16 +210,13 @@ func TestHealthzFailsWhenTheBusIsClosedForGood(t *testing.T) {
 		t.Fatalf("/healthz with a live bus: %d %+v", code, a)
 	}
 	_ = b.Publish(context.Background(), strings.Repeat("x", 300), nil, nil)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		code, a := get(t, s.URL()+"/healthz")
-		if code == 503 && !a.OK && strings.HasPrefix(a.Reason, "bus: ") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/healthz after the bus closed for good: %d %+v, want 503 naming bus", code, a)
-		}
-		time.Sleep(5 * time.Millisecond) // poll interval: the loop waits for its condition
+	var code int
+	var a answer
+	if !testsvc.Eventually(10*time.Second, func() bool {
+		code, a = get(t, s.URL()+"/healthz")
+		return code == 503 && !a.OK && strings.HasPrefix(a.Reason, "bus: ")
+	}) {
+		t.Fatalf("/healthz after the bus closed for good: %d %+v, want 503 naming bus", code, a)
 	}
 	s.MarkDraining()
 	if code, _ := get(t, s.URL()+"/healthz"); code != 200 {

@@ -1,8 +1,6 @@
 package gateway_test
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"strings"
 	"testing"
 	"time"
@@ -33,9 +31,7 @@ func startClusterNode(t *testing.T, prefix string, router bool) *node {
 }
 
 func randomPrefix() string {
-	b := make([]byte, 6)
-	rand.Read(b)
-	return "hermes-test:" + hex.EncodeToString(b) + ":"
+	return "hermes-test:" + testsvc.RandomHex(6) + ":"
 }
 
 // TestClusterInProcess: two nodes share NATS and Redis; the router runs on

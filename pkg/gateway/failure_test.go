@@ -389,17 +389,12 @@ func flOpen(phones ...*flPhone) int {
 // flWaitConns checks that n's edge holds exactly the open phones, within 5 s.
 func flWaitConns(t *testing.T, n *flNode, what string, phones ...*flPhone) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		want, got := flOpen(phones...), n.Edge.Conns()
-		if got == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("%s: the edge counts %d connections, %d phones are open", what, got, want)
-			return
-		}
-		time.Sleep(20 * time.Millisecond) // poll interval: the loop waits for its condition
+	var want, got int
+	if !testsvc.Eventually(5*time.Second, func() bool {
+		want, got = flOpen(phones...), n.Edge.Conns()
+		return got == want
+	}) {
+		t.Errorf("%s: the edge counts %d connections, %d phones are open", what, got, want)
 	}
 }
 
@@ -1092,21 +1087,17 @@ func TestFailureOutagesLeakNothing(t *testing.T) {
 
 	// Two phones were reconnected twice; nothing else should remain.
 	const slack = 10
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		got := runtime.NumGoroutine()
-		if got <= base+slack {
-			t.Logf("goroutines: %d before the outages, %d after", base, got)
-			break
-		}
-		if time.Now().After(deadline) {
-			var buf bytes.Buffer
-			pprof.Lookup("goroutine").WriteTo(&buf, 1)
-			t.Errorf("goroutines: %d before the outages, %d after (%d failed texts and %d failed hellos per outage)\n%s",
-				base, got, texts, hellos, buf.String())
-			break
-		}
-		time.Sleep(50 * time.Millisecond) // poll interval: the loop waits for its condition
+	var got int
+	if testsvc.Eventually(5*time.Second, func() bool {
+		got = runtime.NumGoroutine()
+		return got <= base+slack
+	}) {
+		t.Logf("goroutines: %d before the outages, %d after", base, got)
+	} else {
+		var buf bytes.Buffer
+		pprof.Lookup("goroutine").WriteTo(&buf, 1)
+		t.Errorf("goroutines: %d before the outages, %d after (%d failed texts and %d failed hellos per outage)\n%s",
+			base, got, texts, hellos, buf.String())
 	}
 }
 

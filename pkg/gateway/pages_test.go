@@ -74,17 +74,13 @@ func TestPagesKeepIdleSocketsOffGoroutines(t *testing.T) {
 		}
 	}
 	// The handshakes' goroutines end; a goroutine per socket would stay.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		extra := runtime.NumGoroutine() - g0
-		if extra < conns/4 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d idle sockets hold %d more goroutines; want fewer than %d", conns, extra, conns/4)
-		}
+	var extra int
+	if !testsvc.Eventually(10*time.Second, func() bool {
 		runtime.Gosched()
-		time.Sleep(10 * time.Millisecond) // poll interval: the loop waits for its condition
+		extra = runtime.NumGoroutine() - g0
+		return extra < conns/4
+	}) {
+		t.Fatalf("%d idle sockets hold %d more goroutines; want fewer than %d", conns, extra, conns/4)
 	}
 }
 

@@ -131,21 +131,16 @@ func TestTraceCrossesTheBus(t *testing.T) {
 
 	names := []string{"edge.event", "router.event", "agent.handle", "router.deliver", "edge.deliver"}
 	var spans map[string]sdktrace.ReadOnlySpan
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	if !testsvc.Eventually(10*time.Second, func() bool {
 		spans = make(map[string]sdktrace.ReadOnlySpan)
 		for _, s := range rec.Ended() {
 			if _, seen := spans[s.Name()]; !seen {
 				spans[s.Name()] = s // the first of each: the first delivery
 			}
 		}
-		if len(spans) >= len(names) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("ended spans %v, want all of %v", keys(spans), names)
-		}
-		time.Sleep(20 * time.Millisecond) // poll interval: the loop waits for its condition
+		return len(spans) >= len(names)
+	}) {
+		t.Fatalf("ended spans %v, want all of %v", keys(spans), names)
 	}
 	root := spans["edge.event"]
 	for i, name := range names {
@@ -301,18 +296,14 @@ func TestEventCarriesTraceParent(t *testing.T) {
 				t.Fatalf("event traceparent %q, bus header %q: want the same, not empty", ev.TraceParent, m.Header["traceparent"])
 			}
 			var span sdktrace.ReadOnlySpan
-			deadline := time.Now().Add(10 * time.Second)
-			for span == nil {
+			testsvc.WaitFor(t, 10*time.Second, "an edge.event span to end", func() bool {
 				for _, s := range rec.Ended() {
 					if s.Name() == "edge.event" {
 						span = s
 					}
 				}
-				if span == nil && time.Now().After(deadline) {
-					t.Fatal("no edge.event span ended")
-				}
-				time.Sleep(10 * time.Millisecond) // poll interval: the loop waits for its condition
-			}
+				return span != nil
+			})
 			want := "00-" + span.SpanContext().TraceID().String() + "-" + span.SpanContext().SpanID().String() + "-"
 			if !strings.HasPrefix(ev.TraceParent, want) {
 				t.Fatalf("event traceparent %q, want the edge.event span's %q…", ev.TraceParent, want)

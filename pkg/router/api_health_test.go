@@ -77,7 +77,7 @@ func TestNotReady(t *testing.T) {
 	})
 	t.Run("store and bus", func(t *testing.T) {
 		url := testsvc.RedisURL(t)
-		st, err := redisstore.New(t.Context(), redisstore.Options{URL: url, Prefix: "hermes-routertest:" + randomHex(6) + ":"})
+		st, err := redisstore.New(t.Context(), redisstore.Options{URL: url, Prefix: "hermes-routertest:" + testsvc.RandomHex(6) + ":"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -101,7 +101,7 @@ func TestNotReady(t *testing.T) {
 // internal_error and Retry-After, which a client retries.
 func TestUnavailable(t *testing.T) {
 	url := testsvc.RedisURL(t)
-	st, err := redisstore.New(t.Context(), redisstore.Options{URL: url, Prefix: "hermes-routertest:" + randomHex(6) + ":"})
+	st, err := redisstore.New(t.Context(), redisstore.Options{URL: url, Prefix: "hermes-routertest:" + testsvc.RandomHex(6) + ":"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,8 +18,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -124,11 +122,11 @@ func startCluster(t *testing.T, cfg router.APIConfig) *env {
 	t.Helper()
 	redisURL := testsvc.RedisURL(t)
 	natsURL := testsvc.NATSURL(t)
-	prefix := "hermes-routertest:" + randomHex(6) + ":"
+	prefix := "hermes-routertest:" + testsvc.RandomHex(6) + ":"
 	cleanRedis(t, redisURL, prefix)
 	log := testLogger(t, "router")
 
-	natsPrefix := "rt" + randomHex(3) + "." // the router and the edge must agree
+	natsPrefix := "rt" + testsvc.RandomHex(3) + "." // the router and the edge must agree
 	nc := nodeConfig()
 	nc.NATSURL, nc.NATSPrefix, nc.RedisURL, nc.RedisPrefix = natsURL, natsPrefix, redisURL, prefix
 	g, err := gateway.Start(t.Context(), nc, testLogger(t, "node"))
@@ -186,14 +184,8 @@ func cleanRedis(t *testing.T, url, prefix string) {
 	})
 }
 
-func randomHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
 // device returns a device id that no other test uses.
-func device(what string) string { return what + "-" + randomHex(4) }
+func device(what string) string { return what + "-" + testsvc.RandomHex(4) }
 
 // testLogger writes to t.Log until t ends, and drops what comes later.
 func testLogger(t *testing.T, component string) *slog.Logger {

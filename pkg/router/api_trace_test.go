@@ -82,9 +82,9 @@ func startTraced(t *testing.T, cluster bool) *tracedEnv {
 		return te
 	}
 	redisURL, natsURL := testsvc.RedisURL(t), testsvc.NATSURL(t)
-	prefix := "hermes-routertest:" + randomHex(6) + ":"
+	prefix := "hermes-routertest:" + testsvc.RandomHex(6) + ":"
 	cleanRedis(t, redisURL, prefix)
-	natsPrefix := "rt" + randomHex(3) + "."
+	natsPrefix := "rt" + testsvc.RandomHex(3) + "."
 	nc.NATSURL, nc.NATSPrefix, nc.RedisURL, nc.RedisPrefix = natsURL, natsPrefix, redisURL, prefix
 	g, err := gateway.Start(t.Context(), nc, log.With("c", "node"))
 	if err != nil {
@@ -120,7 +120,7 @@ type callerTrace struct {
 
 func newCallerTrace(t *testing.T) callerTrace {
 	t.Helper()
-	tp := fmt.Sprintf("00-%s-%s-01", randomHex(16), randomHex(8))
+	tp := fmt.Sprintf("00-%s-%s-01", testsvc.RandomHex(16), testsvc.RandomHex(8))
 	sc := parseTraceParent(t, tp)
 	return callerTrace{trace: sc.TraceID(), span: sc.SpanID(), traceparent: tp}
 }

@@ -48,7 +48,7 @@ func TestJournalEventCostsTwoScripts(t *testing.T) {
 	}
 	rdb := redis.NewClient(opts)
 	t.Cleanup(func() { rdb.Close() })
-	dev := "jt-cost-" + randomHex(3)
+	dev := "jt-cost-" + testsvc.RandomHex(3)
 	count := &scriptCounter{device: dev}
 	rdb.AddHook(count)
 	st, err := redisstore.New(t.Context(), redisstore.Options{Client: rdb, Prefix: e.prefix})
@@ -69,7 +69,7 @@ func TestJournalEventCostsTwoScripts(t *testing.T) {
 
 	// Another device first, so that the scripts are loaded (a first
 	// EVALSHA can fail with NOSCRIPT and be sent again as EVAL).
-	warm := "jt-warm-" + randomHex(3)
+	warm := "jt-warm-" + testsvc.RandomHex(3)
 	e.mustSend(t, warm, "w1")
 	rec.waitHandled(t, 10*time.Second, warm+"/w1")
 	e.mustSend(t, dev, "e1")

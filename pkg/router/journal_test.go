@@ -31,8 +31,8 @@ type journalEnv struct {
 func newJournalEnv(t *testing.T) *journalEnv {
 	t.Helper()
 	e := &journalEnv{
-		redisURL: testsvc.RedisURL(t), prefix: "hermes-journaltest:" + randomHex(6) + ":",
-		natsURL: testsvc.NATSURL(t), subj: "jt" + randomHex(3) + ".",
+		redisURL: testsvc.RedisURL(t), prefix: "hermes-journaltest:" + testsvc.RandomHex(6) + ":",
+		natsURL: testsvc.NATSURL(t), subj: "jt" + testsvc.RandomHex(3) + ".",
 	}
 	cleanRedis(t, e.redisURL, e.prefix)
 	b, err := natsbus.Connect(e.natsURL, natsbus.Options{Name: "journal-edge", SubjectPrefix: e.subj})
@@ -183,7 +183,7 @@ func TestJournalOrderAcrossRouters(t *testing.T) {
 	a.delay, b.delay = 5*time.Millisecond, 5*time.Millisecond
 	e.router(t, "a", router.Config{}, a)
 	e.router(t, "b", router.Config{}, b)
-	devs := []string{"tel-" + randomHex(3), "tel-" + randomHex(3)}
+	devs := []string{"tel-" + testsvc.RandomHex(3), "tel-" + testsvc.RandomHex(3)}
 	var want []string
 	var wg sync.WaitGroup
 	for _, d := range devs {
@@ -230,7 +230,7 @@ func TestJournalBound(t *testing.T) {
 	a := rec.as("a")
 	a.hold = make(chan struct{})
 	e.router(t, "a", router.Config{SessionQueue: 3}, a)
-	dev := "tel-" + randomHex(3)
+	dev := "tel-" + testsvc.RandomHex(3)
 	for _, id := range []string{"1", "2", "3"} {
 		e.mustSend(t, dev, id)
 	}
@@ -254,7 +254,7 @@ func TestJournalCloseHandsOver(t *testing.T) {
 	a := rec.as("a")
 	a.hold, a.began = make(chan struct{}), make(chan string, 10)
 	ra, _ := e.router(t, "a", router.Config{CloseGrace: 200 * time.Millisecond}, a)
-	dev := "tel-" + randomHex(3)
+	dev := "tel-" + testsvc.RandomHex(3)
 	e.mustSend(t, dev, "1")
 	e.mustSend(t, dev, "2")
 	<-a.began
@@ -285,7 +285,7 @@ func TestJournalTakeoverAfterLease(t *testing.T) {
 	lease := time.Second
 	tela, telb := newTelemetry(t), newTelemetry(t)
 	_, sta := e.router(t, "a", router.Config{JournalLease: lease, CloseGrace: 100 * time.Millisecond, Telemetry: tela}, a)
-	dev := "tel-" + randomHex(3)
+	dev := "tel-" + testsvc.RandomHex(3)
 	e.mustSend(t, dev, "1")
 	e.mustSend(t, dev, "2")
 	<-a.began
@@ -333,7 +333,7 @@ func samplesOf(t *testing.T, tel *telemetry.Telemetry) map[string]float64 {
 // final message, ends the avatar idle, and handles the next event.
 func TestJournalDropsPoisonEvent(t *testing.T) {
 	e := newJournalEnv(t)
-	dev := "tel-" + randomHex(3)
+	dev := "tel-" + testsvc.RandomHex(3)
 	var mu sync.Mutex
 	var phone []wire.Output
 	// The phone is connected to the edge "journal-edge": its owner record

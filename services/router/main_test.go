@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"flag"
 	"io"
@@ -267,9 +265,7 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 }
 
 func uniquePrefix(t *testing.T, url string) string {
-	b := make([]byte, 6)
-	rand.Read(b)
-	prefix := "hermes-routermain:" + hex.EncodeToString(b) + ":"
+	prefix := "hermes-routermain:" + testsvc.RandomHex(6) + ":"
 	opts, _ := redis.ParseURL(url)
 	rdb := redis.NewClient(opts)
 	t.Cleanup(func() {

@@ -200,7 +200,7 @@ func TestAPIRequestLog(t *testing.T) {
 		{"GET", "other", 404},
 	}
 	var lines []map[string]any
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) { // poll interval: the loop waits for its condition
+	testsvc.Eventually(5*time.Second, func() bool {
 		lines = lines[:0]
 		for line := range strings.Lines(logs.String()) {
 			var m map[string]any
@@ -208,10 +208,8 @@ func TestAPIRequestLog(t *testing.T) {
 				lines = append(lines, m)
 			}
 		}
-		if len(lines) >= len(want) || time.Now().After(deadline) {
-			break
-		}
-	}
+		return len(lines) >= len(want)
+	}) // the count is checked below, with the log
 	if len(lines) != len(want) {
 		t.Fatalf("%d api request lines, want %d:\n%s", len(lines), len(want), logs.String())
 	}

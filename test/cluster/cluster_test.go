@@ -76,10 +76,10 @@ func newCluster(t *testing.T, o options) *cluster {
 		t:            t,
 		opts:         o,
 		redis:        redisURL(t),
-		prefix:       "hermes-cluster-test:" + randomHex(6) + ":",
-		token:        "app-" + randomHex(12),
-		deliverToken: "cron-" + randomHex(12),
-		agentToken:   "agent-" + randomHex(12),
+		prefix:       "hermes-cluster-test:" + testsvc.RandomHex(6) + ":",
+		token:        "app-" + testsvc.RandomHex(12),
+		deliverToken: "cron-" + testsvc.RandomHex(12),
+		agentToken:   "agent-" + testsvc.RandomHex(12),
 		edges:        make(map[string]*edgeProc),
 	}
 	if b := backends(); b.redisURL != "" {
@@ -87,7 +87,7 @@ func newCluster(t *testing.T, o options) *cluster {
 		// its NATS cluster, fresh for the run.
 		c.redis, c.redisMode, c.natsServers = b.redisURL, b.redisMode, b.natsURLs
 		c.nats = c.natsServers[0]
-		c.natsPrefix = "t" + randomHex(6) + "."
+		c.natsPrefix = "t" + testsvc.RandomHex(6) + "."
 	} else {
 		c.nats = natsURL(t)
 		dropRedisKeys(t, c.redis, c.prefix)
@@ -323,7 +323,7 @@ func (c *cluster) hello(t testing.TB, edge, dev string) *client.Conn {
 }
 
 // newDevice is a device id no other test uses.
-func newDevice(name string) string { return name + "-" + randomHex(4) }
+func newDevice(name string) string { return name + "-" + testsvc.RandomHex(4) }
 
 // ---- the router's HTTP API ----
 
@@ -512,7 +512,7 @@ func expectClose(t testing.TB, conn *client.Conn, d time.Duration, code int) tim
 // returns the frames that came before the pong.
 func pingBarrier(t testing.TB, conn *client.Conn) []client.Frame {
 	t.Helper()
-	ts := randomHex(4)
+	ts := testsvc.RandomHex(4)
 	if err := conn.Ping(ts); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/client"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 )
@@ -47,7 +48,7 @@ func TestDeliverThroughRouter(t *testing.T) {
 	}
 
 	// Without the deliver token (none, or the agent's), nothing is delivered.
-	for _, token := range []string{"", "wrong-" + randomHex(4), c.agentToken, c.token} {
+	for _, token := range []string{"", "wrong-" + testsvc.RandomHex(4), c.agentToken, c.token} {
 		code, body := c.post(t, "/v1/deliver", token, map[string]any{
 			"target": protocol.Session(onA), "id": "forged", "text": "forged delivery",
 		})

@@ -58,7 +58,7 @@ func TestK6SoakThroughDrain(t *testing.T) {
 		filepath.Join(root, "loadtest/k6/shim/run.mjs"), filepath.Join(root, "loadtest/k6/soak.js"))
 	cmd.Env = append(os.Environ(), "URL=ws://"+lb+"/ws", "MOBILE_TOKEN="+c.token,
 		"VUS="+strconv.Itoa(k6VUs), "SESSION=20", "MESSAGE_EVERY=0.25", "ANSWER_WAIT=8",
-		"RECONNECT_DELAY=0.2", "ANSWER_P99_MS=5000", "RUN="+randomHex(3))
+		"RECONNECT_DELAY=0.2", "ANSWER_P99_MS=5000", "RUN="+testsvc.RandomHex(3))
 	var stdout bytes.Buffer
 	cmd.Stdout = &stdout
 	stderr, err := cmd.StderrPipe()

@@ -4,8 +4,6 @@ package cluster
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net"
 	"net/url"
@@ -156,13 +154,6 @@ func reachable(raw string) error {
 		return err
 	}
 	return c.Close()
-}
-
-// randomHex returns n random bytes in hex.
-func randomHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // dropRedisKeys deletes every key under prefix when the test ends.

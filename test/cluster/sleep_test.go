@@ -33,7 +33,7 @@ import (
 // phone, waking on the other edge, receives them, in order, and acks them.
 func TestSleepingPhoneMissesNothing(t *testing.T) {
 	t.Parallel()
-	key := "push-key-" + randomHex(8)
+	key := "push-key-" + testsvc.RandomHex(8)
 	// The push endpoint is the test's, on loopback, which push refuses
 	// unless allowed.
 	c := newCluster(t, options{routerEnv: []string{"MOBILE_PUSH_KEY=" + key, "MOBILE_PUSH_ALLOW_NETS=127.0.0.1/32"}})

@@ -110,7 +110,7 @@ func TestStartBeforeRedisAndNATS(t *testing.T) {
 	}
 	redisAddr := "127.0.0.1:" + strconv.Itoa(redisPort)
 	natsURL := "nats://127.0.0.1:" + strconv.Itoa(natsPort)
-	token := "app-" + randomHex(12)
+	token := "app-" + testsvc.RandomHex(12)
 	common := []string{
 		"NATS_URL=" + natsURL,
 		"REDIS_URL=redis://" + redisAddr,
@@ -174,13 +174,11 @@ func TestStartBeforeRedisAndNATS(t *testing.T) {
 
 	// The retries back off to 5 s (Redis) and 2 s (NATS).
 	for _, n := range []*node{edge, router} {
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) { // poll interval: the loop waits for its condition
-			if code, _ := readyz(t, n.admin); code == http.StatusOK {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: /readyz not 200 within 30 s of Redis and NATS starting; its output:\n%s", n.name, strings.Join(n.logs.all(), "\n"))
-			}
+		if !testsvc.Eventually(30*time.Second, func() bool {
+			code, _ := readyz(t, n.admin)
+			return code == http.StatusOK
+		}) {
+			t.Fatalf("%s: /readyz not 200 within 30 s of Redis and NATS starting; its output:\n%s", n.name, strings.Join(n.logs.all(), "\n"))
 		}
 	}
 	url := fmt.Sprint(edge.logs.waitFor(t, edge.p, "gateway listening", 10*time.Second)["url"])

@@ -26,7 +26,7 @@ func TestDrainWithoutCollector(t *testing.T) {
 		t.Fatal(err)
 	}
 	otel := "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:" + strconv.Itoa(closed)
-	prefix := "hermes-otel-test:" + randomHex(6) + ":"
+	prefix := "hermes-otel-test:" + testsvc.RandomHex(6) + ":"
 	redis := redisURL(t)
 	dropRedisKeys(t, redis, prefix)
 	for _, tc := range []struct {

@@ -48,7 +48,7 @@ func TestTraceFromCallerToPhone(t *testing.T) {
 
 	t.Run("deliver", func(t *testing.T) {
 		// Cron, or any caller, with a trace of its own.
-		caller := fmt.Sprintf("00-%s-%s-01", randomHex(16), randomHex(8))
+		caller := fmt.Sprintf("00-%s-%s-01", testsvc.RandomHex(16), testsvc.RandomHex(8))
 		callerTrace, callerSpan := traceParentIDs(t, caller)
 		code, body := c.postTraced(t, "/v1/deliver", c.deliverToken, caller, map[string]any{"target": dev, "id": "d-1", "text": "from cron"})
 		if code != http.StatusOK {

@@ -75,8 +75,8 @@ func TestPhonesWokenByFCMAndAPNs(t *testing.T) {
 	}
 
 	android, iphone := newDevice("tel-android"), newDevice("tel-iphone")
-	androidToken := "ZmNt" + randomHex(8) + ":APA91b" + randomHex(40)
-	iphoneToken := randomHex(32)
+	androidToken := "ZmNt" + testsvc.RandomHex(8) + ":APA91b" + testsvc.RandomHex(40)
+	iphoneToken := testsvc.RandomHex(32)
 	// Awake: each registers its token over its socket.
 	onA := c.pushPhone(t, "A", android, "fcm", androidToken)
 	onB := c.pushPhone(t, "B", iphone, "apns", iphoneToken)
@@ -183,7 +183,7 @@ func TestPhonesWokenByFCMAndAPNs(t *testing.T) {
 
 	// Dead tokens: forgotten.
 	goneAndroid, goneIphone := newDevice("tel-gone-android"), newDevice("tel-gone-iphone")
-	goneFCM, goneAPNs := "ZmNt"+randomHex(8)+":APA91b"+randomHex(40), randomHex(32)
+	goneFCM, goneAPNs := "ZmNt"+testsvc.RandomHex(8)+":APA91b"+testsvc.RandomHex(40), testsvc.RandomHex(32)
 	f.Unregister(goneFCM)
 	a.Unregister(goneAPNs)
 	c.pushPhone(t, "A", goneAndroid, "fcm", goneFCM).CloseNow()

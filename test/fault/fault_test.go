@@ -120,7 +120,7 @@ func runFault(t *testing.T, backend string) {
 	faults := plan(rng, faultKinds[backend], cfg.faults, cfg.duration, patience)
 	rec := &recorder{}
 	ph := &phase{sending: true}
-	run := randomHex(3)
+	run := testsvc.RandomHex(3)
 
 	phonesCtx, stopPhones := context.WithCancel(context.Background())
 	defer stopPhones()

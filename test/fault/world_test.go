@@ -4,8 +4,6 @@ package fault
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -74,8 +72,8 @@ type node struct {
 func newWorld(t *testing.T, backend, dir string, log io.Writer) *world {
 	w := &world{
 		t: t, backend: backend, dir: dir, log: log,
-		token:        "app-" + randomHex(12),
-		deliverToken: "cron-" + randomHex(12),
+		token:        "app-" + testsvc.RandomHex(12),
+		deliverToken: "cron-" + testsvc.RandomHex(12),
 	}
 	if backend == cluster {
 		w.rc = testsvc.StartRedisCluster(t, 3, 1)
@@ -174,7 +172,7 @@ func (w *world) startEdge(n *node) error {
 func (w *world) startRouter(n *node) error {
 	p, url, err := testsvc.Launch(n.name, bins.router, nil, append(w.common(n),
 		"MOBILE_ROUTER_LISTEN=127.0.0.1:0",
-		"MOBILE_AGENT_TOKENS=agent-"+randomHex(8),
+		"MOBILE_AGENT_TOKENS=agent-"+testsvc.RandomHex(8),
 		"AGENT=demo",
 	), w.logLine, logMsg("router listening"))
 	if err != nil {
@@ -477,10 +475,4 @@ func logMsg(want string) func(string) (string, bool) {
 		}
 		return rec.URL, true
 	}
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return hex.EncodeToString(b)
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/clock"
 	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/store/storetest"
@@ -162,13 +163,11 @@ func TestSweeperRemovesExpired(t *testing.T) {
 			s.dedup.len(), s.owners.len(), s.outbox.len(), s.blobs.size())
 	}
 	clk.Advance(ttl)
-	deadline := time.Now().Add(5 * time.Second)
-	for s.dedup.len()+s.owners.len()+s.outbox.len()+int(s.blobs.size()) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("not swept: %d keys, %d owners, %d outboxes, %d blob bytes",
-				s.dedup.len(), s.owners.len(), s.outbox.len(), s.blobs.size())
-		}
-		time.Sleep(10 * time.Millisecond) // poll interval: the loop waits for its condition
+	if !testsvc.Eventually(5*time.Second, func() bool {
+		return s.dedup.len()+s.owners.len()+s.outbox.len()+int(s.blobs.size()) == 0
+	}) {
+		t.Fatalf("not swept: %d keys, %d owners, %d outboxes, %d blob bytes",
+			s.dedup.len(), s.owners.len(), s.outbox.len(), s.blobs.size())
 	}
 	// Expired cards wait for TakeExpired: that is how their expiry is reported.
 	recs, err := s.TakeExpired(ctx, clk.Now(), 100)

@@ -2,8 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"os"
 	"sync"
 	"testing"
@@ -72,9 +70,7 @@ func sharedRedis(t *testing.T) string {
 
 // testPrefix returns a key prefix that no other test run uses.
 func testPrefix() string {
-	var b [6]byte
-	rand.Read(b[:])
-	return "hermes-test:" + hex.EncodeToString(b[:]) + ":"
+	return "hermes-test:" + testsvc.RandomHex(6) + ":"
 }
 
 // client returns a go-redis client for url, closed when t ends.
