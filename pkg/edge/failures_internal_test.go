@@ -24,7 +24,7 @@ func TestFailureFrames(t *testing.T) {
 			t.Errorf("%q.frame(%v) = %+v, want internal_error %q, not fatal", c.f, c.args, e, c.want)
 		}
 	}
-	if failPanic.frame() == failPanic.frame() {
+	if first, second := failPanic.frame(), failPanic.frame(); first == second {
 		t.Error("frame returned the same frame twice")
 	}
 }
