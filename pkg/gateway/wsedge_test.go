@@ -167,6 +167,8 @@ func TestKeepalive(t *testing.T) {
 				}
 				if h.OpCode == ws.OpPing {
 					// One Write a frame: the pinger's ticker writes too.
+					// A deadline of its own: the hello's has passed by now.
+					r.nc.SetWriteDeadline(time.Now().Add(5 * time.Second))
 					if _, err := r.nc.Write(ws.MustCompileFrame(ws.MaskFrame(ws.NewPongFrame(p)))); err != nil {
 						events <- event{err: err}
 						return
