@@ -148,7 +148,7 @@ func (c *conn) rememberAcks() {
 
 // ackedLocked reports whether the phone acked id before anybody waited for
 // it, and forgets that ack.
-func (c *conn) ackedLocked(id string) bool {
+func (c *session) ackedLocked(id string) bool {
 	for i, x := range c.recentAcks {
 		if x == id {
 			c.recentAcks = append(c.recentAcks[:i], c.recentAcks[i+1:]...)
@@ -190,7 +190,7 @@ func (c *conn) notAcked(acking bool, w *ackWaiter) {
 }
 
 // takeUnackedLocked removes and returns the waiters of id.
-func (c *conn) takeUnackedLocked(id string) []*ackWaiter {
+func (c *session) takeUnackedLocked(id string) []*ackWaiter {
 	ws, ok := c.unacked[id]
 	if !ok {
 		return nil

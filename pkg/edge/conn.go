@@ -99,31 +99,36 @@ type outItem struct {
 	done  func(error)
 }
 
-// conn is one WebSocket connection.
+// conn is one WebSocket connection: its socket half and its session
+// half, and what joins them (the server, the lock and the states both
+// halves are read under). A method that needs only one half's fields is a
+// method of that half.
 type conn struct {
-	srv    *Server
-	nc     net.Conn
-	client netip.Addr // the client's address, after trusted proxies
-	pe     *pollEntry
+	srv *Server
 
 	// handleMu is held while a message is handled, so that drainClose
 	// can wait for the one in progress.
 	handleMu sync.Mutex
 
-	// Set by hello on the reading goroutine, before the conn is registered
-	// where deliveries can find it; read-only afterwards.
-	id        string // names the connection's uploads
-	device    string
-	session   string
-	epoch     atomic.Int64 // changes only when the heartbeat re-claims a lost record
-	deliverOK bool
-	cron      *cronQueue                // deliver frames in flight; made on the first, under handleMu
-	user      struct{ id, name string } // what hello.user claims: display only
-	auth      string                    // which token authenticated device (wire.Event.Auth)
-	devName   string
+	// mu guards flags and the fields of socket and session that say they
+	// are under conn.mu.
+	mu    sync.Mutex
+	flags connFlags // the connection's states
 
-	mu       sync.Mutex
-	flags    connFlags // the connection's states
+	socket
+	session
+}
+
+// socket is the wire half of a conn: the net.Conn and its poll entry, the
+// write queue and its flush, the close handshake, the keepalive's clock
+// and the teardown's marks. It knows nothing of the device: it must not
+// touch the session's fields, and what it writes comes from conn's queue.
+type socket struct {
+	nc     net.Conn
+	client netip.Addr // the client's address, after trusted proxies
+	pe     *pollEntry
+
+	// Under conn.mu: the write queue and the close handshake.
 	out      []outItem
 	outBytes int
 	// closeCode is the code of the close frame that began the closing
@@ -131,29 +136,14 @@ type conn struct {
 	// read from), closeByPeer whether the peer sent it: the metrics'.
 	closeCode   int
 	closeByPeer bool
-	avatar      string
-	// avatarURL is ready's avatar_url: Config.AvatarURL, or the edge's own
-	// page at the host the phone connected to.
-	avatarURL string
-	idle      *time.Timer
-	held      []heldItem        // deliveries that came before ready
-	attempts  map[string]string // dedup key → attempt of a claim with unknown outcome
-	// Deliveries written and waiting for the phone's ack (see awaitAck):
-	// by message id, and the ids in the order they were first written.
-	unacked    map[string][]*ackWaiter
-	unackedIDs []string
-	recentAcks []string      // acks that came before anybody waited for them
-	opened     time.Time     // the upgrade completed
-	torn       atomic.Bool   // teardown ran (or is running)
-	dead       chan struct{} // closed when teardown has finished
+
+	opened time.Time     // the upgrade completed
+	torn   atomic.Bool   // teardown ran (or is running)
+	dead   chan struct{} // closed when teardown has finished
 
 	// lastSeen is when the peer last sent a frame (monotonic nanoseconds
 	// since the server started), for the keepalive sweep.
 	lastSeen atomic.Int64
-
-	// uploads is what each unfinished upload of this connection holds of
-	// the edge's upload budget, by file id.
-	uploads map[string]*upload
 
 	// stall is where a blocked write last saw the peer acknowledge bytes
 	// (see writeBuffers); only the flushing goroutine uses it.
@@ -161,6 +151,44 @@ type conn struct {
 		acked uint64
 		since time.Time
 	}
+}
+
+// session is the device half of a conn: who hello said is connected, and
+// what this connection holds for the device (claims whose outcome is
+// unknown, deliveries waiting for acks, outbox reads, uploads, deliver
+// frames in flight, the avatar). It must not touch the socket's fields: a
+// frame reaches the phone only through conn's queue (enqueue, send).
+type session struct {
+	// Set by hello on the reading goroutine, before the conn is registered
+	// where deliveries can find it; read-only afterwards.
+	id          string // names the connection's uploads
+	device      string
+	sessionName string       // protocol.Session(device)
+	epoch       atomic.Int64 // changes only when the heartbeat re-claims a lost record
+	deliverOK   bool
+	cron        *cronQueue                // deliver frames in flight; made on the first, under handleMu
+	user        struct{ id, name string } // what hello.user claims: display only
+	auth        string                    // which token authenticated device (wire.Event.Auth)
+	devName     string
+
+	// avatarURL is ready's avatar_url: Config.AvatarURL, or the edge's own
+	// page at the host the phone connected to.
+	avatarURL string
+
+	// Under conn.mu: the avatar, the deliveries and acks.
+	avatar   string
+	idle     *time.Timer
+	held     []heldItem        // deliveries that came before ready
+	attempts map[string]string // dedup key → attempt of a claim with unknown outcome
+	// Deliveries written and waiting for the phone's ack (see awaitAck):
+	// by message id, and the ids in the order they were first written.
+	unacked    map[string][]*ackWaiter
+	unackedIDs []string
+	recentAcks []string // acks that came before anybody waited for them
+
+	// uploads (under conn.mu) is what each unfinished upload of this
+	// connection holds of the edge's upload budget, by file id.
+	uploads map[string]*upload
 
 	outboxMu   sync.Mutex // one outbox read of this socket at a time
 	outboxSent int64      // under outboxMu: the Seq of the last outbox item queued here
@@ -252,7 +280,7 @@ func (s *Server) handshake(nc net.Conn) {
 	if !trusted && forwarded && peer.IsLoopback() {
 		s.warnUntrustedForwarding(peer)
 	}
-	c := &conn{srv: s, nc: nc, client: client, avatar: protocol.AvatarIdle, dead: make(chan struct{})}
+	c := &conn{srv: s, socket: socket{nc: nc, client: client, dead: make(chan struct{})}, session: session{avatar: protocol.AvatarIdle}}
 	c.avatarURL = s.avatarURL(string(host), string(proto), trusted)
 	c.seen()
 	s.mu.Lock()
@@ -366,7 +394,7 @@ func (c *conn) readAvailable() error {
 // deadline passes. It takes what has arrived and returns: a closing socket
 // waits in epoll, not in a goroutine (the teardown after lingerTimeout
 // closes it).
-func (c *conn) discard(br *bufio.Reader) error {
+func (c *socket) discard(br *bufio.Reader) error {
 	if _, err := br.Peek(1); err != nil {
 		return err
 	}

@@ -19,7 +19,7 @@ func TestNoticesBeforeRegistration(t *testing.T) {
 	s := New(Config{ID: "edge-a"}, memstore.New(memstore.Options{}), nil, nil)
 	t.Cleanup(func() { s.Close() })
 	sock := func(device string, epoch int64) *conn {
-		c := &conn{srv: s, device: device}
+		c := &conn{srv: s, session: session{device: device}}
 		c.epoch.Store(epoch)
 		return c
 	}

@@ -162,7 +162,7 @@ func (a *outboxAck) settleLocked() (after func()) {
 // removes every item before it: a reread whose items were written while
 // the flush before it still waited for the phone's acks must not take the
 // flush's items with it (a phone whose network died would lose them).
-func (c *conn) settleReads() {
+func (c *session) settleReads() {
 	type ack struct {
 		a       *outboxAck
 		written int

@@ -183,7 +183,7 @@ func (c *conn) hello(h *protocol.Hello) {
 		return
 	}
 	c.id = s.cfg.ID + "/" + fmt.Sprint(epoch)
-	c.device, c.session = dev.ID, protocol.Session(dev.ID)
+	c.device, c.sessionName = dev.ID, protocol.Session(dev.ID)
 	c.epoch.Store(epoch)
 	c.devName = dev.Name
 	c.user.id, c.user.name = h.User.ID, h.User.Name
@@ -222,7 +222,7 @@ func (c *conn) hello(h *protocol.Hello) {
 	}
 	s.announceTakeover(ctx, c, claim.Prev)
 	c.send(protocol.AppendReady(newFrame(512), protocol.Ready{
-		Session: c.session, DeviceID: dev.ID, DeviceName: dev.Name, AvatarURL: c.avatarURL, Push: s.cfg.Push.AppKinds(),
+		Session: c.sessionName, DeviceID: dev.ID, DeviceName: dev.Name, AvatarURL: c.avatarURL, Push: s.cfg.Push.AppKinds(),
 	}))
 	c.srv.tel.m.helloReady(time.Since(start))
 	c.logger().Debug("session ready", "epoch", epoch)
@@ -353,7 +353,7 @@ func (c *conn) submit(ev wire.Event, blob []byte) {
 
 // publishEvent sends ev to a router and waits for it to take it.
 func (s *Server) publishEvent(ctx context.Context, c *conn, ev wire.Event) error {
-	ev.Session, ev.Device, ev.UserID, ev.User = c.session, c.device, c.user.id, c.user.name
+	ev.Session, ev.Device, ev.UserID, ev.User = c.sessionName, c.device, c.user.id, c.user.name
 	ev.Auth = c.auth
 	ev.TraceParent = telemetry.TraceParent(ctx)
 	data, err := wire.Marshal(ev)
