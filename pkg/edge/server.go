@@ -280,15 +280,7 @@ type Server struct {
 	owners    *ownerReads      // the fence's and the hello's owner reads, batched
 	batchSub  bus.Subscription // this edge's subject (wire.Batch); nil if it failed
 	outSub    bus.Subscription // this edge's output subject; nil if it failed
-	// deviceSubs: each held device's subject is subscribed too
-	// (Config.DeviceSubjects, or the output subject could not be).
-	deviceSubs bool
-	tel        edgeTelemetry
-
-	// Byte budgets of the whole edge; see Config.MaxReadBytes and the rest.
-	reading, queued, uploading budget
-	helloBytes                 budget       // what the hello phase holds (see admission.go)
-	stopBudgets                func() error // ends their reporting
+	tel       edgeTelemetry
 
 	ctx     context.Context // cancelled by Close
 	cancel  context.CancelFunc
@@ -296,33 +288,62 @@ type Server struct {
 	gmu     sync.Mutex     // guards waiting against wg.Add
 	waiting bool
 
-	mu      sync.Mutex
-	devices map[string]*deviceSlot // device id → the socket that owns it here
-	conns   map[*conn]struct{}
-	// hello is the hello phase: the sockets whose hello is not answered
-	// yet, and admission to it.
-	hello  *helloPhase
+	// mu guards lns and closed, and the fields of registry and admission
+	// that say they are under Server.mu.
+	mu     sync.Mutex
 	lns    []net.Listener
 	closed bool
-	// recovering (under mu): the devices recover is looking at.
-	recovering map[string]bool
-	// early (under mu): notices about devices with no socket here when
-	// they came, for a hello that claimed the device and has not
-	// registered yet (see register); the heartbeat forgets them after
-	// OwnerTTL.
-	early map[string]earlyNotice
-	// draining (under mu): Drain began; no new connections are taken.
-	draining bool
 	// releasing counts the store clean-ups of closed connections, so
 	// that Drain can wait for them.
 	releasing sync.WaitGroup
-
-	nConns atomic.Int64
 
 	pagesOnce        sync.Once
 	pageSrv          *pageServer // set by pagesOnce
 	start            time.Time   // the monotonic origin of conn.lastSeen
 	warnedForwarding atomic.Bool // warnUntrustedForwarding ran
+
+	registry
+	admission
+}
+
+// registry is the devices this edge holds: each held device's socket and
+// subscription, the devices recover is looking at, and the notices kept
+// for a device whose socket has not registered yet. It must not decide
+// whether a connection is taken or what it may hold: that is admission's,
+// and a connection is admitted before it names its device.
+type registry struct {
+	devices map[string]*deviceSlot // under Server.mu: device id → the socket that owns it here
+	// deviceSubs: each held device's subject is subscribed too
+	// (Config.DeviceSubjects, or the output subject could not be).
+	deviceSubs bool
+	// recovering (under Server.mu): the devices recover is looking at.
+	recovering map[string]bool
+	// early (under Server.mu): notices about devices with no socket here
+	// when they came, for a hello that claimed the device and has not
+	// registered yet (see register); the heartbeat forgets them after
+	// OwnerTTL.
+	early map[string]earlyNotice
+}
+
+// admission is whether a connection is taken and what it may hold: the
+// sockets taken, the hello phase (its cap and its counts by source), the
+// drain's refusal of newcomers, and the edge's byte budgets. It must not
+// touch the registry: which device a socket holds is registry's.
+type admission struct {
+	// Byte budgets of the whole edge; see Config.MaxReadBytes and the rest.
+	reading, queued, uploading budget
+	helloBytes                 budget       // what the hello phase holds (see admission.go)
+	stopBudgets                func() error // ends their reporting
+
+	conns map[*conn]struct{} // under Server.mu
+	// hello (under Server.mu) is the hello phase: the sockets whose hello
+	// is not answered yet, and admission to it.
+	hello *helloPhase
+	// draining (under Server.mu): Drain began; no new connections are
+	// taken.
+	draining bool
+
+	nConns atomic.Int64
 }
 
 // earlyNotice is what onControl heard about a device with no socket here.
@@ -333,8 +354,8 @@ type earlyNotice struct {
 }
 
 // noteEarlyLocked keeps ctl, about a device with no socket here, for the
-// socket that may register for it next. s.mu is held.
-func (s *Server) noteEarlyLocked(ctl wire.Control) {
+// socket that may register for it next. Server.mu is held.
+func (s *registry) noteEarlyLocked(ctl wire.Control) {
 	if ctl.Op != wire.OpTakeover && ctl.Op != wire.OpOutbox {
 		return
 	}
@@ -376,20 +397,22 @@ func New(cfg Config, st store.Store, b bus.Bus, log *slog.Logger) *Server {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{
-		reading:   budget{limit: cfg.MaxReadBytes},
-		queued:    budget{limit: cfg.MaxQueuedBytes},
-		uploading: budget{limit: cfg.MaxUploadBytes},
-		hello:     newHelloPhase(cfg),
-		cfg:       cfg,
-		log:       log.With("edge", cfg.ID),
-		store:     st,
-		bus:       b,
-		auth:      newAuthenticator(cfg.Auth),
-		sender:    &dispatch.Dispatcher{Owners: st, Bus: b, Cache: &dispatch.OwnerCache{}},
-		tel:       newEdgeTelemetry(cfg.Telemetry),
-		devices:   make(map[string]*deviceSlot),
-		conns:     make(map[*conn]struct{}),
-		start:     time.Now(),
+		admission: admission{
+			reading:   budget{limit: cfg.MaxReadBytes},
+			queued:    budget{limit: cfg.MaxQueuedBytes},
+			uploading: budget{limit: cfg.MaxUploadBytes},
+			hello:     newHelloPhase(cfg),
+			conns:     make(map[*conn]struct{}),
+		},
+		cfg:      cfg,
+		log:      log.With("edge", cfg.ID),
+		store:    st,
+		bus:      b,
+		auth:     newAuthenticator(cfg.Auth),
+		sender:   &dispatch.Dispatcher{Owners: st, Bus: b, Cache: &dispatch.OwnerCache{}},
+		tel:      newEdgeTelemetry(cfg.Telemetry),
+		registry: registry{devices: make(map[string]*deviceSlot)},
+		start:    time.Now(),
 	}
 	s.helloBytes.limit = helloSocketBytes * int64(s.hello.cap) // what the admitted sockets may hold
 	s.deliverer = &dispatch.Deliverer{Dispatcher: s.sender, Blobs: st, BlobTTL: cfg.BlobTTL, HomeDevice: cfg.HomeDevice, Outbox: cfg.Outbox}
