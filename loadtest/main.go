@@ -58,6 +58,8 @@ func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			return stepMain(ctx, args[1:], stdout, stderr)
 		case "floor":
 			return floorMain(ctx, args[1:], stderr)
+		case "sidebyside":
+			return sbsMain(ctx, args[1:], stdout, stderr)
 		}
 	}
 	var f flagSet

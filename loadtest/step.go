@@ -242,6 +242,13 @@ func (t *tracker) runStep(ctx context.Context, rate float64, d time.Duration, of
 		offer(seq, at)
 		return true
 	})
+	return t.settle(ctx, start, d)
+}
+
+// settle ends the step that started at start and offered for d, once every
+// operation has ended or MissAfter has passed since the last one started,
+// and judges it.
+func (t *tracker) settle(ctx context.Context, start time.Time, d time.Duration) StepResult {
 	for ctx.Err() == nil {
 		n, newest := t.outstanding()
 		if n == 0 || time.Since(newest) > t.rule.MissAfter {

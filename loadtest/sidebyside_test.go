@@ -1,0 +1,67 @@
+package main
+
+import "testing"
+
+// jwt.io's HS256 example under "your-256-bit-secret": the signature any
+// JWT library, Centrifugo's too, computes for it.
+func TestHS256KnownVector(t *testing.T) {
+	const unsigned = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9." +
+		"eyJzdWIiOiIxMjM0NTY3ODkwIiwibmFtZSI6IkpvaG4gRG9lIiwiaWF0IjoxNTE2MjM5MDIyfQ"
+	if got := hs256Signature("your-256-bit-secret", unsigned); got != "SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c" {
+		t.Fatalf("signature %s", got)
+	}
+}
+
+// hs256 writes the same header, the claims as JSON (keys sorted) and their
+// signature.
+func TestHS256Token(t *testing.T) {
+	got := hs256("your-256-bit-secret", map[string]any{"sub": "1234567890", "name": "John Doe", "iat": 1516239022})
+	const unsigned = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9." +
+		"eyJpYXQiOjE1MTYyMzkwMjIsIm5hbWUiOiJKb2huIERvZSIsInN1YiI6IjEyMzQ1Njc4OTAifQ"
+	if want := unsigned + "." + hs256Signature("your-256-bit-secret", unsigned); got != want {
+		t.Fatalf("got %s, want %s", got, want)
+	}
+}
+
+func TestRatioOf(t *testing.T) {
+	for _, c := range []struct {
+		a, b float64
+		want string
+	}{
+		{6025, 7062, "0.85"},
+		{4, 2, "2.00"},
+		{0, 7062, "–"}, // nothing achieved: no ratio
+		{-1, 1.5, "–"}, // a miss
+		{1.5, -1, "–"}, // the other's miss
+		{10, 0, "–"},   // nothing to divide by
+	} {
+		if got := ratioOf(c.a, c.b); got != c.want {
+			t.Errorf("ratioOf(%g, %g) = %q, want %q", c.a, c.b, got, c.want)
+		}
+	}
+}
+
+func TestSideBySideRatiosPerTarget(t *testing.T) {
+	row := sbsRow{values: [][]float64{{0.6, 4.0}, {0.4, 2.0}, {0.3, -1}}}
+	got := row.ratios()
+	if len(got) != 2 || got[0] != "1.50 / 2.00" || got[1] != "2.00 / –" {
+		t.Fatalf("ratios = %q", got)
+	}
+}
+
+func TestParseTarget(t *testing.T) {
+	tg, err := parseTarget("centrifugo-redis=centrifugo,ws://127.0.0.1:8000/connection/websocket,http://127.0.0.1:8000/")
+	if err != nil || tg.Name != "centrifugo-redis" || tg.API != "http://127.0.0.1:8000" {
+		t.Fatalf("got %+v, %v", tg, err)
+	}
+	for _, bad := range []string{
+		"x=gateway,ws://127.0.0.1:1/ws",                       // no API
+		"x=nats,ws://127.0.0.1:1/ws,http://127.0.0.1:2",       // no such kind
+		"x=gateway,ws://10.0.0.1:1/ws,http://127.0.0.1:2",     // not loopback
+		"gateway,ws://127.0.0.1:1/ws,http://127.0.0.1:2,more", // no name
+	} {
+		if _, err := parseTarget(bad); err == nil {
+			t.Errorf("parseTarget(%q) accepted it", bad)
+		}
+	}
+}
