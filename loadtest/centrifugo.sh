@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# The gateway beside Centrifugo, on the same paths, in one run: builds the
+# edge, the router and the load generator (no -race), takes Centrifugo from
+# CENTRIFUGO_BIN or builds it from the Go module proxy, and starts
+#
+#   the gateway in cluster mode: an edge (MOBILE_ROUTER=off), a router
+#     (AGENT=demo, a deliver token), a NATS server of its own and the local
+#     Redis (127.0.0.1:6379) with a key prefix of its own;
+#   Centrifugo with its Redis engine on the same Redis under a prefix of its
+#     own, and Centrifugo with its memory engine (CF_ENGINES);
+#
+# then runs `loadtest sidebyside` against them, one after the other, with the
+# same pacing and clocks:
+#
+#   hello: CF_CONNS sockets opened, 100 handshakes in flight: dial → hello →
+#     ready on the gateway, dial → connect → subscribe to a channel of the
+#     socket's own on Centrifugo;
+#   single: CF_HELD of them held; at each of CF_RATES one request per
+#     message, open-loop: POST /v1/deliver to mobile:<device> against POST
+#     /api/publish to the socket's channel;
+#   batch: at each of CF_BATCH_RATES, CF_BATCH messages a request: POST
+#     /v1/deliver/batch against POST /api/batch (parallel);
+#
+# every message timed from its request to the socket's receipt and to the
+# HTTP response. Any flag of `loadtest sidebyside` may follow (a later flag
+# wins).
+#
+# CF_CONNS=10000       sockets of the hello path
+# CF_HELD=1000         sockets held for the deliveries
+# CF_RATES=2k,5k,10k   single deliveries per second offered, each for CF_STEP
+# CF_BATCH_RATES=50k,100k  deliveries per second offered in batches
+# CF_BATCH=500         deliveries a batch request
+# CF_STEP=10s          how long each rate is offered
+# CF_ENGINES="redis memory"  which Centrifugo engines run
+# CENTRIFUGO_BIN=<file>  a Centrifugo v6 binary; else CENTRIFUGO_VERSION
+#                      (v6.9.1) is built with `go install` into
+#                      CENTRIFUGO_CACHE (/tmp/centrifugo-<version>) once
+#                      and reused
+# EDGE_BIN=<file> ROUTER_BIN=<file>  run those binaries (an earlier commit's)
+# CF_DIR=<dir>         keeps the logs, Centrifugo's configs and the JSON report
+#
+# It prints the table of `loadtest sidebyside`: per path and rate a column
+# per server, then the gateway's figure over each Centrifugo's. It exits 1
+# when a server died or could not hold the sockets.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="/usr/local/go/bin:$PATH:/usr/sbin"
+ENGINES="${CF_ENGINES:-redis memory}"
+VERSION="${CENTRIFUGO_VERSION:-v6.9.1}"
+ulimit -n "$(ulimit -Hn)"
+
+WORK="$(mktemp -d)"
+PIDS=()
+# shellcheck source=loadtest/services.sh
+source loadtest/services.sh
+REDIS_PREFIX=""
+# shellcheck disable=SC2317 # called by the trap, not unreachable
+cleanup() {
+  stop_all
+  keep_work "${CF_DIR:-}"
+}
+trap cleanup EXIT
+
+build_binaries
+CENTRIFUGO="${CENTRIFUGO_BIN:-}"
+if [ -z "$CENTRIFUGO" ]; then
+  cache="${CENTRIFUGO_CACHE:-/tmp/centrifugo-$VERSION}"
+  CENTRIFUGO="$cache/centrifugo"
+  if [ ! -x "$CENTRIFUGO" ]; then
+    echo "== building Centrifugo $VERSION into $cache (once)" >&2
+    mkdir -p "$cache"
+    GOBIN="$cache" go install "github.com/centrifugal/centrifugo/v6@$VERSION"
+  fi
+fi
+
+# free_port: a loopback port free now.
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+ID="cf$(random | cut -c1-10)"
+TOKEN="$(random)"
+DELIVER_TOKEN="$(random)"
+CF_KEY="$(random)"
+CF_SECRET="$(random)"
+export REDIS_URL=redis://127.0.0.1:6379
+export REDIS_PREFIX="$ID:" NATS_PREFIX="$ID."
+export MOBILE_ADMIN_LISTEN=127.0.0.1:0
+start_nats
+start edge MOBILE_TOKEN="$TOKEN" MOBILE_ROUTER=off MOBILE_LISTEN=127.0.0.1:0 "$WORK/edge"
+start router MOBILE_ROUTER_LISTEN=127.0.0.1:0 MOBILE_DELIVER_TOKENS="$DELIVER_TOKEN" AGENT=demo "$WORK/router"
+EDGE="$(url_of edge "gateway listening")"
+ROUTER="$(url_of router "router listening")"
+TARGETS=(-target "gateway=gateway,$EDGE,$ROUTER")
+SERVERS=(edge router)
+
+# start_centrifugo ENGINE: Centrifugo with that engine ("redis": the local
+# Redis under the key prefix $ID:cf), its config written as JSON, on a port
+# of its own; adds its target once its API answers.
+start_centrifugo() {
+  local engine="$1" port conf engine_json
+  port="$(free_port)"
+  conf="$WORK/centrifugo-$engine.json"
+  engine_json='{"type": "memory"}'
+  if [ "$engine" = redis ]; then
+    engine_json="{\"type\": \"redis\", \"redis\": {\"address\": [\"$REDIS_URL\"], \"prefix\": \"${ID}:cf\"}}"
+  fi
+  cat >"$conf" <<EOF
+{
+  "log": {"level": "warn"},
+  "http_server": {"address": "127.0.0.1", "port": $port},
+  "http_api": {"key": "$CF_KEY"},
+  "client": {"token": {"hmac_secret_key": "$CF_SECRET"}},
+  "channel": {"namespaces": [{"name": "sbs", "allow_subscribe_for_client": true}]},
+  "engine": $engine_json
+}
+EOF
+  start "centrifugo_$engine" "$CENTRIFUGO" --config "$conf"
+  for _ in $(seq 1 150); do
+    if curl -fsS -o /dev/null -X POST -H "X-API-Key: $CF_KEY" -d '{}' "http://127.0.0.1:$port/api/info" 2>/dev/null; then
+      TARGETS+=(-target "centrifugo-$engine=centrifugo,ws://127.0.0.1:$port/connection/websocket,http://127.0.0.1:$port")
+      SERVERS+=("centrifugo_$engine")
+      return 0
+    fi
+    kill -0 "$(eval echo "\$PID_centrifugo_$engine")" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "centrifugo ($engine) did not answer its API; its log:" >&2
+  cat "$WORK/centrifugo_$engine.log" >&2
+  return 1
+}
+for engine in $ENGINES; do start_centrifugo "$engine"; done
+echo "edge $EDGE, router $ROUTER (REDIS_PREFIX=$REDIS_PREFIX NATS_PREFIX=$NATS_PREFIX), Centrifugo $("$CENTRIFUGO" version | head -n 1): $ENGINES" >&2
+
+status=0
+MOBILE_TOKEN="$TOKEN" LOADTEST_DELIVER_TOKEN="$DELIVER_TOKEN" CENTRIFUGO_API_KEY="$CF_KEY" CENTRIFUGO_SECRET="$CF_SECRET" \
+  "$WORK/loadtest" sidebyside "${TARGETS[@]}" -conns "${CF_CONNS:-10000}" -held "${CF_HELD:-1000}" \
+  -rates "${CF_RATES:-2k,5k,10k}" -batch-rates "${CF_BATCH_RATES:-50k,100k}" -batch "${CF_BATCH:-500}" \
+  -step "${CF_STEP:-10s}" -json "$WORK/sidebyside.json" "$@" || status=$?
+for name in "${SERVERS[@]}"; do
+  if ! kill -0 "$(eval echo "\$PID_$name")" 2>/dev/null; then
+    echo "$name died during the run; its log:" >&2
+    tail -n 40 "$WORK/$name.log" >&2
+    status=1
+  fi
+done
+exit "$status"
