@@ -115,7 +115,10 @@ start_centrifugo() {
   "engine": $engine_json
 }
 EOF
-  start "centrifugo_$engine" "$CENTRIFUGO" --config "$conf"
+  # Centrifugo reads every CENTRIFUGO_* variable as a setting: this script's
+  # own (CENTRIFUGO_BIN, …) are not its.
+  # shellcheck disable=SC2046 # one -u NAME pair per variable
+  start "centrifugo_$engine" $(env | sed -n 's/^\(CENTRIFUGO_[A-Za-z0-9_]*\)=.*/-u \1/p') "$CENTRIFUGO" --config "$conf"
   for _ in $(seq 1 150); do
     if curl -fsS -o /dev/null -X POST -H "X-API-Key: $CF_KEY" -d '{}' "http://127.0.0.1:$port/api/info" 2>/dev/null; then
       TARGETS+=(-target "centrifugo-$engine=centrifugo,ws://127.0.0.1:$port/connection/websocket,http://127.0.0.1:$port")
