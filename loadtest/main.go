@@ -11,6 +11,7 @@
 //	go run ./loadtest merge a.json b.json    # several processes' reports as one
 //	go run ./loadtest step -scenario roundtrip -url ws://127.0.0.1:8787/ws -token "$MOBILE_TOKEN"
 //	go run ./loadtest floor -token "$MOBILE_TOKEN"  # the bare reference server
+//	go run ./loadtest sidebyside -target gw=gateway,ws://…/ws,http://… -target cf=centrifugo,ws://…,http://…
 //
 // Step mode offers increasing rates of one kind of operation (round trips
 // through the agent, router deliveries, deliver frames from one
