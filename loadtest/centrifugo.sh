@@ -140,11 +140,5 @@ MOBILE_TOKEN="$TOKEN" LOADTEST_DELIVER_TOKEN="$DELIVER_TOKEN" CENTRIFUGO_API_KEY
   "$WORK/loadtest" sidebyside "${TARGETS[@]}" -conns "${CF_CONNS:-10000}" -held "${CF_HELD:-1000}" \
   -rates "${CF_RATES:-2k,5k,10k}" -batch-rates "${CF_BATCH_RATES:-50k,100k}" -batch "${CF_BATCH:-500}" \
   -step "${CF_STEP:-10s}" -json "$WORK/sidebyside.json" "$@" || status=$?
-for name in "${SERVERS[@]}"; do
-  if ! kill -0 "$(eval echo "\$PID_$name")" 2>/dev/null; then
-    echo "$name died during the run; its log:" >&2
-    tail -n 40 "$WORK/$name.log" >&2
-    status=1
-  fi
-done
+all_alive "${SERVERS[@]}" || status=1
 exit "$status"

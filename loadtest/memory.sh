@@ -176,13 +176,7 @@ for i in $(seq 1 "$procs"); do
   fi
 done
 LOADTESTS=()
-for name in nats edge router; do
-  if ! kill -0 "$(eval echo "\$PID_$name")" 2>/dev/null; then
-    echo "$name died during the run; its log:" >&2
-    tail -n 40 "$WORK/$name.log" >&2
-    status=1
-  fi
-done
+all_alive nats edge router || status=1
 
 # ---- report ----
 delta() {

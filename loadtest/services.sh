@@ -168,3 +168,17 @@ connect_phones() {
     exit 1
   fi
 }
+
+# all_alive NAME...: fails, printing the log of each, when any of the
+# processes started as NAME has ended.
+all_alive() {
+  local name ok=0
+  for name in "$@"; do
+    if ! kill -0 "$(eval echo "\$PID_$name")" 2>/dev/null; then
+      echo "$name died during the run; its log:" >&2
+      tail -n 40 "$WORK/$name.log" >&2
+      ok=1
+    fi
+  done
+  return "$ok"
+}

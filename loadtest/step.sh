@@ -98,11 +98,5 @@ status=0
 LOADTEST_DELIVER_TOKEN="$DELIVER_TOKEN" "$WORK/loadtest" step -url "$EDGES" -token "$TOKEN" \
   -deliver "$ROUTER" -floor "$FLOOR" "$@" || status=$?
 if [ -n "${PROFILER:-}" ]; then wait "$PROFILER" || true; fi
-for name in floor edge1 edge2 router; do
-  if ! kill -0 "$(eval echo "\$PID_$name")" 2>/dev/null; then
-    echo "$name died during the run; its log:" >&2
-    tail -n 40 "$WORK/$name.log" >&2
-    status=1
-  fi
-done
+all_alive floor edge1 edge2 router || status=1
 exit "$status"
