@@ -66,7 +66,7 @@ func startTraced(t *testing.T, cluster bool) *tracedEnv {
 	}
 	t.Cleanup(func() { tel.Shutdown(context.Background()) })
 	logs := testsvc.NewBuffer()
-	log := slog.New(telemetry.LogHandler(slog.NewJSONHandler(io.MultiWriter(logs, testsvc.LogWriter(t)), nil)))
+	log := slog.New(telemetry.LogHandler(slog.NewJSONHandler(io.MultiWriter(logs, testsvc.LogWriter(t)), &slog.HandlerOptions{Level: slog.LevelDebug})))
 	te := &tracedEnv{rec: rec, logs: logs}
 
 	nc := nodeConfig()

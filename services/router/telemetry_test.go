@@ -174,18 +174,22 @@ func freshValue(name, kind string) *regexp.Regexp {
 	return regexp.MustCompile("(?m)^" + regexp.QuoteMeta(name) + "(\\{[^}]*\\})? " + value + "$")
 }
 
-// TestAPIRequestLog: every request to the router's API is one info-level
-// JSON line with its method, route (the pattern, not the path, which names
-// a session; other for an unknown path), status, client address and
-// duration in seconds.
+// TestAPIRequestLog: every request to the router's API is one JSON line
+// with its method, route (the pattern, not the path, which names a
+// session; other for an unknown path), status, client address and
+// duration in seconds: at info level when refused (400 and above), at
+// debug level when answered.
 func TestAPIRequestLog(t *testing.T) {
 	clearEnv(t)
 	rurl := testsvc.RedisURL(t)
 	prefix := uniquePrefix(t, rurl)
 	subjects := "al" + strings.Trim(strings.TrimPrefix(prefix, "hermes-routermain"), ":") + "."
 	f := mustParse(t, "-listen=127.0.0.1:0", "-nats-url="+testsvc.NATSURL(t), "-nats-prefix="+subjects, "-redis-url="+rurl,
-		"-redis-prefix="+prefix, "-admin-listen=off", "-agent-tokens=agent-token")
+		"-redis-prefix="+prefix, "-admin-listen=off", "-agent-tokens=agent-token", "-log-level=debug")
 	url, logs, _ := runRouter(t, f)
+	if code, _ := call(t, "GET", url+"/healthz", "", ""); code != http.StatusOK {
+		t.Fatalf("GET /healthz: %d, want 200", code)
+	}
 	if code, _ := call(t, "POST", url+"/v1/sessions/mobile:secret-device/messages", "", `{"text":"hi"}`); code != http.StatusUnauthorized {
 		t.Fatalf("POST without a token: %d, want 401", code)
 	}
@@ -193,11 +197,12 @@ func TestAPIRequestLog(t *testing.T) {
 		t.Fatalf("GET of an unknown path: %d, want 404", code)
 	}
 	want := []struct {
-		method, route string
-		status        float64
+		level, method, route string
+		status               float64
 	}{
-		{"POST", "/v1/sessions/{session}/messages", 401},
-		{"GET", "other", 404},
+		{"DEBUG", "GET", "/healthz", 200},
+		{"INFO", "POST", "/v1/sessions/{session}/messages", 401},
+		{"INFO", "GET", "other", 404},
 	}
 	var lines []map[string]any
 	testsvc.Eventually(5*time.Second, func() bool {
@@ -217,10 +222,10 @@ func TestAPIRequestLog(t *testing.T) {
 		m := lines[i]
 		d, ok := m["duration"].(float64)
 		client, _ := m["client"].(string)
-		if m["level"] != "INFO" || m["method"] != w.method || m["route"] != w.route || m["status"] != w.status ||
+		if m["level"] != w.level || m["method"] != w.method || m["route"] != w.route || m["status"] != w.status ||
 			!strings.HasPrefix(client, "127.0.0.1:") || !ok || d < 0 || d > 30 {
-			t.Errorf("api request line %v; want level INFO, method %s, route %s, status %v, a loopback client and a duration in seconds",
-				m, w.method, w.route, w.status)
+			t.Errorf("api request line %v; want level %s, method %s, route %s, status %v, a loopback client and a duration in seconds",
+				m, w.level, w.method, w.route, w.status)
 		}
 	}
 	if strings.Contains(logs.String(), "secret-device") {
