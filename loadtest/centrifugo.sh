@@ -8,13 +8,15 @@
 #     Redis (127.0.0.1:6379) with a key prefix of its own;
 #   Centrifugo with its Redis engine on the same Redis under a prefix of its
 #     own, and Centrifugo with its memory engine (CF_ENGINES);
+#   the floor (`loadtest floor`, a bare gobwas server that speaks hello →
+#     ready and nothing else), a process of its own, for the hello path;
 #
 # then runs `loadtest sidebyside` against them, one after the other, with the
 # same pacing and clocks:
 #
 #   hello: CF_CONNS sockets opened, 100 handshakes in flight: dial → hello →
-#     ready on the gateway, dial → connect → subscribe to a channel of the
-#     socket's own on Centrifugo;
+#     ready on the gateway and the floor, dial → connect → subscribe to a
+#     channel of the socket's own on Centrifugo;
 #   single: CF_HELD of them held; at each of CF_RATES one request per
 #     message, open-loop: POST /v1/deliver to mobile:<device> against POST
 #     /api/publish to the socket's channel;
@@ -31,7 +33,8 @@
 # CF_BATCH_RATES=50k,100k  deliveries per second offered in batches
 # CF_BATCH=500         deliveries a batch request
 # CF_STEP=10s          how long each rate is offered
-# CF_ENGINES="redis memory"  which Centrifugo engines run
+# CF_ENGINES="redis memory"  which Centrifugo engines run (empty: none, the
+#                      gateway and the floor only)
 # CENTRIFUGO_BIN=<file>  a Centrifugo v6 binary; else CENTRIFUGO_VERSION
 #                      (v6.9.1) is built with `go install` into
 #                      CENTRIFUGO_CACHE (/tmp/centrifugo-<version>) once
@@ -45,7 +48,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$PATH:/usr/sbin"
-ENGINES="${CF_ENGINES:-redis memory}"
+ENGINES="${CF_ENGINES-redis memory}"
 VERSION="${CENTRIFUGO_VERSION:-v6.9.1}"
 ulimit -n "$(ulimit -Hn)"
 
@@ -63,13 +66,15 @@ trap cleanup EXIT
 
 build_binaries
 CENTRIFUGO="${CENTRIFUGO_BIN:-}"
-if [ -z "$CENTRIFUGO" ]; then
+if [ -z "$CENTRIFUGO" ] && [ -n "$ENGINES" ]; then
   cache="${CENTRIFUGO_CACHE:-/tmp/centrifugo-$VERSION}"
   CENTRIFUGO="$cache/centrifugo"
   if [ ! -x "$CENTRIFUGO" ]; then
     echo "== building Centrifugo $VERSION into $cache (once)" >&2
     mkdir -p "$cache"
-    GOBIN="$cache" go install "github.com/centrifugal/centrifugo/v6@$VERSION"
+    # Stamped as a release build is, else it calls itself v0.0.0.
+    GOBIN="$cache" go install -ldflags "-X github.com/centrifugal/centrifugo/v6/internal/build.Version=${VERSION#v}" \
+      "github.com/centrifugal/centrifugo/v6@$VERSION"
   fi
 fi
 
@@ -133,7 +138,12 @@ EOF
   return 1
 }
 for engine in $ENGINES; do start_centrifugo "$engine"; done
-echo "edge $EDGE, router $ROUTER (REDIS_PREFIX=$REDIS_PREFIX NATS_PREFIX=$NATS_PREFIX), Centrifugo $("$CENTRIFUGO" version | head -n 1): $ENGINES" >&2
+start floor MOBILE_TOKEN="$TOKEN" "$WORK/loadtest" floor -listen 127.0.0.1:0
+TARGETS+=(-target "floor=floor,$(url_of floor "floor listening"),-")
+SERVERS+=(floor)
+cf_version=none
+[ -z "$ENGINES" ] || cf_version="$("$CENTRIFUGO" version | head -n 1)"
+echo "edge $EDGE, router $ROUTER (REDIS_PREFIX=$REDIS_PREFIX NATS_PREFIX=$NATS_PREFIX), Centrifugo $cf_version: ${ENGINES:-no engine}" >&2
 
 status=0
 MOBILE_TOKEN="$TOKEN" LOADTEST_DELIVER_TOKEN="$DELIVER_TOKEN" CENTRIFUGO_API_KEY="$CF_KEY" CENTRIFUGO_SECRET="$CF_SECRET" \

@@ -5,7 +5,8 @@ package main
 // other, and the gateway's figures as ratios of each other target's:
 //
 //	hello      N sockets opened at once (at most -dial-concurrency in
-//	           flight): dial → hello → ready on the gateway, dial → connect
+//	           flight): dial → hello → ready on the gateway and on the
+//	           floor (a bare gobwas server, loadtest floor), dial → connect
 //	           → subscribe to a channel of its own on Centrifugo
 //	single     -held of them kept; at each of -rates one request per
 //	           message, paced open-loop: POST /v1/deliver to the socket's
@@ -43,12 +44,12 @@ import (
 // sbsTarget is one server of the comparison.
 type sbsTarget struct {
 	Name string `json:"name"`
-	Kind string `json:"kind"` // "gateway" or "centrifugo"
+	Kind string `json:"kind"` // "gateway", "centrifugo" or "floor" (the hello path only)
 	WS   string `json:"ws"`
 	API  string `json:"api"`
 }
 
-// parseTarget reads NAME=KIND,WS_URL,API_URL.
+// parseTarget reads NAME=KIND,WS_URL,API_URL; a floor has no API (-).
 func parseTarget(s string) (sbsTarget, error) {
 	name, rest, ok := strings.Cut(s, "=")
 	f := strings.Split(rest, ",")
@@ -56,11 +57,17 @@ func parseTarget(s string) (sbsTarget, error) {
 		return sbsTarget{}, fmt.Errorf("-target %q: want NAME=KIND,WS_URL,API_URL", s)
 	}
 	t := sbsTarget{Name: name, Kind: f[0], WS: f[1], API: strings.TrimRight(f[2], "/")}
-	if t.Kind != "gateway" && t.Kind != "centrifugo" {
-		return t, fmt.Errorf("-target %s: kind %q is not gateway or centrifugo", name, t.Kind)
+	if t.Kind != "gateway" && t.Kind != "centrifugo" && t.Kind != "floor" {
+		return t, fmt.Errorf("-target %s: kind %q is not gateway, centrifugo or floor", name, t.Kind)
 	}
 	if err := checkLoopback(t.WS, "ws"); err != nil {
 		return t, fmt.Errorf("-target %s: %w", name, err)
+	}
+	if t.Kind == "floor" {
+		if t.API != "-" {
+			return t, fmt.Errorf("-target %s: a floor has no API: give - for it", name)
+		}
+		return t, nil
 	}
 	if err := checkLoopback(t.API, "http"); err != nil {
 		return t, fmt.Errorf("-target %s: %w", name, err)
@@ -103,6 +110,8 @@ func (c sbsConfig) validate() error {
 		switch {
 		case t.Kind == "gateway" && (c.Token == "" || c.DeliverToken == ""):
 			bad("-target %s: a gateway needs -token and -deliver-token", t.Name)
+		case t.Kind == "floor" && c.Token == "":
+			bad("-target %s: a floor needs -token (the floor's)", t.Name)
 		case t.Kind == "centrifugo" && (c.CentrifugoKey == "" || c.CentrifugoSecret == ""):
 			bad("-target %s: Centrifugo needs -centrifugo-key and -centrifugo-secret", t.Name)
 		}
@@ -418,7 +427,7 @@ func runTarget(ctx context.Context, cfg sbsConfig, t sbsTarget, tag string, tr *
 	}}
 	defer hc.CloseIdleConnections()
 	var side sbsSide
-	if t.Kind == "gateway" {
+	if t.Kind == "gateway" || t.Kind == "floor" {
 		side = &gatewaySide{tag: tag, url: t.WS, tr: tr, hc: hc, cfg: stepConfig{
 			Token: cfg.Token, DeliverURL: t.API, DeliverToken: cfg.DeliverToken, Sources: cfg.Sources, RunID: cfg.RunID,
 		}}
@@ -434,6 +443,10 @@ func runTarget(ctx context.Context, cfg sbsConfig, t sbsTarget, tag string, tr *
 	if len(socks) < cfg.Held {
 		res.Failed = fmt.Sprintf("%d sockets opened, %d to hold", len(socks), cfg.Held)
 		closeSockets(socks)
+		return res
+	}
+	if t.Kind == "floor" {
+		closeSockets(socks) // it takes no deliveries
 		return res
 	}
 	held := socks[:cfg.Held]
@@ -465,7 +478,7 @@ func sbsMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		rates, batchRates, jsonPath  string
 		token, deliverToken, key, hs secret.Secret
 	)
-	fs.Func("target", "NAME=KIND,WS_URL,API_URL, KIND gateway or centrifugo (repeated; the first is compared with each other)", func(s string) error {
+	fs.Func("target", "NAME=KIND,WS_URL,API_URL, KIND gateway, centrifugo or floor (API_URL -) (repeated; the first is compared with each other)", func(s string) error {
 		targets = append(targets, s)
 		return nil
 	})
@@ -581,8 +594,15 @@ func (r sbsRow) ratios() []string {
 
 // sbsRows are the rows of the table, one set per path and rate.
 func sbsRows(cfg sbsConfig, results []sbsResult) []sbsRow {
-	rate := func(v float64) string { return fmt.Sprintf("%.0f", v) }
-	count := func(v float64) string { return fmt.Sprintf("%.0f", v) }
+	// A figure below 0 is unknown: the target did not run that step (a
+	// floor takes no deliveries; a target that failed stopped).
+	rate := func(v float64) string {
+		if v < 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.0f", v)
+	}
+	count := rate
 	rows := []sbsRow{
 		{label: fmt.Sprintf("hello → ready, %d sockets: /s", cfg.Conns), cell: rate},
 		{label: "  handshake p50 / p99 ms", cell: msCell},

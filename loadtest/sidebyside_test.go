@@ -1,6 +1,9 @@
 package main
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // jwt.io's HS256 example under "your-256-bit-secret": the signature any
 // JWT library, Centrifugo's too, computes for it.
@@ -59,9 +62,39 @@ func TestParseTarget(t *testing.T) {
 		"x=nats,ws://127.0.0.1:1/ws,http://127.0.0.1:2",       // no such kind
 		"x=gateway,ws://10.0.0.1:1/ws,http://127.0.0.1:2",     // not loopback
 		"gateway,ws://127.0.0.1:1/ws,http://127.0.0.1:2,more", // no name
+		"x=floor,ws://127.0.0.1:1/ws,http://127.0.0.1:2",      // a floor has no API
+		"x=gateway,ws://127.0.0.1:1/ws,-",                     // a gateway has one
 	} {
 		if _, err := parseTarget(bad); err == nil {
 			t.Errorf("parseTarget(%q) accepted it", bad)
+		}
+	}
+}
+
+func TestParseTargetFloor(t *testing.T) {
+	tg, err := parseTarget("floor=floor,ws://127.0.0.1:8000/ws,-")
+	if err != nil || tg.Kind != "floor" || tg.WS != "ws://127.0.0.1:8000/ws" {
+		t.Fatalf("got %+v, %v", tg, err)
+	}
+}
+
+// TestSideBySideFloorTakesTheHelloPathOnly: a floor target opens its
+// sockets on a real floor, is in the table's hello row, and is sent no
+// delivery (it has no API): its delivery rows are unknown, not failures.
+func TestSideBySideFloorTakesTheHelloPathOnly(t *testing.T) {
+	f := startTestFloor(t)
+	var out, errs strings.Builder
+	code := sbsMain(testCtx(t), []string{"-target", "floor=floor," + f.URL() + ",-", "-token", testToken,
+		"-conns", "20", "-held", "5", "-rates", "100", "-batch-rates", "100", "-step", "1s", "-sources", "1"}, &out, &errs)
+	if code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, errs.String())
+	}
+	if !strings.Contains(errs.String(), "floor: 20 of 20 ready") {
+		t.Errorf("the floor's sockets did not all open:\n%s", errs.String())
+	}
+	for line := range strings.Lines(out.String()) {
+		if strings.HasPrefix(line, "single at 100/s") && !strings.Contains(line, "–") {
+			t.Errorf("the floor was sent deliveries: %q", line)
 		}
 	}
 }
