@@ -226,10 +226,13 @@ func (t *tracker) finish(start time.Time, d time.Duration) StepResult {
 	s.SentRate = perSecond(s.Sent, d)
 	span := max(d, t.lastDone.Sub(start))
 	s.Achieved = perSecond(s.Done, span)
-	if len(s.Errors) == 0 {
-		s.Errors = nil
+	r := *s
+	if len(r.Errors) == 0 {
+		// Only in the result: the step's own map still counts what comes
+		// after it (a socket lost once the servers stop).
+		r.Errors = nil
 	}
-	return *s
+	return r
 }
 
 // runStep offers rate for d through offer, then waits until every

@@ -91,6 +91,25 @@ func TestTrackerCountsEachOutcomeOnce(t *testing.T) {
 	}
 }
 
+// TestTrackerNotesAfterAQuietStep: a step without errors ends with none
+// in its result, and a socket lost after it (the servers stopping) is
+// still noted, not a write to a nil map that stops the whole run.
+func TestTrackerNotesAfterAQuietStep(t *testing.T) {
+	tr := newTracker(testRule)
+	tr.begin(100)
+	start := time.Now()
+	a, at := tr.start()
+	tr.done(a, at.Add(time.Millisecond))
+	if s := tr.finish(start, 100*time.Millisecond); s.Errors != nil {
+		t.Fatalf("errors %v, want none", s.Errors)
+	}
+	tr.note("lost")
+	tr.fail(a, "write") // no longer pending: ignored
+	if tr.cur.Errors["lost"] != 1 {
+		t.Fatalf("errors after the step %v, want lost once", tr.cur.Errors)
+	}
+}
+
 func TestAchievedCountsTheTimeToTheLastAnswer(t *testing.T) {
 	tr := newTracker(testRule)
 	tr.begin(100)
