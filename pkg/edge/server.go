@@ -287,6 +287,7 @@ type Server struct {
 	wg      sync.WaitGroup // every goroutine the server starts, until Close waits
 	gmu     sync.Mutex     // guards waiting against wg.Add
 	waiting bool
+	workers *workers // the goroutines goFunc reuses
 
 	// mu guards lns and closed, and the fields of registry and admission
 	// that say they are under Server.mu.
@@ -397,6 +398,7 @@ func New(cfg Config, st store.Store, b bus.Bus, log *slog.Logger) *Server {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{
+		workers: newWorkers(),
 		admission: admission{
 			reading:   budget{limit: cfg.MaxReadBytes},
 			queued:    budget{limit: cfg.MaxQueuedBytes},
@@ -465,9 +467,9 @@ func (s *Server) tracked(f func()) {
 	f()
 }
 
-// goFunc runs f in a goroutine that Close waits for. Once Close waits, new
-// goroutines (a flush that finds its socket closed) run untracked: they end
-// at once.
+// goFunc runs f in a goroutine (one of s.workers) that Close waits for
+// until f returns. Once Close waits, new goroutines (a flush that finds its
+// socket closed) run untracked: they end at once.
 func (s *Server) goFunc(f func()) {
 	s.gmu.Lock()
 	if s.waiting {
@@ -477,10 +479,10 @@ func (s *Server) goFunc(f func()) {
 	}
 	s.wg.Add(1)
 	s.gmu.Unlock()
-	go func() {
+	s.workers.run(func() {
 		defer s.wg.Done()
 		f()
-	}()
+	})
 }
 
 // Serve accepts connections on ln until Close. It returns nil after Close.
@@ -585,6 +587,7 @@ func (s *Server) Close() error {
 	s.waiting = true
 	s.gmu.Unlock()
 	s.wg.Wait()
+	s.workers.stop()
 	return s.stopBudgets()
 }
 
