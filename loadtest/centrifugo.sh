@@ -41,6 +41,12 @@
 #                      and reused
 # EDGE_BIN=<file> ROUTER_BIN=<file>  run those binaries (an earlier commit's)
 # CF_DIR=<dir>         keeps the logs, Centrifugo's configs and the JSON report
+# CF_SERVER_CPUS=<list> CF_DRIVER_CPUS=<list>  pin (taskset -c) every server
+#                      (the edge, the router, NATS, Centrifugo, the floor
+#                      and the local redis-server, unpinned again at the
+#                      end) to one set of cores and the load generator to
+#                      another, so that the driver's own work does not
+#                      queue behind the servers' on a machine of 2 cores
 #
 # It prints the table of `loadtest sidebyside`: per path and rate a column
 # per server, then the gateway's figure over each Centrifugo's. It exits 1
@@ -145,9 +151,23 @@ cf_version=none
 [ -z "$ENGINES" ] || cf_version="$("$CENTRIFUGO" version | head -n 1)"
 echo "edge $EDGE, router $ROUTER (REDIS_PREFIX=$REDIS_PREFIX NATS_PREFIX=$NATS_PREFIX), Centrifugo $cf_version: ${ENGINES:-no engine}" >&2
 
+DRIVER=()
+if [ -n "${CF_SERVER_CPUS:-}" ]; then
+  REDIS_PID="$(pidof redis-server | cut -d' ' -f1)"
+  ALL_CPUS="$(taskset -p -c "$REDIS_PID" | sed 's/.*: //')"
+  for name in "${SERVERS[@]}" nats; do
+    taskset -a -p -c "$CF_SERVER_CPUS" "$(eval echo "\$PID_$name")" >/dev/null
+  done
+  taskset -a -p -c "$CF_SERVER_CPUS" "$REDIS_PID" >/dev/null
+  # shellcheck disable=SC2064 # the values of now
+  trap "taskset -a -p -c '$ALL_CPUS' '$REDIS_PID' >/dev/null; cleanup" EXIT
+  echo "servers on cores $CF_SERVER_CPUS (Redis $REDIS_PID too, back to $ALL_CPUS at the end)" >&2
+fi
+[ -z "${CF_DRIVER_CPUS:-}" ] || DRIVER=(taskset -c "$CF_DRIVER_CPUS")
+
 status=0
 MOBILE_TOKEN="$TOKEN" LOADTEST_DELIVER_TOKEN="$DELIVER_TOKEN" CENTRIFUGO_API_KEY="$CF_KEY" CENTRIFUGO_SECRET="$CF_SECRET" \
-  "$WORK/loadtest" sidebyside "${TARGETS[@]}" -conns "${CF_CONNS:-10000}" -held "${CF_HELD:-1000}" \
+  "${DRIVER[@]}" "$WORK/loadtest" sidebyside "${TARGETS[@]}" -conns "${CF_CONNS:-10000}" -held "${CF_HELD:-1000}" \
   -rates "${CF_RATES:-2k,5k,10k}" -batch-rates "${CF_BATCH_RATES:-50k,100k}" -batch "${CF_BATCH:-500}" \
   -step "${CF_STEP:-10s}" -json "$WORK/sidebyside.json" "$@" || status=$?
 all_alive "${SERVERS[@]}" || status=1

@@ -594,18 +594,24 @@ func (r sbsRow) ratios() []string {
 
 // sbsRows are the rows of the table, one set per path and rate.
 func sbsRows(cfg sbsConfig, results []sbsResult) []sbsRow {
-	// A figure below 0 is unknown: the target did not run that step (a
-	// floor takes no deliveries; a target that failed stopped).
+	// NaN is a figure of a step the target did not run (a floor takes no
+	// deliveries; a target that failed stopped).
 	rate := func(v float64) string {
-		if v < 0 {
+		if math.IsNaN(v) {
 			return "–"
 		}
 		return fmt.Sprintf("%.0f", v)
 	}
 	count := rate
+	ms := func(v float64) string {
+		if math.IsNaN(v) {
+			return "–"
+		}
+		return msCell(v)
+	}
 	rows := []sbsRow{
 		{label: fmt.Sprintf("hello → ready, %d sockets: /s", cfg.Conns), cell: rate},
-		{label: "  handshake p50 / p99 ms", cell: msCell},
+		{label: "  handshake p50 / p99 ms", cell: ms},
 		{label: "  failed", cell: count},
 	}
 	for _, r := range results {
@@ -619,14 +625,20 @@ func sbsRows(cfg sbsConfig, results []sbsResult) []sbsRow {
 			n := len(rows)
 			rows = append(rows,
 				sbsRow{label: fmt.Sprintf(label, offered), cell: rate},
-				sbsRow{label: "  to the socket p50 / p99 ms", cell: msCell},
-				sbsRow{label: "  to the response p50 / p99 ms", cell: msCell},
+				sbsRow{label: "  to the socket p50 / p99 ms", cell: ms},
+				sbsRow{label: "  to the response p50 / p99 ms", cell: ms},
 				sbsRow{label: "  missed / failed", cell: count})
 			for _, r := range results {
-				s := sbsStep{StepResult: StepResult{P50: -1, P99: -1, Achieved: -1}}
-				if st := of(r); i < len(st) {
-					s = st[i]
+				st := of(r)
+				if i >= len(st) {
+					nan := math.NaN()
+					rows[n].values = append(rows[n].values, []float64{nan})
+					for k := 1; k <= 3; k++ {
+						rows[n+k].values = append(rows[n+k].values, []float64{nan, nan})
+					}
+					continue
 				}
+				s := st[i]
 				rows[n].values = append(rows[n].values, []float64{s.Achieved})
 				rows[n+1].values = append(rows[n+1].values, []float64{s.P50, s.P99})
 				rows[n+2].values = append(rows[n+2].values, []float64{s.Response.P50, s.Response.P99})

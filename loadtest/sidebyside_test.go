@@ -96,5 +96,8 @@ func TestSideBySideFloorTakesTheHelloPathOnly(t *testing.T) {
 		if strings.HasPrefix(line, "single at 100/s") && !strings.Contains(line, "–") {
 			t.Errorf("the floor was sent deliveries: %q", line)
 		}
+		if strings.Contains(line, "miss ") || strings.HasSuffix(strings.TrimSpace(line), "miss") {
+			t.Errorf("a step the floor did not run reads as missed: %q", line)
+		}
 	}
 }
