@@ -153,7 +153,8 @@ echo "edge $EDGE, router $ROUTER (REDIS_PREFIX=$REDIS_PREFIX NATS_PREFIX=$NATS_P
 
 DRIVER=()
 if [ -n "${CF_SERVER_CPUS:-}" ]; then
-  REDIS_PID="$(pidof redis-server | cut -d' ' -f1)"
+  # The one on REDIS_URL's port: tests may run redis-servers of their own.
+  REDIS_PID="$(redis-cli -u "$REDIS_URL" info server | tr -d '\r' | sed -n 's/^process_id://p')"
   ALL_CPUS="$(taskset -p -c "$REDIS_PID" | sed 's/.*: //')"
   for name in "${SERVERS[@]}" nats; do
     taskset -a -p -c "$CF_SERVER_CPUS" "$(eval echo "\$PID_$name")" >/dev/null
