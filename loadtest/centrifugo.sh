@@ -102,7 +102,13 @@ start edge MOBILE_TOKEN="$TOKEN" MOBILE_ROUTER=off MOBILE_LISTEN=127.0.0.1:0 "$W
 start router MOBILE_ROUTER_LISTEN=127.0.0.1:0 MOBILE_DELIVER_TOKENS="$DELIVER_TOKEN" AGENT=demo "$WORK/router"
 EDGE="$(url_of edge "gateway listening")"
 ROUTER="$(url_of router "router listening")"
-TARGETS=(-target "gateway=gateway,$EDGE,$ROUTER")
+# The redis-server of REDIS_URL, by its own process_id: tests may run
+# redis-servers of their own.
+REDIS_PID="$(redis-cli -u "$REDIS_URL" info server | tr -d '\r' | sed -n 's/^process_id://p')"
+# Each target names its server processes: the driver counts their CPU per
+# message received (Redis's includes what else uses the machine's Redis).
+# shellcheck disable=SC2154 # PID_* are set by start
+TARGETS=(-target "gateway=gateway,$EDGE,$ROUTER,$PID_edge+$PID_router+$PID_nats+$REDIS_PID")
 SERVERS=(edge router)
 
 # start_centrifugo ENGINE: Centrifugo with that engine ("redis": the local
@@ -130,9 +136,12 @@ EOF
   # own (CENTRIFUGO_BIN, …) are not its.
   # shellcheck disable=SC2046 # one -u NAME pair per variable
   start "centrifugo_$engine" $(env | sed -n 's/^\(CENTRIFUGO_[A-Za-z0-9_]*\)=.*/-u \1/p') "$CENTRIFUGO" --config "$conf"
+  local pids
+  pids="$(eval echo "\$PID_centrifugo_$engine")"
+  [ "$engine" != redis ] || pids="$pids+$REDIS_PID"
   for _ in $(seq 1 150); do
     if curl -fsS -o /dev/null -X POST -H "X-API-Key: $CF_KEY" -d '{}' "http://127.0.0.1:$port/api/info" 2>/dev/null; then
-      TARGETS+=(-target "centrifugo-$engine=centrifugo,ws://127.0.0.1:$port/connection/websocket,http://127.0.0.1:$port")
+      TARGETS+=(-target "centrifugo-$engine=centrifugo,ws://127.0.0.1:$port/connection/websocket,http://127.0.0.1:$port,$pids")
       SERVERS+=("centrifugo_$engine")
       return 0
     fi
@@ -153,8 +162,6 @@ echo "edge $EDGE, router $ROUTER (REDIS_PREFIX=$REDIS_PREFIX NATS_PREFIX=$NATS_P
 
 DRIVER=()
 if [ -n "${CF_SERVER_CPUS:-}" ]; then
-  # The one on REDIS_URL's port: tests may run redis-servers of their own.
-  REDIS_PID="$(redis-cli -u "$REDIS_URL" info server | tr -d '\r' | sed -n 's/^process_id://p')"
   ALL_CPUS="$(taskset -p -c "$REDIS_PID" | sed 's/.*: //')"
   for name in "${SERVERS[@]}" nats; do
     taskset -a -p -c "$CF_SERVER_CPUS" "$(eval echo "\$PID_$name")" >/dev/null

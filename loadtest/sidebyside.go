@@ -15,9 +15,13 @@ package main
 //	           /v1/deliver/batch, POST /api/batch (parallel)
 //
 // A message is timed twice from its request: to the socket's receipt of it
-// and to the HTTP response.
+// and to the HTTP response. With the target's process ids (-target's
+// fourth field), each step also counts the CPU those processes used per
+// message received: a figure that other work on the machine moves far less
+// than a latency.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -47,16 +51,27 @@ type sbsTarget struct {
 	Kind string `json:"kind"` // "gateway", "centrifugo" or "floor" (the hello path only)
 	WS   string `json:"ws"`
 	API  string `json:"api"`
+	Pids []int  `json:"pids,omitempty"` // its server processes, for the CPU per message
 }
 
-// parseTarget reads NAME=KIND,WS_URL,API_URL; a floor has no API (-).
+// parseTarget reads NAME=KIND,WS_URL,API_URL[,PID+PID…]; a floor has no
+// API (-).
 func parseTarget(s string) (sbsTarget, error) {
 	name, rest, ok := strings.Cut(s, "=")
 	f := strings.Split(rest, ",")
-	if !ok || name == "" || len(f) != 3 {
-		return sbsTarget{}, fmt.Errorf("-target %q: want NAME=KIND,WS_URL,API_URL", s)
+	if !ok || name == "" || len(f) < 3 || len(f) > 4 {
+		return sbsTarget{}, fmt.Errorf("-target %q: want NAME=KIND,WS_URL,API_URL[,PID+PID…]", s)
 	}
 	t := sbsTarget{Name: name, Kind: f[0], WS: f[1], API: strings.TrimRight(f[2], "/")}
+	if len(f) == 4 {
+		for p := range strings.SplitSeq(f[3], "+") {
+			pid, err := strconv.Atoi(p)
+			if err != nil || pid <= 0 {
+				return t, fmt.Errorf("-target %s: %q is not a process id", name, p)
+			}
+			t.Pids = append(t.Pids, pid)
+		}
+	}
 	if t.Kind != "gateway" && t.Kind != "centrifugo" && t.Kind != "floor" {
 		return t, fmt.Errorf("-target %s: kind %q is not gateway, centrifugo or floor", name, t.Kind)
 	}
@@ -165,6 +180,10 @@ type sbsStep struct {
 	StepResult
 	Batch    int     `json:"batch"`
 	Response Summary `json:"response"`
+	// CPUPerMsg is the CPU the target's processes used during the step
+	// (from its first request until its last answer or miss) over the
+	// messages received, in µs; -1 without process ids.
+	CPUPerMsg float64 `json:"cpu_us_per_msg"`
 }
 
 // sbsResult is what one target did.
@@ -382,13 +401,14 @@ func (t *tracker) runPaced(ctx context.Context, rate float64, per int, d time.Du
 }
 
 // sbsRate runs one rate of the single (per 1) or the batch path against
-// the sockets held.
-func sbsRate(ctx context.Context, cfg sbsConfig, side sbsSide, tr *tracker, held []sbsSocket, rate float64, per int) sbsStep {
+// the sockets held, counting the CPU of pids meanwhile.
+func sbsRate(ctx context.Context, cfg sbsConfig, side sbsSide, tr *tracker, held []sbsSocket, rate float64, per int, pids []int) sbsStep {
 	var (
 		resp Histogram
 		wg   sync.WaitGroup
 		next int
 	)
+	cpu0, cpuErr := cpuSeconds(pids)
 	sem := make(chan struct{}, cfg.InFlight)
 	s := tr.runPaced(ctx, rate, per, cfg.Step, func(seqs []uint64, at time.Time) {
 		to := make([]sbsSocket, len(seqs))
@@ -416,7 +436,41 @@ func sbsRate(ctx context.Context, cfg sbsConfig, side sbsSide, tr *tracker, held
 		})
 	})
 	wg.Wait()
-	return sbsStep{StepResult: s, Batch: per, Response: resp.Summary()}
+	step := sbsStep{StepResult: s, Batch: per, Response: resp.Summary(), CPUPerMsg: -1}
+	if cpu1, err := cpuSeconds(pids); len(pids) > 0 && cpuErr == nil && err == nil && s.Done > 0 {
+		step.CPUPerMsg = (cpu1 - cpu0) / float64(s.Done) * 1e6
+	}
+	return step
+}
+
+// clockTicks is Linux's USER_HZ, the unit of /proc/<pid>/stat's times.
+const clockTicks = 100
+
+// cpuSeconds is the user and system CPU the processes pids used so far,
+// from /proc/<pid>/stat; 0 for none.
+func cpuSeconds(pids []int) (float64, error) {
+	var ticks int64
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return 0, err
+		}
+		// The command (field 2) is in parentheses and may hold spaces:
+		// the fields counted are those after its closing one.
+		i := bytes.LastIndexByte(b, ')')
+		f := strings.Fields(string(b[i+1:]))
+		if i < 0 || len(f) < 13 {
+			return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
+		}
+		for _, v := range f[11:13] { // utime, stime: fields 14 and 15
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+			}
+			ticks += n
+		}
+	}
+	return float64(ticks) / clockTicks, nil
 }
 
 // runTarget runs every path against one target.
@@ -454,13 +508,13 @@ func runTarget(ctx context.Context, cfg sbsConfig, t sbsTarget, tag string, tr *
 	defer closeSockets(held)
 
 	for _, rate := range cfg.Rates {
-		s := sbsRate(ctx, cfg, side, tr, held, rate, 1)
+		s := sbsRate(ctx, cfg, side, tr, held, rate, 1, t.Pids)
 		logf("%s: single at %g/s: achieved %.0f/s, p99 %s ms to the socket, %.1f ms to the response; %d missed, %d failed %s",
 			t.Name, rate, s.Achieved, msCell(s.P99), s.Response.P99, s.Missed, s.Failed, errorList(s.Errors))
 		res.Single = append(res.Single, s)
 	}
 	for _, rate := range cfg.BatchRates {
-		s := sbsRate(ctx, cfg, side, tr, held, rate, cfg.Batch)
+		s := sbsRate(ctx, cfg, side, tr, held, rate, cfg.Batch, t.Pids)
 		logf("%s: batches of %d at %g/s: achieved %.0f/s, p99 %s ms to the socket, %.1f ms to the response; %d missed, %d failed %s",
 			t.Name, cfg.Batch, rate, s.Achieved, msCell(s.P99), s.Response.P99, s.Missed, s.Failed, errorList(s.Errors))
 		res.Batch = append(res.Batch, s)
@@ -609,6 +663,12 @@ func sbsRows(cfg sbsConfig, results []sbsResult) []sbsRow {
 		}
 		return msCell(v)
 	}
+	cpu := func(v float64) string { // below 0: no process ids
+		if math.IsNaN(v) || v < 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.1f", v)
+	}
 	rows := []sbsRow{
 		{label: fmt.Sprintf("hello → ready, %d sockets: /s", cfg.Conns), cell: rate},
 		{label: "  handshake p50 / p99 ms", cell: ms},
@@ -627,7 +687,8 @@ func sbsRows(cfg sbsConfig, results []sbsResult) []sbsRow {
 				sbsRow{label: fmt.Sprintf(label, offered), cell: rate},
 				sbsRow{label: "  to the socket p50 / p99 ms", cell: ms},
 				sbsRow{label: "  to the response p50 / p99 ms", cell: ms},
-				sbsRow{label: "  missed / failed", cell: count})
+				sbsRow{label: "  missed / failed", cell: count},
+				sbsRow{label: "  server CPU µs a message", cell: cpu})
 			for _, r := range results {
 				st := of(r)
 				if i >= len(st) {
@@ -636,6 +697,7 @@ func sbsRows(cfg sbsConfig, results []sbsResult) []sbsRow {
 					for k := 1; k <= 3; k++ {
 						rows[n+k].values = append(rows[n+k].values, []float64{nan, nan})
 					}
+					rows[n+4].values = append(rows[n+4].values, []float64{nan})
 					continue
 				}
 				s := st[i]
@@ -643,6 +705,7 @@ func sbsRows(cfg sbsConfig, results []sbsResult) []sbsRow {
 				rows[n+1].values = append(rows[n+1].values, []float64{s.P50, s.P99})
 				rows[n+2].values = append(rows[n+2].values, []float64{s.Response.P50, s.Response.P99})
 				rows[n+3].values = append(rows[n+3].values, []float64{float64(s.Missed), float64(s.Failed)})
+				rows[n+4].values = append(rows[n+4].values, []float64{s.CPUPerMsg})
 			}
 		}
 	}

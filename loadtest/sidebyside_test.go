@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"strings"
 	"testing"
 )
@@ -68,6 +69,48 @@ func TestParseTarget(t *testing.T) {
 		if _, err := parseTarget(bad); err == nil {
 			t.Errorf("parseTarget(%q) accepted it", bad)
 		}
+	}
+}
+
+func TestParseTargetPids(t *testing.T) {
+	tg, err := parseTarget("g=gateway,ws://127.0.0.1:1/ws,http://127.0.0.1:2,12+345")
+	if err != nil || len(tg.Pids) != 2 || tg.Pids[0] != 12 || tg.Pids[1] != 345 {
+		t.Fatalf("got %+v, %v", tg, err)
+	}
+	for _, bad := range []string{"g=gateway,ws://127.0.0.1:1/ws,http://127.0.0.1:2,12+x", "g=gateway,ws://127.0.0.1:1/ws,http://127.0.0.1:2,0"} {
+		if _, err := parseTarget(bad); err == nil {
+			t.Errorf("parseTarget(%q) accepted it", bad)
+		}
+	}
+}
+
+// TestCPUSecondsCountsWork: this process's CPU, read as a target's, grows
+// by at least the work done between two readings.
+func TestCPUSecondsCountsWork(t *testing.T) {
+	pids := []int{os.Getpid()}
+	before, err := cpuSeconds(pids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := 0; ; round++ {
+		if round > 100_000 {
+			t.Fatal("no CPU time counted for a busy loop")
+		}
+		after, err := cpuSeconds(pids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after-before >= 0.05 {
+			break
+		}
+		x := 0
+		for i := range 1_000_000 {
+			x ^= i * i
+		}
+		_ = x
+	}
+	if _, err := cpuSeconds([]int{1 << 30}); err == nil {
+		t.Error("a process that does not exist has a CPU time")
 	}
 }
 
