@@ -34,11 +34,7 @@ var shared struct {
 // unavailable skips the test, or fails it when CI is set.
 func unavailable(t *testing.T, what, how string) {
 	t.Helper()
-	msg := what + " is not available: " + how
-	if os.Getenv("CI") != "" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
+	testsvc.Missing(t, what+" is not available: "+how)
 }
 
 // redisURL returns the Redis of the package: REDIS_URL, 127.0.0.1:6379, or a
