@@ -13,39 +13,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$PATH"
 
-# Helm 4 (the chart stays apiVersion v2 with nothing Helm 4 alone reads, so
-# Helm 3 installs it as well).
-HELM_VERSION=v4.3.2
-HELM_MODULE=helm.sh/helm/v4
-HELM_BIN="/tmp/helmbin/$HELM_VERSION/helm"
 CHART=charts/hermes-gateway
 # The oldest Kubernetes the chart supports (Chart.yaml kubeVersion).
 KUBE_VERSION=1.30.0
 
-# helm: from PATH when it is the version we test with, else built once into
-# /tmp/helmbin/<version> (the first build takes about five minutes; later runs
-# reuse it). helm version --short prints "v4.3.2+g<commit>" for a release
-# binary; go install would leave Helm's version string at its source default
-# ("v4.3"), so the build stamps the release's with -ldflags, and a binary
-# there is reused only when the Go build info says it was built from that
-# module version.
-helm_is() {
-  local v
-  v="$("$1" version --short 2>/dev/null)" || return 1
-  [ "${v%%+*}" = "$HELM_VERSION" ]
-}
-if command -v helm >/dev/null && helm_is "$(command -v helm)"; then
-  HELM="$(command -v helm)"
-else
-  if ! { helm_is "$HELM_BIN" && go version -m "$HELM_BIN" 2>/dev/null |
-      grep -qE "^[[:space:]]+mod[[:space:]]+$HELM_MODULE[[:space:]]+$HELM_VERSION([[:space:]]|$)"; }; then
-    echo "building helm $HELM_VERSION into $(dirname "$HELM_BIN")"
-    GOBIN="$(dirname "$HELM_BIN")" GOFLAGS= go install \
-      -ldflags "-X $HELM_MODULE/internal/version.version=$HELM_VERSION" "$HELM_MODULE/cmd/helm@$HELM_VERSION"
-  fi
-  HELM="$HELM_BIN"
-fi
-helm_is "$HELM" || { echo "$HELM is not helm $HELM_VERSION: $("$HELM" version --short 2>&1)" >&2; exit 1; }
+# Helm v4.3.2, from PATH or built once into /tmp/helmbin (.ci/helm-bin.sh,
+# which .ci/kube.sh shares).
+HELM="$(bash .ci/helm-bin.sh)"
 export HELM
 "$HELM" version --short
 # Nothing only Helm 4 reads: the chart API Helm 3 installs.
