@@ -176,7 +176,9 @@ wait_for() {
   done
 }
 t0=$SECONDS
-etcd_port="$(free_port)"; peer_port="$(free_port)"; api_port="$(free_port)"
+etcd_port="$(free_port)"
+peer_port="$(free_port)"
+while [ "$peer_port" = "$etcd_port" ]; do peer_port="$(free_port)"; done
 
 etcd --name kube-sh --data-dir "$dir/etcd" --logger zap --log-outputs stderr \
   --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
@@ -185,6 +187,7 @@ etcd --name kube-sh --data-dir "$dir/etcd" --logger zap --log-outputs stderr \
 pids+=($!); disown
 etcd_healthy() { curl -sf "http://127.0.0.1:$etcd_port/health" | grep -q '"health":"true"'; }
 wait_for etcd 60 etcd_healthy
+api_port="$(free_port)"   # picked while etcd holds its two
 
 # A CA, the API server's certificate for 127.0.0.1, the service-account keys.
 (
