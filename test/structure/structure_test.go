@@ -21,7 +21,7 @@ var layer = map[string]int{
 	"pkg/protocol": 0, "pkg/ids": 0, "pkg/clock": 0, "pkg/secret": 0, "pkg/tokens": 0, "pkg/web": 0,
 	"pkg/bus": 0, "pkg/store": 0, "pkg/push/pushtest": 0,
 	"internal/batch": 0, "internal/retry": 0, "internal/fakellm": 0,
-	"pkg/config": 1, "pkg/wire": 1, "pkg/telemetry": 1, "pkg/client": 1,
+	"pkg/config": 1, "pkg/wire": 1, "pkg/telemetry": 1, "pkg/client": 1, "pkg/tenant": 1,
 	// Implementations of the contracts, and what needs only them.
 	"pkg/push": 2, "pkg/bus/natsbus": 2, "pkg/store/memstore": 2, "pkg/store/redisstore": 2,
 	"pkg/admin": 2, "pkg/agent": 2,

@@ -1,0 +1,243 @@
+// Package tenant is the owners (tenants) of one deployment: their keys,
+// read from the tenants file (MOBILE_TENANTS_FILE), and the device keys
+// that keep one owner's devices apart from another's inside the cluster.
+//
+// An owner is taken only from a verified credential, never from a device
+// id, a path, a body or a claim. A credential is
+// hmt_<owner>.<key id>.<secret>: its public part selects one key in O(1),
+// and the SHA-256 of its secret is compared with the key's in constant
+// time. The tokens of the environment (MOBILE_TOKEN, MOBILE_EXTRA_TOKENS,
+// MOBILE_AGENT_TOKENS, MOBILE_DELIVER_TOKENS) are the legacy owner's,
+// whose id is Legacy and whose device keys are the plain device ids.
+// docs/tenancy.md describes the model.
+package tenant
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+
+	"github.com/hermes-mobile/gateway/pkg/tokens"
+)
+
+// Legacy is the id of the owner of the environment's tokens. No owner of
+// the tenants file can have it: an owner id there has 1 to 32 characters.
+const Legacy = ""
+
+// Kind says what a key may do.
+type Kind string
+
+// The kinds of keys.
+const (
+	// KindApp connects a phone as any device id of its owner, but one
+	// that a device key of its owner binds.
+	KindApp Kind = "app"
+	// KindDevice connects a phone as its one device (Key.Device).
+	KindDevice Kind = "device"
+	// KindAgent calls the router API's agent endpoints (sessions, events,
+	// blobs, push registrations) for its owner's devices.
+	KindAgent Kind = "agent"
+	// KindDeliver sends cron's deliveries (POST /v1/deliver, the edge's
+	// deliver frame) to its owner's devices.
+	KindDeliver Kind = "deliver"
+)
+
+// CredentialPrefix starts every owner key's credential.
+const CredentialPrefix = "hmt_"
+
+// MaxIDLen bounds an owner id and a key id.
+const MaxIDLen = 32
+
+// Key is one credential of an owner, without its secret: the SHA-256 of
+// the secret is all it keeps.
+type Key struct {
+	Owner string
+	ID    string
+	Kind  Kind
+	// Device is the one device id a KindDevice key connects as.
+	Device string
+	sum    tokens.Digest
+}
+
+// Quota is what an owner may use. Phase 1 reads it and checks it, and
+// enforces none of it yet (docs/tenancy.md).
+type Quota struct {
+	// OutboxMiB bounds the bytes of the owner's outboxes (64).
+	OutboxMiB int
+	// Connections bounds the owner's open sockets (1,000).
+	Connections int
+	// EventReads bounds the owner's event reads open at once (8).
+	EventReads int
+}
+
+// The quota's defaults, for a field the file leaves out.
+const (
+	DefaultOutboxMiB   = 64
+	DefaultConnections = 1000
+	DefaultEventReads  = 8
+)
+
+// Tenant is an owner of the tenants file.
+type Tenant struct {
+	ID    string
+	Keys  []*Key
+	Quota Quota
+}
+
+// Snapshot is one reading of the tenants file. It is never changed once
+// made: a reload makes a new one.
+type Snapshot struct {
+	Tenants []*Tenant
+	owners  map[string]*Tenant
+	keys    map[string]*Key // owner + "." + key id
+	// bound[owner][device]: a device key of the owner names the device.
+	bound map[string]map[string]bool
+	sum   [sha256.Size]byte // of the file's bytes
+}
+
+// Tenant returns the owner of id, or nil.
+func (s *Snapshot) Tenant(id string) *Tenant {
+	if s == nil {
+		return nil
+	}
+	return s.owners[id]
+}
+
+// Bound reports whether a device key of owner names device: then only
+// such a key connects as it.
+func (s *Snapshot) Bound(owner, device string) bool {
+	return s != nil && s.bound[owner][device]
+}
+
+// Has reports whether k is still a key of s with the same secret: a key
+// that a reload removed, or whose secret or kind changed, is not.
+func (s *Snapshot) Has(k *Key) bool {
+	if s == nil || k == nil {
+		return false
+	}
+	cur := s.keys[k.Owner+"."+k.ID]
+	return cur != nil && cur.Kind == k.Kind && cur.Device == k.Device && tokens.Equal(cur.sum, k.sum)
+}
+
+// IsCredential reports whether token has the form of an owner key's
+// credential (it says nothing of whether it is valid).
+func IsCredential(token string) bool { return strings.HasPrefix(token, CredentialPrefix) }
+
+// Verify returns the key that credential is, or false. The public part
+// (owner and key id) selects the key; the secret's SHA-256 is compared
+// with the key's in constant time.
+func (s *Snapshot) Verify(credential string) (*Key, bool) {
+	owner, id, sec, ok := splitCredential(credential)
+	sum := tokens.Sum(sec)
+	var k *Key
+	if ok && s != nil {
+		k = s.keys[owner+"."+id]
+	}
+	if k == nil {
+		// The same work as a key found: the time says no more than the
+		// answer does.
+		tokens.Equal(sum, tokens.Digest{})
+		return nil, false
+	}
+	if !tokens.Equal(sum, k.sum) {
+		return nil, false
+	}
+	return k, true
+}
+
+// splitCredential takes hmt_<owner>.<key id>.<secret> apart.
+func splitCredential(c string) (owner, id, sec string, ok bool) {
+	rest, ok := strings.CutPrefix(c, CredentialPrefix)
+	if !ok {
+		return "", "", "", false
+	}
+	owner, rest, ok1 := strings.Cut(rest, ".")
+	id, sec, ok2 := strings.Cut(rest, ".")
+	if !ok1 || !ok2 || !validID(owner) || !validID(id) || sec == "" {
+		return "", "", "", false
+	}
+	return owner, id, sec, true
+}
+
+// validID reports whether s is an owner or key id: [a-z0-9-]{1,32}.
+func validID(s string) bool {
+	if len(s) == 0 || len(s) > MaxIDLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// Credential is the credential of a key of owner with id and the secret
+// sec: what the phone, the agent or cron presents.
+func Credential(owner, id, sec string) string {
+	return CredentialPrefix + owner + "." + id + "." + sec
+}
+
+// SecretSHA256 is the hex SHA-256 of a secret, as the file's
+// secret_sha256 holds it (printf %s "$secret" | sha256sum).
+func SecretSHA256(sec string) string {
+	s := sha256.Sum256([]byte(sec))
+	return hex.EncodeToString(s[:])
+}
+
+// The device key of a file owner's device is marker + owner + ":" +
+// device id. marker is U+FDD0, a Unicode noncharacter ("permanently
+// reserved for internal use"): it is valid UTF-8, so it survives the JSON
+// of the bus and the store unchanged, and every subject escapes it. A
+// legacy device id that begins with it is refused (CheckLegacyDevice), so
+// no legacy id is ever a file owner's device key. The owner id has no ':',
+// so the first ':' after it ends it.
+const marker = "\uFDD0"
+
+// DeviceKey is the key of device of owner inside the cluster: the store's
+// keys, the owner records, the outboxes, the journals, the dedup keys, the
+// cards and the events all use it. The legacy owner's is the device id
+// itself, so without a tenants file nothing changes.
+func DeviceKey(owner, device string) string {
+	if owner == Legacy {
+		return device
+	}
+	return marker + owner + ":" + device
+}
+
+// SplitDeviceKey is the owner and the device id of a device key.
+func SplitDeviceKey(key string) (owner, device string) {
+	rest, ok := strings.CutPrefix(key, marker)
+	if !ok {
+		return Legacy, key
+	}
+	owner, device, ok = strings.Cut(rest, ":")
+	if !ok {
+		return Legacy, key // never made by DeviceKey
+	}
+	return owner, device
+}
+
+// OwnerOf is the owner of a device key.
+func OwnerOf(key string) string {
+	o, _ := SplitDeviceKey(key)
+	return o
+}
+
+// DeviceID is the device id of a device key: what the phone and the API's
+// callers see.
+func DeviceID(key string) string {
+	_, d := SplitDeviceKey(key)
+	return d
+}
+
+// CheckLegacyDevice refuses a device id of the legacy owner that could be
+// taken for a file owner's device key: one that begins with U+FDD0.
+func CheckLegacyDevice(id string) error {
+	if strings.HasPrefix(id, marker) {
+		return fmt.Errorf("a device id may not begin with U+FDD0")
+	}
+	return nil
+}
