@@ -13,6 +13,7 @@ package store
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 )
 
@@ -301,12 +302,35 @@ type Outbox interface {
 type Blobs interface {
 	// PutBlob stores data for ttl and returns its key.
 	PutBlob(ctx context.Context, data []byte, ttl time.Duration) (string, error)
+	// PutBlobIn is PutBlob of a blob of the key space space: its key is
+	// BlobKeyIn(space, <random>), so that whoever may read only the keys
+	// of one space (an owner, pkg/tenant) cannot name another's. The
+	// space "" is PutBlob's.
+	PutBlobIn(ctx context.Context, space string, data []byte, ttl time.Duration) (string, error)
 	// GetBlob returns the bytes of key; ErrNotFound when gone.
 	GetBlob(ctx context.Context, key string) ([]byte, error)
 	// ExtendBlob makes key live at least ttl from now (a blob that lives
 	// longer already is left as it is), so media an outbox item refers to
 	// lasts as long as the item; ErrNotFound when gone.
 	ExtendBlob(ctx context.Context, key string, ttl time.Duration) error
+}
+
+// BlobKeyIn is the key of the blob of space whose random part is r: r
+// itself in the space "", else space + "~" + r. r never holds a '~'.
+func BlobKeyIn(space, r string) string {
+	if space == "" {
+		return r
+	}
+	return space + "~" + r
+}
+
+// BlobSpace is the space of a blob key (BlobKeyIn).
+func BlobSpace(key string) string {
+	space, _, ok := strings.Cut(key, "~")
+	if !ok {
+		return ""
+	}
+	return space
 }
 
 // ErrBadCursor: a cursor that no implementation of Events hands out.

@@ -35,6 +35,11 @@ func newBlobs(max int64) blobs {
 // PutBlob stores data for ttl under a new random key. It fails with
 // store.ErrFull when the live blobs would exceed Options.MaxBlobBytes.
 func (s *Store) PutBlob(ctx context.Context, data []byte, ttl time.Duration) (string, error) {
+	return s.PutBlobIn(ctx, "", data, ttl)
+}
+
+// PutBlobIn is PutBlob of a key of space (store.BlobKeyIn).
+func (s *Store) PutBlobIn(ctx context.Context, space string, data []byte, ttl time.Duration) (string, error) {
 	if err := ctx.Err(); err != nil {
 		return "", err
 	}
@@ -50,9 +55,9 @@ func (s *Store) PutBlob(ctx context.Context, data []byte, ttl time.Duration) (st
 	if total := b.total + int64(len(data)); total > b.max {
 		return "", fmt.Errorf("%w: %d blob bytes, limit %d", store.ErrFull, total, b.max)
 	}
-	key := newBlobKey()
+	key := store.BlobKeyIn(space, newBlobKey())
 	for b.byKey[key] != nil {
-		key = newBlobKey()
+		key = store.BlobKeyIn(space, newBlobKey())
 	}
 	e := &blobEntry{expiry: expiry{at: now.Add(ttl)}, key: key, data: data}
 	b.byKey[key] = e

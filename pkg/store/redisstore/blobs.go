@@ -61,13 +61,18 @@ return 0
 // Options.MaxBlobBytes it fails with store.ErrFull when the live blobs would
 // exceed it; exactly MaxBlobBytes is allowed.
 func (s *Store) PutBlob(ctx context.Context, data []byte, ttl time.Duration) (string, error) {
+	return s.PutBlobIn(ctx, "", data, ttl)
+}
+
+// PutBlobIn is PutBlob of a key of space (store.BlobKeyIn).
+func (s *Store) PutBlobIn(ctx context.Context, space string, data []byte, ttl time.Duration) (string, error) {
 	if err := ctx.Err(); err != nil {
 		return "", opErr("PutBlob", err)
 	}
 	if ttl <= 0 {
 		return "", errBadTTL
 	}
-	key := newBlobKey()
+	key := store.BlobKeyIn(space, newBlobKey())
 	// NX: a key is 128 random bits, but a collision must not overwrite.
 	set := redis.SetArgs{Mode: "NX", TTL: time.Duration(ms(ttl)) * time.Millisecond}
 	var member string
