@@ -8,6 +8,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/ids"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/telemetry"
+	"github.com/hermes-mobile/gateway/pkg/tenant"
 	"github.com/hermes-mobile/gateway/pkg/wire"
 )
 
@@ -43,6 +44,12 @@ const batchSlowWorkers = 64
 // (wire.Output.TraceParent); one sent alone afterwards gets one more, as
 // Deliver's are.
 func (d *Deliverer) DeliverBatch(ctx context.Context, fs []*protocol.Deliver) []BatchResult {
+	return d.DeliverBatchAs(ctx, tenant.Legacy, fs)
+}
+
+// DeliverBatchAs is DeliverBatch of fs sent with a credential of owner:
+// every target is a device of owner (TargetOf).
+func (d *Deliverer) DeliverBatchAs(ctx context.Context, owner string, fs []*protocol.Deliver) []BatchResult {
 	res := make([]BatchResult, len(fs))
 	settled := make([]bool, len(fs))
 	byDevice := make(map[string][]int)
@@ -52,9 +59,10 @@ func (d *Deliverer) DeliverBatch(ctx context.Context, fs []*protocol.Deliver) []
 			f.ID = ids.New("d")
 		}
 		res[i].Delivery = Delivery{ID: f.ID, Outcome: Delivered}
-		dev, e := d.Target(f)
+		dev, e := d.TargetOf(owner, f)
 		res[i].Delivery.Device = dev
 		if e == nil {
+			res[i].Delivery.DeviceID = tenant.DeviceID(dev)
 			e = d.checkTTL(f.TTL)
 		}
 		if e != nil {
@@ -87,7 +95,7 @@ func (d *Deliverer) DeliverBatch(ctx context.Context, fs []*protocol.Deliver) []
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			for _, i := range rest {
-				res[i].Delivery, res[i].Err = d.Deliver(ctx, fs[i])
+				res[i].Delivery, res[i].Err = d.DeliverAs(ctx, owner, fs[i])
 			}
 		}()
 	}

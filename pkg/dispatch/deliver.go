@@ -13,6 +13,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/telemetry"
+	"github.com/hermes-mobile/gateway/pkg/tenant"
 	"github.com/hermes-mobile/gateway/pkg/wire"
 )
 
@@ -54,8 +55,11 @@ func noEnd(error) {}
 
 // Delivery is what became of a delivery.
 type Delivery struct {
-	ID     string // the deliver's id, or the one made for it
-	Device string // the device its target names
+	ID string // the deliver's id, or the one made for it
+	// Device is the device key its target names (tenant.DeviceKey);
+	// DeviceID the device id, as the sender named it (empty when the
+	// target was refused).
+	Device, DeviceID string
 	// Outcome is Delivered (the phone has it: acknowledged, or written to
 	// a phone that does not ack and no "wait":"ack"), Written (written,
 	// not acknowledged in time: it may not have it), Queued (with a ttl:
@@ -73,9 +77,29 @@ func (dl *Delivery) refuse(e *protocol.Error) {
 }
 
 // Target returns the device f is for: its target, or the home device, or
-// why f names none (bad_frame).
+// why f names none (bad_frame). It is the legacy owner's: TargetOf.
 func (d *Deliverer) Target(f *protocol.Deliver) (string, *protocol.Error) {
-	return protocol.DeliverTarget(f.Target, d.HomeDevice)
+	return d.TargetOf(tenant.Legacy, f)
+}
+
+// TargetOf returns the device key (tenant.DeviceKey) of the device f is
+// for, sent with a credential of owner: its target, or (for the legacy
+// owner) the home device, or why f names none (bad_frame). A target names
+// a device of the sender's owner only.
+func (d *Deliverer) TargetOf(owner string, f *protocol.Deliver) (string, *protocol.Error) {
+	home := ""
+	if owner == tenant.Legacy {
+		home = d.HomeDevice // MOBILE_HOME_DEVICE is the legacy owner's
+	}
+	dev, e := protocol.DeliverTarget(f.Target, home)
+	if e != nil {
+		return "", e
+	}
+	key, err := tenant.Scope(owner, dev)
+	if err != nil {
+		return "", protocol.NewError(protocol.CodeBadFrame, "deliver target: "+err.Error())
+	}
+	return key, nil
 }
 
 // Deliver sends f to the device online now: its text first, then its
@@ -89,12 +113,19 @@ func (d *Deliverer) Target(f *protocol.Deliver) (string, *protocol.Error) {
 // of f; the error is only the store's or the bus's failure. The Delivery's
 // ID and Device are set whatever the error.
 func (d *Deliverer) Deliver(ctx context.Context, f *protocol.Deliver) (Delivery, error) {
+	return d.DeliverAs(ctx, tenant.Legacy, f)
+}
+
+// DeliverAs is Deliver of f sent with a credential of owner: its target
+// is a device of owner (TargetOf).
+func (d *Deliverer) DeliverAs(ctx context.Context, owner string, f *protocol.Deliver) (Delivery, error) {
 	dl := Delivery{ID: f.ID, Outcome: Delivered}
 	if dl.ID == "" {
 		dl.ID = ids.New("d")
 	}
 	var e *protocol.Error
-	if dl.Device, e = d.Target(f); e == nil {
+	if dl.Device, e = d.TargetOf(owner, f); e == nil {
+		dl.DeviceID = tenant.DeviceID(dl.Device)
 		e = d.checkTTL(f.TTL)
 	}
 	if e != nil {
@@ -125,7 +156,7 @@ func (d *Deliverer) Deliver(ctx context.Context, f *protocol.Deliver) (Delivery,
 				return dl, err
 			}
 		}
-		key, err := d.Blobs.PutBlob(ctx, m.Data, d.BlobTTL)
+		key, err := d.Blobs.PutBlobIn(ctx, tenant.OwnerOf(dl.Device), m.Data, d.BlobTTL)
 		if err != nil {
 			return dl, err
 		}

@@ -46,7 +46,8 @@ type Registry struct {
 	mu      sync.Mutex // one reload at a time
 	badSum  [sha256.Size]byte
 	hasBad  bool
-	subs    []func(*Snapshot)
+	subs    map[int]func(*Snapshot)
+	nextSub int
 	reloads metric.Int64Counter
 	okOpt   metric.AddOption
 	errOpt  metric.AddOption
@@ -62,7 +63,7 @@ func Open(opts Options) (*Registry, error) {
 	if opts.Interval <= 0 {
 		opts.Interval = DefaultInterval
 	}
-	r := &Registry{opts: opts, log: opts.Log}
+	r := &Registry{opts: opts, log: opts.Log, subs: make(map[int]func(*Snapshot))}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
@@ -106,14 +107,22 @@ func (r *Registry) Snapshot() *Snapshot {
 }
 
 // OnChange calls f with every new snapshot a reload takes, in the
-// reloading goroutine. f must not block for long.
-func (r *Registry) OnChange(f func(*Snapshot)) {
+// reloading goroutine, until the function it returns is called. f must
+// not block for long.
+func (r *Registry) OnChange(f func(*Snapshot)) (stop func()) {
 	if r == nil {
-		return
+		return func() {}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.subs = append(r.subs, f)
+	r.nextSub++
+	id := r.nextSub
+	r.subs[id] = f
+	return func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		delete(r.subs, id)
+	}
 }
 
 // Reload reads the file again and takes it when its content changed.

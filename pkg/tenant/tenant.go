@@ -207,6 +207,19 @@ func DeviceKey(owner, device string) string {
 	return marker + owner + ":" + device
 }
 
+// Scope is the device key of the device id that a credential of owner
+// names (a hello, a path, a body, a deliver's target): DeviceKey, but a
+// legacy id that could be taken for a file owner's key is refused. Every
+// device id that enters the cluster goes through it.
+func Scope(owner, device string) (string, error) {
+	if owner == Legacy {
+		if err := CheckLegacyDevice(device); err != nil {
+			return "", err
+		}
+	}
+	return DeviceKey(owner, device), nil
+}
+
 // SplitDeviceKey is the owner and the device id of a device key.
 func SplitDeviceKey(key string) (owner, device string) {
 	rest, ok := strings.CutPrefix(key, marker)
