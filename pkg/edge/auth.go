@@ -8,6 +8,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/config"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/secret"
+	"github.com/hermes-mobile/gateway/pkg/tenant"
 	"github.com/hermes-mobile/gateway/pkg/tokens"
 )
 
@@ -28,6 +29,11 @@ type AuthConfig struct {
 	// TrustedProxies are the peers whose forwarding header names the client
 	// (MOBILE_TRUSTED_PROXIES).
 	TrustedProxies []netip.Prefix
+	// Tenants, when set, is the tenants file (MOBILE_TENANTS_FILE): its
+	// app, device and deliver keys connect as their owners' devices, and
+	// a socket whose key a reload removed is closed with auth_failed. The
+	// tokens above stay the legacy owner's.
+	Tenants *tenant.Registry
 	// ForwardedHeader is the one header read from a trusted proxy
 	// (MOBILE_FORWARDED_HEADER): HeaderXForwardedFor (the default) or
 	// HeaderForwarded. The other is ignored: a client may have set it.
@@ -113,6 +119,7 @@ type digest = tokens.Digest
 // authenticator checks tokens in constant time: it compares fixed-length
 // digests and always looks at every configured token.
 type authenticator struct {
+	tenants *tenant.Registry // nil: no tenants file
 	main    digest
 	hasMain bool
 	bound   map[string]digest // device → its token
@@ -121,7 +128,7 @@ type authenticator struct {
 }
 
 func newAuthenticator(c AuthConfig) *authenticator {
-	a := &authenticator{bound: make(map[string]digest)}
+	a := &authenticator{bound: make(map[string]digest), tenants: c.Tenants}
 	if c.Token != "" {
 		a.main, a.hasMain = tokens.Sum(string(c.Token)), true
 	}
@@ -147,6 +154,17 @@ type grant struct {
 	general bool // the app token or a deliver token: not bound to one device
 	main    bool // the app token
 	d       digest
+	// key is the owner key of the tenants file that token is; nil for a
+	// token of the environment (the legacy owner's).
+	key *tenant.Key
+}
+
+// owner is the owner g's token belongs to.
+func (g grant) owner() string {
+	if g.key != nil {
+		return g.key.Owner
+	}
+	return tenant.Legacy
 }
 
 func eq(a, b digest) bool { return tokens.Equal(a, b) }
@@ -154,6 +172,18 @@ func eq(a, b digest) bool { return tokens.Equal(a, b) }
 func (a *authenticator) check(token string) grant {
 	g := grant{d: tokens.Sum(token)}
 	if token == "" {
+		return g
+	}
+	if a.tenants != nil && tenant.IsCredential(token) {
+		// An owner key: an agent's key does not connect a phone.
+		k, ok := a.tenants.Snapshot().Verify(token)
+		if !ok || k.Kind == tenant.KindAgent {
+			return g
+		}
+		g.key, g.valid = k, true
+		g.deliver = k.Kind == tenant.KindDeliver
+		g.main = k.Kind == tenant.KindApp
+		g.general = g.main || g.deliver
 		return g
 	}
 	main := a.hasMain && eq(g.d, a.main)
@@ -173,14 +203,18 @@ func (a *authenticator) check(token string) grant {
 
 // allowedDevice reports whether device may connect at all: true unless
 // MOBILE_ALLOWED_DEVICES is set and does not name it.
-func (a *authenticator) allowedDevice(device string) bool {
-	return a.allowed == nil || a.allowed[device]
+// It is the legacy owner's list: an owner key's device is not held to it.
+func (a *authenticator) allowedDevice(g grant, device string) bool {
+	return g.key != nil || a.allowed == nil || a.allowed[device]
 }
 
 // kind names the token of g that admitted device (after bindingOK):
 // "device" for the device's own token of MOBILE_EXTRA_TOKENS, "app" for
 // MOBILE_TOKEN, "deliver" for one of MOBILE_DELIVER_TOKENS.
 func (a *authenticator) kind(g grant, device string) string {
+	if g.key != nil {
+		return string(g.key.Kind)
+	}
 	switch {
 	case a.bound[device] != digest{}:
 		return "device"
@@ -193,9 +227,41 @@ func (a *authenticator) kind(g grant, device string) string {
 
 // bindingOK reports whether the token of g may take device: a bound device
 // needs its own token, and a bound token needs its own device.
+// An owner key's device is its owner's: a device key takes only its
+// device, and a device that a device key of the owner binds takes only
+// such a key.
 func (a *authenticator) bindingOK(g grant, device string) bool {
+	if k := g.key; k != nil {
+		if k.Kind == tenant.KindDevice {
+			return device == k.Device
+		}
+		return !a.tenants.Snapshot().Bound(k.Owner, device)
+	}
 	if want, ok := a.bound[device]; ok {
 		return eq(g.d, want)
 	}
 	return g.general
+}
+
+// revoke closes, with auth_failed, every socket admitted by an owner key
+// that snap, a new reading of the tenants file, no longer holds (removed,
+// or its secret, kind or device changed). The others notice nothing.
+func (s *Server) revoke(snap *tenant.Snapshot) {
+	var gone []*conn
+	s.mu.Lock()
+	for c := range s.conns {
+		c.mu.Lock()
+		k := c.key
+		c.mu.Unlock()
+		if k != nil && !snap.Has(k) {
+			gone = append(gone, c)
+		}
+	}
+	s.mu.Unlock()
+	for _, c := range gone {
+		c.fatal(errKeyRevoked)
+	}
+	if len(gone) > 0 {
+		s.log.Info("closed the sockets of withdrawn keys", "sockets", len(gone))
+	}
 }

@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/hermes-mobile/gateway/pkg/secret"
+	"github.com/hermes-mobile/gateway/pkg/tenant"
 )
 
 const secretText = "s3cr3t-t0ken-value"
@@ -221,14 +224,76 @@ func TestBindingOK(t *testing.T) {
 func TestAllowedDevice(t *testing.T) {
 	open := newAuthenticator(AuthConfig{Token: "t"})
 	for _, d := range []string{"tel-1", "anything", ""} {
-		if !open.allowedDevice(d) {
+		if !open.allowedDevice(grant{}, d) {
 			t.Errorf("no allow-list, yet %q is refused", d)
 		}
 	}
 	closed := newAuthenticator(AuthConfig{Token: "t", AllowedDevices: []string{"tel-1", "tel-2"}})
 	for d, want := range map[string]bool{"tel-1": true, "tel-2": true, "tel-3": false, "": false, "TEL-1": false, "tel-1 ": false} {
-		if got := closed.allowedDevice(d); got != want {
+		if got := closed.allowedDevice(grant{}, d); got != want {
 			t.Errorf("allowedDevice(%q) = %v, want %v", d, got, want)
 		}
+	}
+}
+
+// openTenants writes content as a tenants file and opens it.
+func openTenants(t *testing.T, content string) *tenant.Registry {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "tenants.yaml")
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r, err := tenant.Open(tenant.Options{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestOwnerKeysAdmitTheirOwnersDevices(t *testing.T) {
+	reg := openTenants(t, `tenants:
+  - id: acme
+    keys:
+      - {id: app, kind: app, secret: a}
+      - {id: ann, kind: device, device: tel-9, secret: b}
+      - {id: hermes, kind: agent, secret: c}
+      - {id: cron, kind: deliver, secret: d}
+`)
+	a := newAuthenticator(AuthConfig{Token: "legacy-token", Tenants: reg, AllowedDevices: []string{"tel-1"}})
+	for _, c := range []struct {
+		token, device string
+		valid, bound  bool
+		owner, kind   string
+		deliver       bool
+	}{
+		{"hmt_acme.app.a", "tel-1", true, true, "acme", "app", false},
+		{"hmt_acme.app.a", "any-other", true, true, "acme", "app", false}, // MOBILE_ALLOWED_DEVICES is the legacy owner's
+		{"hmt_acme.app.a", "tel-9", true, false, "acme", "app", false},    // bound by ann's device key
+		{"hmt_acme.ann.b", "tel-9", true, true, "acme", "device", false},
+		{"hmt_acme.ann.b", "tel-1", true, false, "acme", "device", false},
+		{"hmt_acme.cron.d", "cron-1", true, true, "acme", "deliver", true},
+		{"hmt_acme.hermes.c", "tel-1", false, false, "", "", false}, // an agent's key is no phone's
+		{"hmt_acme.app.x", "tel-1", false, false, "", "", false},
+		{"hmt_other.app.a", "tel-1", false, false, "", "", false},
+		{"legacy-token", "tel-1", true, true, tenant.Legacy, "app", false},
+	} {
+		g := a.check(c.token)
+		if g.valid != c.valid {
+			t.Errorf("%s: valid = %v, want %v", c.token, g.valid, c.valid)
+			continue
+		}
+		if !g.valid {
+			continue
+		}
+		ok := a.allowedDevice(g, c.device) && a.bindingOK(g, c.device)
+		if ok != c.bound || g.owner() != c.owner || a.kind(g, c.device) != c.kind || g.deliver != c.deliver {
+			t.Errorf("%s as %s: admitted %v owner %q kind %q deliver %v; want %v %q %q %v", c.token, c.device,
+				ok, g.owner(), a.kind(g, c.device), g.deliver, c.bound, c.owner, c.kind, c.deliver)
+		}
+	}
+	// Without the file an hmt_ credential is only a token like any other.
+	plain := newAuthenticator(AuthConfig{Token: "legacy-token"})
+	if plain.check("hmt_acme.app.a").valid {
+		t.Error("an owner key was taken without a tenants file")
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/gobwas/ws/wsutil"
 
 	"github.com/hermes-mobile/gateway/pkg/protocol"
+	"github.com/hermes-mobile/gateway/pkg/tenant"
 )
 
 // WebSocket close codes the edge sends.
@@ -161,15 +162,19 @@ type socket struct {
 type session struct {
 	// Set by hello on the reading goroutine, before the conn is registered
 	// where deliveries can find it; read-only afterwards.
-	id          string // names the connection's uploads
-	device      string
-	sessionName string       // protocol.Session(device)
+	id          string       // names the connection's uploads
+	device      string       // the device key (tenant.DeviceKey): the phone's id, scoped to its owner
+	sessionName string       // protocol.Session(device): the agent's session, not the phone's
 	epoch       atomic.Int64 // changes only when the heartbeat re-claims a lost record
 	deliverOK   bool
 	cron        *cronQueue                // deliver frames in flight; made on the first, under handleMu
 	user        struct{ id, name string } // what hello.user claims: display only
 	auth        string                    // which token authenticated device (wire.Event.Auth)
-	devName     string
+	// key is the owner key of the tenants file that admitted the socket
+	// (under conn.mu); nil for a token of the environment. A reload that
+	// removes it closes the socket (Server.revoke).
+	key     *tenant.Key
+	devName string
 
 	// avatarURL is ready's avatar_url: Config.AvatarURL, or the edge's own
 	// page at the host the phone connected to.

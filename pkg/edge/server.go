@@ -281,6 +281,8 @@ type Server struct {
 	batchSub  bus.Subscription // this edge's subject (wire.Batch); nil if it failed
 	outSub    bus.Subscription // this edge's output subject; nil if it failed
 	tel       edgeTelemetry
+	// stopRevoke ends the tenants file's calls of revoke.
+	stopRevoke func()
 
 	ctx     context.Context // cancelled by Close
 	cancel  context.CancelFunc
@@ -440,6 +442,7 @@ func New(cfg Config, st store.Store, b bus.Bus, log *slog.Logger) *Server {
 			s.outSub = sub
 		}
 	}
+	s.stopRevoke = cfg.Auth.Tenants.OnChange(s.revoke)
 	s.goFunc(s.heartbeat)
 	s.goFunc(s.keepalive)
 	s.goFunc(s.helloSweep)
@@ -557,6 +560,7 @@ func (s *Server) Close() error {
 	if drained {
 		s.tel.m.setDraining(-1) // closed: no longer draining
 	}
+	s.stopRevoke()
 	s.closePages()
 	if s.batchSub != nil {
 		_ = s.batchSub.Unsubscribe() // a batch that still comes finds its sockets closing: "moved"

@@ -15,6 +15,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/push"
 	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/telemetry"
+	"github.com/hermes-mobile/gateway/pkg/tenant"
 	"github.com/hermes-mobile/gateway/pkg/wire"
 )
 
@@ -161,12 +162,19 @@ func (c *conn) hello(h *protocol.Hello) {
 	if dev.ID == "" {
 		dev.ID = "dev-" + ids.Hex(6)
 	}
-	if !s.auth.allowedDevice(dev.ID) {
+	if !s.auth.allowedDevice(g, dev.ID) {
 		c.fatal(protocol.NewError(protocol.CodeAuthFailed, "device is not allowed"))
 		return
 	}
 	if !s.auth.bindingOK(g, dev.ID) {
 		c.fatal(protocol.NewError(protocol.CodeForbidden, "this token and this device id are bound to others"))
+		return
+	}
+	// Inside the cluster the device is its owner's: every key of the
+	// store and the bus uses its device key, never the id alone.
+	key, err := tenant.Scope(g.owner(), dev.ID)
+	if err != nil {
+		c.fatal(protocol.NewError(protocol.CodeBadFrame, err.Error()))
 		return
 	}
 	s.helloAccepted(c)
@@ -175,28 +183,35 @@ func (c *conn) hello(h *protocol.Hello) {
 	// The claim also says whether the device acked on an earlier socket:
 	// then what this socket writes, from the outbox on, counts only once
 	// acked.
-	claim, err := s.store.ClaimDeviceAcks(ctx, dev.ID, s.cfg.ID, s.recordTTL())
+	claim, err := s.store.ClaimDeviceAcks(ctx, key, s.cfg.ID, s.recordTTL())
 	epoch, acks := claim.Epoch, claim.Acks
 	if err != nil {
-		c.logger().Warn("claiming device failed", "device", dev.ID, "err", err)
+		c.logger().Warn("claiming device failed", "device", key, "err", err)
 		c.fatal(failClaimDevice.frame())
 		return
 	}
 	c.id = s.cfg.ID + "/" + fmt.Sprint(epoch)
-	c.device, c.sessionName = dev.ID, protocol.Session(dev.ID)
+	c.device, c.sessionName = key, protocol.Session(key)
 	c.epoch.Store(epoch)
 	c.devName = dev.Name
 	c.user.id, c.user.name = h.User.ID, h.User.Name
 	c.auth = s.auth.kind(g, dev.ID)
-	c.deliverOK = g.deliver || c.client.IsLoopback()
+	c.deliverOK = g.deliver || c.client.IsLoopback() && g.key == nil
 	c.mu.Lock()
 	c.flags.set(flagHelloed)
+	c.key = g.key
 	if acks {
 		c.flags.set(flagAcking)
 	}
 	closing := c.flags.is(flagClosing)
 	c.mu.Unlock()
 	if closing {
+		return
+	}
+	// A reload that removed the key while this hello used it: its sweep
+	// of the sockets may have run before c had a key (revoke).
+	if g.key != nil && !s.auth.tenants.Snapshot().Has(g.key) {
+		c.fatal(errKeyRevoked)
 		return
 	}
 	ok, reread, err := s.register(c)
@@ -222,7 +237,7 @@ func (c *conn) hello(h *protocol.Hello) {
 	}
 	s.announceTakeover(ctx, c, claim.Prev)
 	c.send(protocol.AppendReady(newFrame(512), protocol.Ready{
-		Session: c.sessionName, DeviceID: dev.ID, DeviceName: dev.Name, AvatarURL: c.avatarURL, Push: s.cfg.Push.AppKinds(),
+		Session: protocol.Session(dev.ID), DeviceID: dev.ID, DeviceName: dev.Name, AvatarURL: c.avatarURL, Push: s.cfg.Push.AppKinds(),
 	}))
 	c.srv.tel.m.helloReady(time.Since(start))
 	c.logger().Debug("session ready", "epoch", epoch)
@@ -319,7 +334,8 @@ func (c *conn) submit(ev wire.Event, blob []byte) {
 		return
 	}
 	if blob != nil {
-		blobKey, err := st.PutBlob(ctx, blob, c.srv.cfg.BlobTTL)
+		// In its owner's space: only its owner's agent reads it.
+		blobKey, err := st.PutBlobIn(ctx, tenant.OwnerOf(c.device), blob, c.srv.cfg.BlobTTL)
 		if err != nil {
 			c.release(key, attempt)
 			c.logger().WarnContext(ctx, "storing media failed", "err", err)
@@ -565,6 +581,10 @@ func (c *conn) onPush(f *protocol.Push) {
 	c.send(protocol.AppendPush(newFrame(64), f.Kind, f.Token != ""))
 }
 
+// errKeyRevoked closes a socket whose owner key the tenants file no
+// longer holds.
+var errKeyRevoked = protocol.NewError(protocol.CodeAuthFailed, "this key was withdrawn")
+
 var errDeliverForbidden = protocol.NewError(protocol.CodeForbidden, "deliver is accepted only from cron: a loopback peer or a deliver token")
 
 func (c *conn) onDeliver(f *protocol.Deliver) {
@@ -572,7 +592,7 @@ func (c *conn) onDeliver(f *protocol.Deliver) {
 		c.sendError(errDeliverForbidden)
 		return
 	}
-	target, e := c.srv.deliverer.Target(f)
+	target, e := c.srv.deliverer.TargetOf(tenant.OwnerOf(c.device), f)
 	if e != nil {
 		c.sendError(e)
 		return
@@ -601,24 +621,26 @@ func (c *conn) onDeliver(f *protocol.Deliver) {
 func (c *conn) deliver(f *protocol.Deliver) {
 	ctx, cancel := context.WithTimeout(c.srv.ctx, dispatch.DefaultTimeout)
 	defer cancel()
-	d, err := c.srv.deliverer.Deliver(ctx, f)
+	// The sender's owner is its credential's, whose device key c.device is.
+	d, err := c.srv.deliverer.DeliverAs(ctx, tenant.OwnerOf(c.device), f)
+	dev := d.DeviceID // what the sender named: never the device key
 	if err != nil {
 		c.logger().Warn("deliver failed", "target", d.Device, "err", err)
-		c.sendError(failDeliver.frame(d.ID, d.Device))
+		c.sendError(failDeliver.frame(d.ID, dev))
 		return
 	}
 	switch d.Outcome {
 	case dispatch.Delivered, dispatch.Queued:
-		c.send(protocol.AppendDelivered(newFrame(48+len(d.ID)+len(d.Device)), d.ID, d.Device, d.Outcome == dispatch.Queued))
+		c.send(protocol.AppendDelivered(newFrame(48+len(d.ID)+len(dev)), d.ID, dev, d.Outcome == dispatch.Queued))
 	case dispatch.Written:
-		c.sendError(protocol.NewError(protocol.CodeDeviceOffline, "deliver "+d.ID+": written, but device "+d.Device+" did not acknowledge it in time; deliver again to be sure"))
+		c.sendError(protocol.NewError(protocol.CodeDeviceOffline, "deliver "+d.ID+": written, but device "+dev+" did not acknowledge it in time; deliver again to be sure"))
 	case dispatch.Offline:
-		c.sendError(protocol.NewError(protocol.CodeDeviceOffline, "deliver "+d.ID+": device "+d.Device+" is not online"))
+		c.sendError(protocol.NewError(protocol.CodeDeviceOffline, "deliver "+d.ID+": device "+dev+" is not online"))
 	case dispatch.Refused:
 		c.sendError(d.Refusal)
 	default:
 		c.logger().Warn("deliver failed", "target", d.Device, "outcome", d.Outcome)
-		c.sendError(failDeliver.frame(d.ID, d.Device))
+		c.sendError(failDeliver.frame(d.ID, dev))
 	}
 }
 
