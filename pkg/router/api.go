@@ -28,6 +28,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/telemetry"
+	"github.com/hermes-mobile/gateway/pkg/tenant"
 	"github.com/hermes-mobile/gateway/pkg/tokens"
 )
 
@@ -39,6 +40,10 @@ type APIConfig struct {
 	// AgentTokens may call the agent endpoints: /v1/sessions/…, /v1/events
 	// and /v1/blobs/… (MOBILE_AGENT_TOKENS).
 	AgentTokens []string
+	// Tenants, when set, is the tenants file (MOBILE_TENANTS_FILE): its
+	// agent and deliver keys call the API for their owners' devices. The
+	// tokens above stay the legacy owner's.
+	Tenants *tenant.Registry
 	// HomeDevice is the target of a deliver without one (MOBILE_HOME_DEVICE).
 	HomeDevice string
 
@@ -261,7 +266,8 @@ func (a *API) handle(method, path string, acc access, h handlerFunc) {
 		a.handlers[path] = make(map[string]handlerFunc)
 	}
 	a.handlers[path][method] = func(w http.ResponseWriter, req *http.Request) error {
-		if err := a.authorize(req, acc); err != nil {
+		req, err := a.authorize(req, acc)
+		if err != nil {
 			return err
 		}
 		return h(w, req)
@@ -332,27 +338,70 @@ func (a *API) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 }
 
-// authorize checks the bearer token for acc.
-func (a *API) authorize(req *http.Request, acc access) error {
+// callerKey is the request context's key of its *caller.
+type callerKey struct{}
+
+// caller is who authorize let in: the owner its credential belongs to,
+// and the owner key it is (nil for a token of the environment, the
+// legacy owner's).
+type caller struct {
+	owner string
+	key   *tenant.Key
+}
+
+// ownerOf is the owner of the credential req was let in with: the legacy
+// owner for the environment's tokens. The devices a request names are
+// this owner's (deviceKey).
+func ownerOf(req *http.Request) string {
+	if c, ok := req.Context().Value(callerKey{}).(*caller); ok {
+		return c.owner
+	}
+	return tenant.Legacy
+}
+
+// keyOf is the owner key req was let in with; nil for a token of the
+// environment.
+func keyOf(req *http.Request) *tenant.Key {
+	if c, ok := req.Context().Value(callerKey{}).(*caller); ok {
+		return c.key
+	}
+	return nil
+}
+
+// authorize checks the bearer token for acc, and returns req with its
+// caller: the owner its devices are scoped to.
+func (a *API) authorize(req *http.Request, acc access) (*http.Request, error) {
 	if acc == public {
-		return nil
+		return req, nil
 	}
 	token, ok := bearer(req.Header.Get("Authorization"))
 	if !ok {
-		return apiErr(http.StatusUnauthorized, protocol.CodeAuthFailed, "send Authorization: Bearer <token>")
+		return req, apiErr(http.StatusUnauthorized, protocol.CodeAuthFailed, "send Authorization: Bearer <token>")
 	}
-	d := tokens.Sum(token)
-	isDeliver, isAgent := a.deliverTokens.Has(d), a.agentTokens.Has(d)
+	who := &caller{owner: tenant.Legacy}
+	var isDeliver, isAgent, isOther bool
+	if a.cfg.Tenants != nil && tenant.IsCredential(token) {
+		k, ok := a.cfg.Tenants.Snapshot().Verify(token)
+		if !ok {
+			return req, apiErr(http.StatusUnauthorized, protocol.CodeAuthFailed, "invalid token")
+		}
+		who.owner, who.key = k.Owner, k
+		isDeliver, isAgent = k.Kind == tenant.KindDeliver, k.Kind == tenant.KindAgent
+		isOther = !isDeliver && !isAgent // a phone's key
+	} else {
+		d := tokens.Sum(token)
+		isDeliver, isAgent = a.deliverTokens.Has(d), a.agentTokens.Has(d)
+	}
 	switch {
 	case acc == deliverOnly && isDeliver, acc == agentOnly && isAgent:
 		if c, ok := req.Context().Value(connKey{}).(*limitConn); ok {
 			c.trust.CompareAndSwap(stranger, authed) // unless evict closed it first
 		}
-		return nil
-	case isDeliver || isAgent:
-		return apiErr(http.StatusForbidden, protocol.CodeForbidden, "this token may not call this endpoint")
+		return req.WithContext(context.WithValue(req.Context(), callerKey{}, who)), nil
+	case isDeliver || isAgent || isOther:
+		return req, apiErr(http.StatusForbidden, protocol.CodeForbidden, "this token may not call this endpoint")
 	}
-	return apiErr(http.StatusUnauthorized, protocol.CodeAuthFailed, "invalid token")
+	return req, apiErr(http.StatusUnauthorized, protocol.CodeAuthFailed, "invalid token")
 }
 
 // bearer takes the token out of an Authorization header.

@@ -30,14 +30,14 @@ const (
 // built-in agents. They answer 200 once the frames are written to the
 // device's socket or kept in its outbox.
 
-// sessionDevice returns the device of the path's {session}: mobile:<device>
-// or <device>.
+// sessionDevice returns the device key of the path's {session}
+// (mobile:<device> or <device>): the device of the caller's owner.
 func sessionDevice(req *http.Request) (string, error) {
 	dev := strings.TrimPrefix(req.PathValue("session"), protocol.SessionPrefix)
 	if dev == "" {
 		return "", badFrame("the session must be mobile:<device> or <device>")
 	}
-	return dev, checkDevice(dev)
+	return deviceKey(req, dev)
 }
 
 type messageRequest struct {
@@ -127,7 +127,11 @@ func (a *API) postMedia(w http.ResponseWriter, req *http.Request) error {
 	}
 	if len(body.Data) == 0 && body.Blob != "" {
 		// The edge fetches the blob when it writes the file: check now, or
-		// a gone blob would fail there and wait in the outbox.
+		// a gone blob would fail there and wait in the outbox. Another
+		// owner's blob is as gone as one that expired.
+		if store.BlobSpace(body.Blob) != ownerOf(req) {
+			return badFrame("blob %q is gone (files are kept for a limited time)", body.Blob)
+		}
 		if _, err := a.r.store.GetBlob(req.Context(), body.Blob); errors.Is(err, store.ErrNotFound) {
 			return badFrame("blob %q is gone (files are kept for a limited time)", body.Blob)
 		} else if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/admin"
 	"github.com/hermes-mobile/gateway/pkg/dispatch"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
+	"github.com/hermes-mobile/gateway/pkg/tenant"
 )
 
 // deliver is POST /v1/deliver: cron's message to a device that is online
@@ -39,7 +40,7 @@ func (a *API) deliver(w http.ResponseWriter, req *http.Request) error {
 	}
 	ctx, cancel := context.WithTimeout(req.Context(), dispatch.DefaultTimeout+dispatch.KeepMargin)
 	defer cancel()
-	d, err := a.deliverer.Deliver(ctx, f)
+	d, err := a.deliverer.DeliverAs(ctx, ownerOf(req), f)
 	status, err := deliverStatus(d, err)
 	if err != nil {
 		return err
@@ -61,7 +62,7 @@ func deliverStatus(d dispatch.Delivery, err error) (int, error) {
 	case dispatch.Written, dispatch.Queued:
 		return http.StatusAccepted, nil
 	case dispatch.Offline:
-		return 0, apiErr(http.StatusNotFound, protocol.CodeDeviceOffline, "device "+d.Device+" is not online")
+		return 0, apiErr(http.StatusNotFound, protocol.CodeDeviceOffline, "device "+d.DeviceID+" is not online")
 	case dispatch.Refused:
 		return 0, protocolErr(d.Refusal)
 	}
@@ -131,7 +132,7 @@ func (a *API) deliverBatch(w http.ResponseWriter, req *http.Request) error {
 	body.Deliveries = nil // the files' bytes are in fs now
 	ctx, cancel := context.WithTimeout(req.Context(), batchTimeout)
 	defer cancel()
-	for k, r := range a.deliverer.DeliverBatch(ctx, fs) {
+	for k, r := range a.deliverer.DeliverBatchAs(ctx, ownerOf(req), fs) {
 		status, err := deliverStatus(r.Delivery, r.Err)
 		if err != nil {
 			failed(at[k], r.Delivery.ID, err)
@@ -160,6 +161,19 @@ func checkText(field, s string, max int) error {
 		return tooBig("%s is longer than %d characters", field, max)
 	}
 	return nil
+}
+
+// deviceKey is the device key (tenant.DeviceKey) of the device id that
+// req names: a device of the owner of req's credential, never another's.
+func deviceKey(req *http.Request, device string) (string, error) {
+	if err := checkDevice(device); err != nil {
+		return "", err
+	}
+	key, err := tenant.Scope(ownerOf(req), device)
+	if err != nil {
+		return "", badFrame("%v", err)
+	}
+	return key, nil
 }
 
 // checkDevice rejects device ids that no device can have.

@@ -16,6 +16,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/admin"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/store"
+	"github.com/hermes-mobile/gateway/pkg/tenant"
 	"github.com/hermes-mobile/gateway/pkg/tokens"
 	"github.com/hermes-mobile/gateway/pkg/wire"
 )
@@ -127,16 +128,16 @@ func (a *API) eventsJSON(w http.ResponseWriter, req *http.Request, cursor string
 	}
 	ctx, stop := a.streamContext(req)
 	defer stop()
-	es, err := a.readBounded(ctx, cursor, max, wait)
+	es, reached, err := a.readBounded(ctx, ownerOf(req), cursor, max, wait)
 	if err != nil && ctx.Err() != nil && req.Context().Err() == nil {
-		es, err = nil, nil // the API is closing: answer what there is
+		es, reached, err = nil, cursor, nil // the API is closing: answer what there is
 	}
 	if err != nil {
 		return err
 	}
-	body := eventsBody{Events: make([]eventItem, 0, len(es)), Cursor: cursor}
+	// Past the other owners' entries it skipped, too.
+	body := eventsBody{Events: make([]eventItem, 0, len(es)), Cursor: reached}
 	for _, e := range es {
-		body.Cursor = e.Cursor
 		if !json.Valid(e.Data) {
 			a.log.Warn("skipping an event log entry that is not JSON", "cursor", e.Cursor)
 			continue
@@ -160,7 +161,8 @@ func (a *API) eventsStream(w http.ResponseWriter, req *http.Request, cursor stri
 	ctx, stop := a.streamContext(req)
 	defer stop()
 	// The first read checks the cursor while an error can still be answered.
-	es, err := a.readBounded(ctx, cursor, eventsPage, 0)
+	owner := ownerOf(req)
+	es, reached, err := a.readBounded(ctx, owner, cursor, eventsPage, 0)
 	if err != nil {
 		return err
 	}
@@ -177,7 +179,6 @@ func (a *API) eventsStream(w http.ResponseWriter, req *http.Request, cursor stri
 			if !appendSSE(&buf, e) {
 				a.log.Warn("skipping an event log entry that is not JSON", "cursor", e.Cursor)
 			}
-			cursor = e.Cursor
 			if buf.Len() >= streamFlushBytes {
 				if err := a.flush(w, rc, &buf); err != nil {
 					a.log.Debug("event stream ended", "err", err)
@@ -185,6 +186,7 @@ func (a *API) eventsStream(w http.ResponseWriter, req *http.Request, cursor stri
 				}
 			}
 		}
+		cursor = reached
 		if buf.Len() == 0 {
 			buf.WriteString(": keepalive\n\n")
 		}
@@ -192,7 +194,11 @@ func (a *API) eventsStream(w http.ResponseWriter, req *http.Request, cursor stri
 			a.log.Debug("event stream ended", "err", err)
 			return nil
 		}
-		if es, err = a.readBounded(ctx, cursor, eventsPage, a.cfg.KeepAlive); err != nil {
+		if k := keyOf(req); k != nil && !a.cfg.Tenants.Snapshot().Has(k) {
+			a.log.Info("event stream ended: its key was withdrawn")
+			return nil // the client's reconnection is refused
+		}
+		if es, reached, err = a.readBounded(ctx, owner, cursor, eventsPage, a.cfg.KeepAlive); err != nil {
 			if ctx.Err() == nil {
 				a.log.Warn("event stream: reading the log failed; ending the stream", "err", err)
 			}
@@ -276,40 +282,73 @@ func (a *API) openRead(d tokens.Digest) (release func(), ok bool) {
 	}, true
 }
 
-// readBounded returns up to most entries after cursor, waiting up to wait
-// for the first, that take at most eventsReadBytes as written (one entry
-// whatever its size). It reads eventsChunk entries at a time, fewer as the
-// bound nears, and leaves an entry that would pass it to the next read.
-func (a *API) readBounded(ctx context.Context, after string, most int, wait time.Duration) ([]store.EventEntry, error) {
+// readBounded returns up to most entries of owner after cursor, waiting
+// up to wait for the first, that take at most eventsReadBytes as written
+// (one entry whatever its size), and the cursor it read to: the last
+// entry's, or past the other owners' entries it skipped. It reads
+// eventsChunk entries at a time, fewer as the bound nears, and leaves an
+// entry that would pass it to the next read.
+func (a *API) readBounded(ctx context.Context, owner, after string, most int, wait time.Duration) ([]store.EventEntry, string, error) {
 	var out []store.EventEntry
 	size, largest := 0, 0
+	deadline := time.Now().Add(wait)
 	for len(out) < most && size < eventsReadBytes {
 		n := min(most-len(out), eventsChunk)
 		if largest > 0 {
 			n = min(n, max(1, (eventsReadBytes-size)/largest))
 		}
-		es, err := a.read(ctx, after, n, wait)
+		es, reached, full, err := a.read(ctx, owner, after, n, wait)
 		if err != nil {
 			if len(out) > 0 {
-				return out, nil // the next read reports it
+				return out, after, nil // the next read reports it
 			}
-			return nil, err
+			return nil, after, err
 		}
 		for _, e := range es {
 			s := entrySize(e)
 			if len(out) > 0 && size+s > eventsReadBytes {
-				return out, nil
+				return out, after, nil
 			}
 			size, largest = size+s, max(largest, s)
 			after = e.Cursor
 			out = append(out, e)
 		}
-		if len(es) < n {
+		after = reached // every entry of es was taken: past the others' too
+		if !full {
 			break
 		}
-		wait = 0
+		if len(out) > 0 {
+			wait = 0
+		} else {
+			wait = max(0, time.Until(deadline)) // others' entries only, so far
+		}
 	}
-	return out, nil
+	return out, after, nil
+}
+
+// ownEntry is e as owner's agent sees it, or false when e is another
+// owner's: the event log holds every owner's events, and an owner reads
+// only its own, with its devices' own ids (tenant.DeviceID), never their
+// device keys. An entry that is not an event stays as it is, for the
+// legacy owner only.
+func ownEntry(owner string, e store.EventEntry) (store.EventEntry, bool) {
+	var ev wire.Event
+	if wire.Unmarshal(e.Data, &ev) != nil {
+		return e, owner == tenant.Legacy
+	}
+	if tenant.OwnerOf(ev.Device) != owner {
+		return e, false
+	}
+	if owner == tenant.Legacy {
+		return e, true // as it is: its device ids are its keys
+	}
+	ev.Device = tenant.DeviceID(ev.Device)
+	ev.Session = protocol.Session(ev.Device)
+	data, err := wire.Marshal(ev)
+	if err != nil {
+		return e, false
+	}
+	return store.EventEntry{Cursor: e.Cursor, Data: data}, true
 }
 
 // entrySize is the most e takes written in an answer: its cursor, its
@@ -326,7 +365,36 @@ func (a *API) Readers() int { return int(a.readers.Load()) }
 // when ctx is canceled, so a stream whose client left, or a shutdown, is
 // noticed within a step. At most MaxWaiting reads wait in the store at
 // once; the others look again every pollEvery.
-func (a *API) read(ctx context.Context, after string, max int, wait time.Duration) ([]store.EventEntry, error) {
+//
+// Of what it reads it returns owner's entries only (ownEntry), the cursor
+// it read to, and whether the last store read was full (more may follow);
+// a read of only other owners' entries goes on after them.
+func (a *API) read(ctx context.Context, owner, after string, most int, wait time.Duration) (own []store.EventEntry, reached string, full bool, err error) {
+	reached = after
+	deadline := time.Now().Add(wait)
+	for {
+		es, err := a.readAny(ctx, reached, most, max(0, time.Until(deadline)))
+		if err != nil {
+			return nil, reached, false, err
+		}
+		full = len(es) == most
+		for _, e := range es {
+			if o, ok := ownEntry(owner, e); ok {
+				own = append(own, o)
+			}
+			reached = e.Cursor
+		}
+		if len(own) > 0 || full || len(es) == 0 || time.Until(deadline) <= 0 || ctx.Err() != nil {
+			return own, reached, full, nil
+		}
+		// Only other owners' entries, and no more for now: wait after
+		// them for what is left of wait.
+	}
+}
+
+// readAny returns the entries of every owner after cursor, waiting up to
+// wait for one.
+func (a *API) readAny(ctx context.Context, after string, max int, wait time.Duration) ([]store.EventEntry, error) {
 	a.readers.Add(1)
 	defer a.readers.Add(-1)
 	deadline := time.Now().Add(wait)
@@ -361,7 +429,12 @@ func (a *API) read(ctx context.Context, after string, max int, wait time.Duratio
 // upload's media.blob), as ?mime= says or application/octet-stream.
 // Range requests work, for audio and video players.
 func (a *API) blob(w http.ResponseWriter, req *http.Request) error {
-	data, err := a.r.store.GetBlob(req.Context(), req.PathValue("key"))
+	key := req.PathValue("key")
+	var data []byte
+	err := store.ErrNotFound // another owner's blob is not found
+	if store.BlobSpace(key) == ownerOf(req) {
+		data, err = a.r.store.GetBlob(req.Context(), key)
+	}
 	if errors.Is(err, store.ErrNotFound) {
 		return apiErr(http.StatusNotFound, codeNotFound, "no such file; files are kept for a limited time")
 	}

@@ -13,7 +13,7 @@ func pushDevice(req *http.Request) (string, error) {
 	if dev == "" {
 		return "", badFrame("the path needs a device id")
 	}
-	return dev, checkDevice(dev)
+	return deviceKey(req, dev)
 }
 
 // putPush is PUT /v1/devices/{device}/push: registers the device's push

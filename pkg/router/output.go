@@ -14,6 +14,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/telemetry"
+	"github.com/hermes-mobile/gateway/pkg/tenant"
 	"github.com/hermes-mobile/gateway/pkg/wire"
 )
 
@@ -39,8 +40,12 @@ type output struct {
 // that admitted its device, so that one token's made-up devices compete
 // with each other, not with a phone of its own token or with cron
 // (dispatch.ShareDeliver). A device of MOBILE_EXTRA_TOKENS is a share of
-// its own.
+// its own. An owner of the tenants file is a share of its own, whatever
+// its keys.
 func shareFor(ev wire.Event) string {
+	if o := tenant.OwnerOf(ev.Device); o != tenant.Legacy {
+		return "owner:" + o // an owner of the tenants file is one share
+	}
 	switch ev.Auth {
 	case "device":
 		return "device:" + ev.Device
@@ -132,7 +137,7 @@ func (o *output) Media(ctx context.Context, m agent.Media) error {
 			return errors.New("media is larger than " + protocol.MiB(protocol.MaxMediaBytes))
 		}
 		var err error
-		if blob, err = o.r.store.PutBlob(ctx, m.Data, o.r.cfg.BlobTTL); err != nil {
+		if blob, err = o.r.store.PutBlobIn(ctx, tenant.OwnerOf(o.device), m.Data, o.r.cfg.BlobTTL); err != nil {
 			return err
 		}
 	}
@@ -163,7 +168,7 @@ func (o *output) Prompt(ctx context.Context, p agent.Prompt) (string, error) {
 	}
 	card := protocol.Prompt{
 		ID: ids.New("p"), Kind: p.Kind, Text: p.Text, Options: opts,
-		Command: p.Command, Description: p.Description, Session: protocol.Session(o.device),
+		Command: p.Command, Description: p.Description, Session: protocol.Session(tenant.DeviceID(o.device)), // the phone's own id
 		TimeoutSeconds: int((ttl + time.Second - 1) / time.Second),
 	}
 	data, err := wire.Marshal(card)
