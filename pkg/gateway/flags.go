@@ -23,6 +23,7 @@ type NodeFlags struct {
 	RedisURL, RedisMode, RedisPrefix string
 	RedisPool                        int
 	DeliverTokens                    secret.Secret
+	TenantsFile                      string
 	HomeDevice                       string
 	LogLevel                         string
 	AdminListen, Pprof               string
@@ -82,6 +83,7 @@ func (n *NodeFlags) RegisterFlags(fs *flag.FlagSet, cmd Command) {
 	config.String(fs, &n.RedisPrefix, "redis-prefix", "REDIS_PREFIX", "hermes:", "prefix of every Redis key")
 	config.Int(fs, &n.RedisPool, "redis-pool-size", "REDIS_POOL_SIZE", redisstore.DefaultPoolSize, "most connections to Redis per process (a pool_size in REDIS_URL wins); commands wait for a free one")
 	config.Secret(fs, &n.DeliverTokens, "deliver-tokens", "MOBILE_DELIVER_TOKENS", c.deliverTokens)
+	config.String(fs, &n.TenantsFile, "tenants-file", "MOBILE_TENANTS_FILE", "", "the owners and their keys (docs/tenancy.md), read again within a second of a change and on SIGHUP; empty: one owner, the tokens of the environment")
 	config.String(fs, &n.HomeDevice, "home-device", "MOBILE_HOME_DEVICE", "", "target of a deliver without one")
 	config.String(fs, &n.LogLevel, "log-level", "MOBILE_LOG_LEVEL", "info", "debug, info, warn or error")
 	config.String(fs, &n.AdminListen, "admin-listen", "MOBILE_ADMIN_LISTEN", c.adminListen, "admin HTTP address (/healthz, /readyz, /metrics); off disables it")
@@ -103,5 +105,5 @@ func (n NodeFlags) Level() (slog.Level, error) {
 // NATS, its Redis and the media it keeps. The service adds its own.
 func (n NodeFlags) Config() Config {
 	return Config{NATSURL: n.NATSURL, NATSPrefix: n.NATSPrefix, RedisURL: n.RedisURL, RedisMode: n.RedisMode,
-		RedisPrefix: n.RedisPrefix, RedisPoolSize: n.RedisPool, MaxBlobBytes: n.MaxBlob}
+		RedisPrefix: n.RedisPrefix, RedisPoolSize: n.RedisPool, MaxBlobBytes: n.MaxBlob, TenantsFile: n.TenantsFile}
 }

@@ -13,6 +13,9 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/hermes-mobile/gateway/internal/retry"
@@ -27,6 +30,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/store/memstore"
 	"github.com/hermes-mobile/gateway/pkg/store/redisstore"
 	"github.com/hermes-mobile/gateway/pkg/telemetry"
+	"github.com/hermes-mobile/gateway/pkg/tenant"
 )
 
 // Config of a node.
@@ -83,6 +87,15 @@ type Config struct {
 	// Telemetry receives the node's metrics and spans (unless Edge or
 	// RouterCfg name their own); nil records nothing.
 	Telemetry *telemetry.Telemetry
+	// TenantsFile is the tenants file (MOBILE_TENANTS_FILE): Start reads
+	// it (a file that does not parse stops it), reads it again every
+	// second and on SIGHUP, and hands it to the edge and the router API,
+	// unless Tenants is set. Empty: the tokens of the environment are
+	// the one owner.
+	TenantsFile string
+	// Tenants, when set, is used instead of reading TenantsFile (tests
+	// drive its reloads).
+	Tenants *tenant.Registry
 	// Clock is the time the store and the router expire things by (unless
 	// RouterCfg names its own); nil is the system clock. Tests drive it.
 	Clock clock.Clock
@@ -104,6 +117,8 @@ type Gateway struct {
 	apiSrv    *http.Server
 	apiURL    string
 	apiServed chan error
+
+	stopTenants func() // ends the tenants file's reloads
 }
 
 // Start builds and starts a node. The caller must Close it.
@@ -114,7 +129,22 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err e
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
-	g := &Gateway{served: make(chan error, 1)}
+	g := &Gateway{served: make(chan error, 1), stopTenants: func() {}}
+	if cfg.Tenants == nil && cfg.TenantsFile != "" {
+		if cfg.Tenants, err = tenant.Open(tenant.Options{Path: cfg.TenantsFile, Log: log.With("component", "tenants"),
+			Meter: cfg.Telemetry.Meter()}); err != nil {
+			return nil, err
+		}
+		tctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		done := make(chan struct{})
+		go func() { defer close(done); cfg.Tenants.Run(tctx, hup) }()
+		g.stopTenants = func() { signal.Stop(hup); cancel(); <-done }
+	}
+	if cfg.Tenants != nil {
+		cfg.Edge.Auth.Tenants, cfg.API.Tenants = cfg.Tenants, cfg.Tenants
+	}
 	if cfg.Edge.Telemetry == nil {
 		cfg.Edge.Telemetry = cfg.Telemetry
 	}
@@ -380,6 +410,10 @@ func (g *Gateway) URL() string {
 // get 1001), then the router, the bus and the store.
 func (g *Gateway) Close() error {
 	var errs []error
+	if g.stopTenants != nil {
+		g.stopTenants()
+		g.stopTenants = nil
+	}
 	if g.apiSrv != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		if err := g.apiSrv.Shutdown(ctx); err != nil {

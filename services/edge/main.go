@@ -100,7 +100,9 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	generated := cfg.Edge.Auth.Token == ""
+	// With a tenants file the owners' keys connect phones: no token is
+	// made up for the legacy owner.
+	generated := cfg.Edge.Auth.Token == "" && cfg.TenantsFile == ""
 	if generated {
 		cfg.Edge.Auth.Token = secret.Secret(ids.Hex(24))
 	}
@@ -161,7 +163,7 @@ func drain(g *gateway.Gateway, adm *admin.Server, window time.Duration, log *slo
 func (f flags) gatewayConfig() (gateway.Config, error) {
 	cfg := f.node.Config()
 	cfg.Listen = f.listen
-	if f.token == "" && (cfg.NATSURL != "" || cfg.RedisURL != "") {
+	if f.token == "" && cfg.TenantsFile == "" && (cfg.NATSURL != "" || cfg.RedisURL != "") {
 		// A token made up by one process is not the others' (nor the next
 		// run's): every phone would get auth_failed while each pod looks
 		// healthy. Only a single zero-config node makes one up.

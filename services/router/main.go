@@ -165,7 +165,7 @@ func run(ctx context.Context, f flags, stdout, stderr io.Writer) (err error) {
 
 	log.Info("router listening", "url", g.APIURL(), "agent", s.agent,
 		"deliver_tokens", len(s.api.DeliverTokens), "agent_tokens", len(s.api.AgentTokens))
-	if len(s.api.DeliverTokens)+len(s.api.AgentTokens) == 0 {
+	if len(s.api.DeliverTokens)+len(s.api.AgentTokens) == 0 && cfg.TenantsFile == "" {
 		log.Warn("no MOBILE_DELIVER_TOKENS and no MOBILE_AGENT_TOKENS: every endpoint but /healthz and /readyz answers 401")
 	}
 	<-ctx.Done()
