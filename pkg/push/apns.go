@@ -136,7 +136,7 @@ func (s *apnsSender) request(ctx context.Context, devToken string, nt Notice) (*
 		return nil, outcome{err: errors.New("no APNs provider token could be signed"), permanent: true}
 	}
 	p := payload.NewPayload().AlertTitle(alertTitle).AlertBody(alert(nt)).Sound("default").ThreadID(collapseKey).
-		Custom("device", nt.Device).Custom("what", nt.What)
+		Custom("device", nt.public().Device).Custom("what", nt.What)
 	body, _ := json.Marshal(p)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.a.host+"/3/device/"+devToken, bytes.NewReader(body))
 	if err != nil {

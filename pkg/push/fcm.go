@@ -275,7 +275,7 @@ func (s *fcmSender) request(ctx context.Context, token string, nt Notice) (*http
 	m := fcmSendRequest{Message: fcmMessage{
 		Token:        token,
 		Notification: fcmNotification{Title: alertTitle, Body: alert(nt)},
-		Data:         map[string]string{"device": nt.Device, "what": nt.What},
+		Data:         map[string]string{"device": nt.public().Device, "what": nt.What},
 		Android: fcmAndroid{
 			CollapseKey:  collapseKey,
 			Priority:     "HIGH",

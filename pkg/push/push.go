@@ -72,6 +72,7 @@ import (
 	"github.com/hermes-mobile/gateway/internal/retry"
 	"github.com/hermes-mobile/gateway/pkg/ids"
 	"github.com/hermes-mobile/gateway/pkg/store"
+	"github.com/hermes-mobile/gateway/pkg/tenant"
 )
 
 // Kinds of push endpoint.
@@ -223,6 +224,14 @@ type Notice struct {
 	What   string    `json:"what"` // message, media, prompt, …: the kind of the output waiting
 	Text   string    `json:"text,omitempty"`
 	At     time.Time `json:"at"`
+}
+
+// public is nt as it leaves the cluster: Device is the phone's own id,
+// not its device key (tenant.DeviceKey), which the store and the claims
+// use.
+func (nt Notice) public() Notice {
+	nt.Device = tenant.DeviceID(nt.Device)
+	return nt
 }
 
 // Metrics counts notifications; nil counts nothing.
@@ -809,7 +818,7 @@ func (n *Notifier) request(ctx context.Context, t Target, nt Notice) (*http.Requ
 		}
 		body = []byte(msg)
 	} else {
-		body, _ = json.Marshal(nt)
+		body, _ = json.Marshal(nt.public())
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.URL, bytes.NewReader(body))
 	if err != nil {

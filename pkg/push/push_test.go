@@ -19,6 +19,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/push"
 	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/store/memstore"
+	"github.com/hermes-mobile/gateway/pkg/tenant"
 )
 
 // counts is push.Metrics for the tests.
@@ -400,5 +401,22 @@ func TestTargetValidate(t *testing.T) {
 		if err := tc.t.Validate(); (err == nil) != tc.ok {
 			t.Errorf("%s: Validate = %v, want ok %v", tc.name, err, tc.ok)
 		}
+	}
+}
+
+// TestPushNamesTheDeviceByItsOwnID: a device of an owner of the tenants
+// file is its device key inside the cluster; the notification, which
+// leaves it, names the phone's own id.
+func TestPushNamesTheDeviceByItsOwnID(t *testing.T) {
+	s := memstore.New(memstore.Options{})
+	t.Cleanup(func() { s.Close() })
+	hook := newEndpoint(t)
+	register(t, s, tenant.DeviceKey("acme", "tel-1"), push.Target{Kind: push.KindWebhook, URL: hook.URL + "/hook"})
+	n := push.New(push.Config{Store: s, Key: []byte("k"), Workers: 1, Policy: loopback, Log: testsvc.Logger(t)})
+	t.Cleanup(n.Close)
+	n.Notify(tenant.DeviceKey("acme", "tel-1"), "message", "x")
+	var nt push.Notice
+	if err := json.Unmarshal(hook.waitFor(t, 1)[0].body, &nt); err != nil || nt.Device != "tel-1" {
+		t.Fatalf("notice %+v (%v), want device tel-1", nt, err)
 	}
 }
