@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
 	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/tenant"
@@ -266,5 +269,59 @@ func TestNilRegistry(t *testing.T) {
 	var s *tenant.Snapshot
 	if _, ok := s.Verify(tenant.Credential("acme", "app1", "acme-app")); ok {
 		t.Error("a nil snapshot verified a key")
+	}
+}
+
+// reloads reads hermes_tenants_reloads by result.
+func reloads(t *testing.T, rd *sdkmetric.ManualReader) map[string]int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := rd.Collect(t.Context(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != "hermes_tenants_reloads" {
+				continue
+			}
+			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+				r, _ := dp.Attributes.Value("result")
+				out[r.AsString()] = dp.Value
+			}
+		}
+	}
+	return out
+}
+
+func TestReloadsAreCounted(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tenants.yaml")
+	writeFile(t, path, good())
+	rd := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(rd))
+	r, err := tenant.Open(tenant.Options{Path: path, Meter: mp.Meter("t")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := reloads(t, rd); got["ok"] != 0 || got["error"] != 0 || len(got) != 2 {
+		t.Fatalf("a fresh registry counts %v, want ok and error at 0", got)
+	}
+	writeFile(t, path, "tenants: [\n")
+	for range 3 { // the same bad content is counted once
+		_ = r.Reload(false)
+	}
+	if got := reloads(t, rd); got["error"] != 1 || got["ok"] != 0 {
+		t.Fatalf("after a bad file read three times: %v, want error 1", got)
+	}
+	_ = r.Reload(true) // SIGHUP asks again
+	if got := reloads(t, rd); got["error"] != 2 {
+		t.Fatalf("after SIGHUP on the bad file: %v, want error 2", got)
+	}
+	writeFile(t, path, "tenants: []\n")
+	if err := r.Reload(false); err != nil {
+		t.Fatal(err)
+	}
+	if got := reloads(t, rd); got["ok"] != 1 || got["error"] != 2 || r.Snapshot().Tenant("acme") != nil {
+		t.Fatalf("after a good file: %v, want ok 1, and no acme", got)
 	}
 }

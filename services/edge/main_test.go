@@ -16,6 +16,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"reflect"
 	"runtime"
 	"slices"
@@ -1057,5 +1058,44 @@ func TestPprof(t *testing.T) {
 	err := run(testCtx(t), mustParse(t, "-listen=127.0.0.1:0", "-admin-listen=off", "-token=tok", "-pprof=yes"), &out, &out)
 	if err == nil || !strings.Contains(err.Error(), "MOBILE_PPROF") {
 		t.Fatalf("run with -pprof=yes = %v, want an error naming MOBILE_PPROF", err)
+	}
+}
+
+// TestTenantsFile: a tenants file that does not parse stops the start
+// with the file and the line; a good one lets a cluster edge start
+// without MOBILE_TOKEN, makes no token up, and admits its owners' keys.
+func TestTenantsFile(t *testing.T) {
+	clearEnv(t)
+	path := filepath.Join(t.TempDir(), "tenants.yaml")
+	if err := os.WriteFile(path, []byte("tenants:\n  - id: acme\n    colour: red\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f := mustParse(t, "-listen=127.0.0.1:0", "-admin-listen=off", "-tenants-file="+path)
+	err := run(testCtx(t), f, io.Discard, io.Discard)
+	if want := path + `: line 3: an owner has an unknown field "colour"`; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("run with a bad tenants file = %v, want %q", err, want)
+	}
+
+	if err := os.WriteFile(path, []byte("tenants:\n  - id: acme\n    keys: [{id: app, kind: app, secret: s3}]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("MOBILE_TENANTS_FILE", path)
+	t.Setenv("REDIS_URL", "redis://127.0.0.1:6379")
+	if _, err := mustParse(t).gatewayConfig(); err != nil {
+		t.Fatalf("a cluster edge with a tenants file and no MOBILE_TOKEN: %v", err)
+	}
+	t.Setenv("REDIS_URL", "")
+	url, stdout, stop := runNode(t, mustParse(t, "-listen=127.0.0.1:0", "-admin-listen=off", "-drain-window=200ms"))
+	defer stop() //nolint:errcheck // the test's end
+	c, err := client.Dial(testCtx(t), url, client.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseNow()
+	if _, err := c.Hello(testCtx(t), "hmt_acme.app.s3", protocol.Device{ID: "tel-1"}, protocol.User{}); err != nil {
+		t.Fatalf("hello with acme's key: %v", err)
+	}
+	if out := stdout.String(); out != "" {
+		t.Fatalf("stdout with a tenants file = %q, want no token made up", out)
 	}
 }
