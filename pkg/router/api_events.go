@@ -332,6 +332,9 @@ func (a *API) readBounded(ctx context.Context, owner, after string, most int, wa
 // device keys. An entry that is not an event stays as it is, for the
 // legacy owner only.
 func ownEntry(owner string, e store.EventEntry) (store.EventEntry, bool) {
+	if !tenant.MayHoldOwnerKey(e.Data) {
+		return e, owner == tenant.Legacy // a legacy device's: not decoded here
+	}
 	var ev wire.Event
 	if wire.Unmarshal(e.Data, &ev) != nil {
 		return e, owner == tenant.Legacy

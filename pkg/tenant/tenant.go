@@ -13,6 +13,7 @@
 package tenant
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -245,6 +246,11 @@ func DeviceID(key string) string {
 	_, d := SplitDeviceKey(key)
 	return d
 }
+
+// MayHoldOwnerKey reports whether data (JSON, as pkg/wire writes it, which
+// writes U+FDD0 as its UTF-8 bytes, not escaped) may name a file owner's
+// device key: false says it names none, so a reader can skip decoding it.
+func MayHoldOwnerKey(data []byte) bool { return bytes.Contains(data, []byte(marker)) }
 
 // CheckLegacyDevice refuses a device id of the legacy owner that could be
 // taken for a file owner's device key: one that begins with U+FDD0.

@@ -13,6 +13,7 @@ import (
 	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/tenant"
+	"github.com/hermes-mobile/gateway/pkg/wire"
 )
 
 const goodFile = `tenants:
@@ -323,5 +324,22 @@ func TestReloadsAreCounted(t *testing.T) {
 	}
 	if got := reloads(t, rd); got["ok"] != 1 || got["error"] != 2 || r.Snapshot().Tenant("acme") != nil {
 		t.Fatalf("after a good file: %v, want ok 1, and no acme", got)
+	}
+}
+
+// The event log's readers skip decoding an entry that MayHoldOwnerKey
+// says names no owner's device: that holds only while the bus's JSON
+// writes U+FDD0 unescaped.
+func TestMayHoldOwnerKey(t *testing.T) {
+	data, err := wire.Marshal(wire.Event{Kind: "text", Device: tenant.DeviceKey("acme", "tel-1"), Session: "mobile:" + tenant.DeviceKey("acme", "tel-1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !tenant.MayHoldOwnerKey(data) {
+		t.Errorf("%s: an owner's event was taken for a legacy one", data)
+	}
+	data, _ = wire.Marshal(wire.Event{Kind: "text", Device: "tel-1", Text: "plain"})
+	if tenant.MayHoldOwnerKey(data) {
+		t.Errorf("%s: a legacy event was taken for an owner's", data)
 	}
 }
