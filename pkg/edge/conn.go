@@ -578,6 +578,9 @@ func (c *conn) logger() *slog.Logger {
 	if c.device == "" {
 		return c.srv.log.With("client", c.client.String())
 	}
+	if owner, dev := tenant.SplitDeviceKey(c.device); owner != tenant.Legacy {
+		return c.srv.log.With("client", c.client.String(), "owner", owner, "device", dev)
+	}
 	return c.srv.log.With("client", c.client.String(), "device", c.device)
 }
 
