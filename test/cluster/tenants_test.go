@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -135,10 +136,16 @@ func TestOwnersAcrossEdges(t *testing.T) {
 		return errors.As(err, &se) && se.Code == protocol.CodeAuthFailed
 	})
 
-	// A new key for beta admits its phone on both edges, once the file
-	// has it.
-	writeTenantsFile(t, path, file("      - {id: app2, kind: app, secret: beta-app2}\n"))
-	for _, edge := range []string{"A", "B"} {
+	// A new key for beta admits its phone on every edge, once the file
+	// has it: edge C, started meanwhile, serves its metrics too.
+	_, admin := startAdminEdge(t, c, "C")
+	const okSample, errSample = `hermes_tenants_reloads_total{result="ok"}`, `hermes_tenants_reloads_total{result="error"}`
+	if m := testsvc.Scrape(t, admin+"/metrics"); m[okSample] != 0 || m[errSample] != 0 {
+		t.Fatalf("a fresh edge's reloads: ok %v, error %v; want both at 0", m[okSample], m[errSample])
+	}
+	good := file("      - {id: app2, kind: app, secret: beta-app2}\n")
+	writeTenantsFile(t, path, good)
+	for _, edge := range []string{"A", "B", "C"} {
 		testsvc.WaitFor(t, 5*time.Second, "beta's new key on edge "+edge, func() bool {
 			conn, err := client.Dial(testCtx(t), c.edge(edge).url, client.Options{Timeout: 5 * time.Second})
 			if err != nil {
@@ -148,5 +155,21 @@ func TestOwnersAcrossEdges(t *testing.T) {
 			_, err = conn.Hello(testCtx(t), tenant.Credential("beta", "app2", "beta-app2"), device("tel-7"), user)
 			return err == nil
 		})
+	}
+	testsvc.WaitMetric(t, 5*time.Second, admin+"/metrics", okSample, testsvc.Equals(1))
+
+	// A file that does not parse: every edge keeps the last good one, and
+	// counts it once; SIGHUP reads it again and counts it again.
+	writeTenantsFile(t, path, strings.Replace(good, "kind: app,", "kind: app, colour: red,", 1))
+	testsvc.WaitMetric(t, 5*time.Second, admin+"/metrics", errSample, testsvc.Equals(1))
+	if _, err := c.helloWith(t, "C", tenant.Credential("beta", "app2", "beta-app2"), "tel-8"); err != nil {
+		t.Fatalf("a key of the last good file after a bad one: %v", err)
+	}
+	hup := c.edge("C").Watch(logMsg("SIGHUP: reading the tenants file again"))
+	c.edge("C").Signal(t, syscall.SIGHUP)
+	testsvc.WaitChan(t, 5*time.Second, "edge C to log the SIGHUP", hup)
+	testsvc.WaitMetric(t, 5*time.Second, admin+"/metrics", errSample, testsvc.Equals(2))
+	if !strings.Contains(c.edge("C").LastLines(), `line 4: a key has an unknown field \"colour\"`) {
+		t.Errorf("edge C's log does not name the bad line: %s", c.edge("C").LastLines())
 	}
 }
