@@ -368,6 +368,12 @@ type Events interface {
 	// must stop promptly waits in short steps. A malformed after gives
 	// ErrBadCursor.
 	ReadEvents(ctx context.Context, after string, max int, wait time.Duration) ([]EventEntry, error)
+	// AppendEventIn and ReadEventsIn are AppendEvent and ReadEvents of the
+	// log called log: "" is AppendEvent's and ReadEvents' own, any other
+	// name (an owner's, pkg/tenant) a log of its own, with cursors of the
+	// same form, that no read of another log sees.
+	AppendEventIn(ctx context.Context, log string, data []byte, maxLen int) (cursor string, err error)
+	ReadEventsIn(ctx context.Context, log, after string, max int, wait time.Duration) ([]EventEntry, error)
 }
 
 // HistoryLimits bound one session's history.

@@ -62,6 +62,35 @@ type eventLog struct {
 // AppendEvent adds data to the log and returns its cursor. The log keeps
 // exactly the newest maxLen entries.
 func (s *Store) AppendEvent(ctx context.Context, data []byte, maxLen int) (string, error) {
+	return s.AppendEventIn(ctx, "", data, maxLen)
+}
+
+// eventLogs are the logs other than "" (owners'), made on first use.
+type eventLogs struct {
+	mu   sync.Mutex
+	byID map[string]*eventLog
+}
+
+// eventLog is the log called name.
+func (s *Store) eventLog(name string) *eventLog {
+	if name == "" {
+		return &s.events
+	}
+	s.otherEvents.mu.Lock()
+	defer s.otherEvents.mu.Unlock()
+	l := s.otherEvents.byID[name]
+	if l == nil {
+		if s.otherEvents.byID == nil {
+			s.otherEvents.byID = make(map[string]*eventLog)
+		}
+		l = &eventLog{}
+		s.otherEvents.byID[name] = l
+	}
+	return l
+}
+
+// AppendEventIn is AppendEvent of the log called log.
+func (s *Store) AppendEventIn(ctx context.Context, log string, data []byte, maxLen int) (string, error) {
 	if err := ctx.Err(); err != nil {
 		return "", err
 	}
@@ -69,7 +98,7 @@ func (s *Store) AppendEvent(ctx context.Context, data []byte, maxLen int) (strin
 		return "", errBadMaxLen
 	}
 	data = bytes.Clone(data)
-	l := &s.events
+	l := s.eventLog(log)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	id := eventID{ms: uint64(s.clock.Now().UnixMilli())}
@@ -94,6 +123,11 @@ func (s *Store) AppendEvent(ctx context.Context, data []byte, maxLen int) (strin
 // to wait for one when there are none. A ctx that ends while it waits
 // returns ctx's error.
 func (s *Store) ReadEvents(ctx context.Context, after string, max int, wait time.Duration) ([]store.EventEntry, error) {
+	return s.ReadEventsIn(ctx, "", after, max, wait)
+}
+
+// ReadEventsIn is ReadEvents of the log called log.
+func (s *Store) ReadEventsIn(ctx context.Context, log, after string, max int, wait time.Duration) ([]store.EventEntry, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -108,7 +142,7 @@ func (s *Store) ReadEvents(ctx context.Context, after string, max int, wait time
 		max = 1
 	}
 	var timeout <-chan time.Time
-	l := &s.events
+	l := s.eventLog(log)
 	for {
 		l.mu.Lock()
 		i := sort.Search(len(l.items), func(i int) bool { return l.items[i].id.after(from) })

@@ -81,8 +81,10 @@ type Store struct {
 	outbox  outboxes
 	blobs   blobs
 	events  eventLog
-	history histories
-	pushTo  pushTargets
+	// otherEvents are the event logs other than "" (owners').
+	otherEvents eventLogs
+	history     histories
+	pushTo      pushTargets
 
 	journals journals
 

@@ -31,7 +31,14 @@ const EventTTL = 24 * time.Hour
 // than the empty answer of a wait that ran out.
 const blockMargin = 100 * time.Millisecond
 
-func (s *Store) eventsKey() string { return s.prefix + "events" }
+// eventsKey is the stream of the event log called log: "events" for "",
+// "events:<log>" for another (an owner's).
+func (s *Store) eventsKey(log string) string {
+	if log == "" {
+		return s.prefix + "events"
+	}
+	return s.prefix + "events:" + log
+}
 
 // appendEventScript adds an entry, trims the stream and renews its TTL.
 // KEYS: events. ARGV: data, maxLen, ttl ms. Reply: the entry's id.
@@ -43,13 +50,18 @@ return id
 
 // AppendEvent adds data to the event log and returns its stream id.
 func (s *Store) AppendEvent(ctx context.Context, data []byte, maxLen int) (string, error) {
+	return s.AppendEventIn(ctx, "", data, maxLen)
+}
+
+// AppendEventIn is AppendEvent of the log called log.
+func (s *Store) AppendEventIn(ctx context.Context, log string, data []byte, maxLen int) (string, error) {
 	if err := ctx.Err(); err != nil {
 		return "", opErr("AppendEvent", err)
 	}
 	if maxLen < 1 {
 		return "", opErr("AppendEvent", errors.New("maxLen must be positive"))
 	}
-	id, err := appendEventScript.Run(ctx, s.rdb, []string{s.eventsKey()}, data, maxLen, ms(EventTTL)).Text()
+	id, err := appendEventScript.Run(ctx, s.rdb, []string{s.eventsKey(log)}, data, maxLen, ms(EventTTL)).Text()
 	if err != nil {
 		return "", s.redisErr(ctx, "AppendEvent", err)
 	}
@@ -60,6 +72,11 @@ func (s *Store) AppendEvent(ctx context.Context, data []byte, maxLen int) (strin
 // to wait (XREAD BLOCK) when there is nothing to read. When ctx has a
 // deadline, the block ends blockMargin before it.
 func (s *Store) ReadEvents(ctx context.Context, after string, max int, wait time.Duration) ([]store.EventEntry, error) {
+	return s.ReadEventsIn(ctx, "", after, max, wait)
+}
+
+// ReadEventsIn is ReadEvents of the log called log.
+func (s *Store) ReadEventsIn(ctx context.Context, log, after string, max int, wait time.Duration) ([]store.EventEntry, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, opErr("ReadEvents", err)
 	}
@@ -85,7 +102,7 @@ func (s *Store) ReadEvents(ctx context.Context, after string, max int, wait time
 		}
 	}
 	res, err := s.rdb.XRead(ctx, &redis.XReadArgs{
-		Streams: []string{s.eventsKey(), after},
+		Streams: []string{s.eventsKey(log), after},
 		Count:   int64(max),
 		Block:   block,
 	}).Result()

@@ -36,6 +36,52 @@ func testEvents(t *testing.T, s store.Store) {
 	t.Run("MaxLen", func(t *testing.T) { testEventsMaxLen(t, s) })
 	t.Run("BadCursor", func(t *testing.T) { testEventsBadCursor(t, s) })
 	t.Run("Canceled", func(t *testing.T) { testEventsCanceled(t, s) })
+	t.Run("Logs", func(t *testing.T) { testEventsLogs(t, s) })
+}
+
+// testEventsLogs: each log of AppendEventIn is its own: a read of one
+// never sees another's entries, "" is AppendEvent's log, and a reader
+// waiting on one log is woken by its own appends.
+func testEventsLogs(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	a, b := "a"+testsvc.RandomHex(4), "b"+testsvc.RandomHex(4)
+	last := mark(t, s)
+	ca, err := s.AppendEventIn(ctx, a, []byte("in a"), eventsMax)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AppendEventIn(ctx, b, []byte("in b"), eventsMax); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.ReadEventsIn(ctx, a, "", 100, 0); err != nil || len(got) != 1 || string(got[0].Data) != "in a" || got[0].Cursor != ca {
+		t.Fatalf("log a: %v, %v; want its one entry", got, err)
+	}
+	if got, err := s.ReadEventsIn(ctx, b, "", 100, 0); err != nil || len(got) != 1 || string(got[0].Data) != "in b" {
+		t.Fatalf("log b: %v, %v; want its one entry", got, err)
+	}
+	if got := readEvents(t, s, last, 100, 0); len(got) != 0 {
+		t.Fatalf("the log of AppendEvent holds the others' entries: %v", eventData(got))
+	}
+	c := appendEvent(t, s, "in the first", eventsMax)
+	if got, err := s.ReadEventsIn(ctx, "", last, 100, 0); err != nil || len(got) != 1 || got[0].Cursor != c {
+		t.Fatalf(`log "": %v, %v; want AppendEvent's entry`, got, err)
+	}
+	res := make(chan []store.EventEntry, 1)
+	go func() {
+		es, _ := s.ReadEventsIn(ctx, a, ca, 10, 10*time.Second)
+		res <- es
+	}()
+	if _, err := s.AppendEventIn(ctx, a, []byte("wake a"), eventsMax); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case es := <-res:
+		if len(es) != 1 || string(es[0].Data) != "wake a" {
+			t.Fatalf("a reader waiting on log a got %v, want its append", eventData(es))
+		}
+	case <-time.After(5 * time.Second): // well within the reader's 10 s wait
+		t.Fatal("a reader waiting on log a was not woken by its append")
+	}
 }
 
 // eventsMax is the maxLen of the subtests that do not test trimming.
