@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hermes-mobile/gateway/pkg/store"
+	"github.com/hermes-mobile/gateway/pkg/tenant"
 	"github.com/hermes-mobile/gateway/pkg/wire"
 )
 
@@ -56,9 +57,17 @@ func (l *Link) Handle(ctx context.Context, ev wire.Event, _ Output) error {
 	if err != nil {
 		return fmt.Errorf("link: encoding the event: %w", err)
 	}
+	// Each owner's events go to a log of its own (its agent reads that
+	// one); the legacy owner's to the log of before.
+	owner := tenant.OwnerOf(ev.Device)
 	delay := linkRetryMin
 	for {
-		_, err := l.events.AppendEvent(ctx, data, l.maxLen)
+		var err error
+		if owner == tenant.Legacy {
+			_, err = l.events.AppendEvent(ctx, data, l.maxLen)
+		} else {
+			_, err = l.events.AppendEventIn(ctx, owner, data, l.maxLen)
+		}
 		if err == nil {
 			return nil
 		}

@@ -376,7 +376,7 @@ func (a *API) read(ctx context.Context, owner, after string, most int, wait time
 	reached = after
 	deadline := time.Now().Add(wait)
 	for {
-		es, err := a.readAny(ctx, reached, most, max(0, time.Until(deadline)))
+		es, err := a.readLog(ctx, owner, reached, most, max(0, time.Until(deadline)))
 		if err != nil {
 			return nil, reached, false, err
 		}
@@ -395,25 +395,25 @@ func (a *API) read(ctx context.Context, owner, after string, most int, wait time
 	}
 }
 
-// readAny returns the entries of every owner after cursor, waiting up to
+// readLog returns the entries of owner's log after cursor, waiting up to
 // wait for one.
-func (a *API) readAny(ctx context.Context, after string, max int, wait time.Duration) ([]store.EventEntry, error) {
+func (a *API) readLog(ctx context.Context, owner, after string, max int, wait time.Duration) ([]store.EventEntry, error) {
 	a.readers.Add(1)
 	defer a.readers.Add(-1)
 	deadline := time.Now().Add(wait)
 	for {
 		left := time.Until(deadline)
 		if left <= 0 || ctx.Err() != nil {
-			return a.r.store.ReadEvents(ctx, after, max, 0)
+			return a.r.store.ReadEventsIn(ctx, owner, after, max, 0)
 		}
 		var es []store.EventEntry
 		var err error
 		select {
 		case a.waiting <- struct{}{}:
-			es, err = a.r.store.ReadEvents(ctx, after, max, min(left, waitStep))
+			es, err = a.r.store.ReadEventsIn(ctx, owner, after, max, min(left, waitStep))
 			<-a.waiting
 		default:
-			if es, err = a.r.store.ReadEvents(ctx, after, max, 0); err == nil && len(es) == 0 {
+			if es, err = a.r.store.ReadEventsIn(ctx, owner, after, max, 0); err == nil && len(es) == 0 {
 				t := time.NewTimer(min(pollEvery, left))
 				select {
 				case <-t.C:
