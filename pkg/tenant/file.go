@@ -35,7 +35,7 @@ func Parse(name string, data []byte) (*Snapshot, error) {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	if doc.Kind == 0 {
-		return nil, fmt.Errorf("%s: the file is empty: it needs tenants:", name)
+		return nil, fmt.Errorf("%s: the file is empty: it needs a tenants list", name)
 	}
 	root := doc.Content[0]
 	fields, err := p.mapping(root, "the file", "tenants")
