@@ -201,6 +201,54 @@ func TestOwnersAreIsolated(t *testing.T) {
 		}
 	})
 
+	t.Run("a batch reaches its own owner's phones", func(t *testing.T) {
+		r := e.call(t, "POST", "/v1/deliver/batch", betaCron, map[string]any{"deliveries": []map[string]any{
+			{"target": "tel-1", "text": "beta batch 1"}, {"target": "tel-1", "text": "beta batch 2"},
+		}})
+		if r.status != http.StatusOK || !strings.Contains(string(r.body), `"status":200`) || strings.Contains(string(r.body), `"status":4`) {
+			t.Fatalf("beta's batch: %d %s", r.status, r.body)
+		}
+		expectText(t, beta, "beta batch 1")
+		expectText(t, beta, "beta batch 2")
+		wantOK(t, e.call(t, "POST", "/v1/deliver", acmeCron, map[string]any{"target": "tel-1", "text": "acme after the batch"}))
+		expectText(t, acme, "acme after the batch")
+	})
+
+	t.Run("a card is its own owner's phone's", func(t *testing.T) {
+		card, _ := wantOK(t, e.call(t, "POST", "/v1/sessions/tel-1/prompts", acmeAgent, map[string]any{"kind": "slash_confirm", "text": "Proceed?"}))["id"].(string)
+		p := expect(t, acme, protocol.TypePrompt)
+		if p.Str("id") != card || p.Str("session") != "mobile:tel-1" {
+			t.Fatalf("acme's card: %s, want %s for mobile:tel-1", p, card)
+		}
+		// beta's tel-1 answers acme's card: not its device's.
+		if err := beta.Answer(card, "once", ""); err != nil {
+			t.Fatal(err)
+		}
+		if f := expect(t, beta, protocol.TypeError); f.Str("code") != "forbidden" {
+			t.Fatalf("beta answering acme's card: %s, want forbidden", f)
+		}
+		if err := acme.Answer(card, "once", ""); err != nil {
+			t.Fatal(err)
+		}
+		if f := expect(t, acme, protocol.TypePromptDone); f.Str("id") != card || f.Str("option_id") != "once" {
+			t.Fatalf("acme answering its card: %s", f)
+		}
+	})
+
+	t.Run("a push registration is its own owner's device's", func(t *testing.T) {
+		wantOK(t, e.call(t, "PUT", "/v1/devices/tel-1/push", acmeAgent, map[string]any{"kind": "webhook", "url": "https://push.example.com/acme"}))
+		ctx := ctxFor(t, 5*time.Second)
+		got, err := e.store.PushTarget(ctx, tenant.DeviceKey("acme", "tel-1"))
+		if err != nil || !strings.Contains(string(got), "push.example.com/acme") {
+			t.Fatalf("acme's tel-1 push target: %s, %v", got, err)
+		}
+		for _, key := range []string{tenant.DeviceKey("beta", "tel-1"), "tel-1"} {
+			if got, err := e.store.PushTarget(ctx, key); err == nil && len(got) > 0 {
+				t.Errorf("%q got acme's push target: %s", key, got)
+			}
+		}
+	})
+
 	t.Run("another owner's device key reaches nothing of theirs", func(t *testing.T) {
 		acmeKey := tenant.DeviceKey("acme", "tel-1")
 		// Beta names acme's device key: that is beta's own device of that
