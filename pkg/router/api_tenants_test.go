@@ -64,15 +64,39 @@ func writeTenants(t *testing.T, path, content string) {
 	}
 }
 
-// startTenantCluster is startCluster with the tenants file at path,
-// read again every 50 ms, for the edge and the router API.
-func startTenantCluster(t *testing.T, path string) *env {
+// openTenants opens the tenants file at path, read again every 50 ms
+// until t ends.
+func openTenants(t *testing.T, path string) *tenant.Registry {
 	t.Helper()
 	reg, err := tenant.Open(tenant.Options{Path: path, Interval: 50 * time.Millisecond, Log: testLogger(t, "tenants")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	go reg.Run(t.Context(), nil)
+	return reg
+}
+
+// startTenantSingle is startSingle with the tenants file at path for the
+// edge and the router API: the memory store, an embedded NATS.
+func startTenantSingle(t *testing.T, path string) *env {
+	t.Helper()
+	reg := openTenants(t, path)
+	nc := nodeConfig()
+	nc.Router, nc.NewAgent, nc.APIListen, nc.Tenants = true, agent.Named("link", agent.OpenAIConfig{}, 0), "127.0.0.1:0", reg
+	nc.API = apiConfig(nil)
+	g, err := gateway.Start(t.Context(), nc, testLogger(t, "node"))
+	if err != nil {
+		t.Fatalf("start node: %v", err)
+	}
+	t.Cleanup(func() { g.Close() })
+	return &env{node: g, router: g.Router, store: g.Store, api: g.API, url: g.APIURL()}
+}
+
+// startTenantCluster is startCluster with the tenants file at path for
+// the edge and the router API.
+func startTenantCluster(t *testing.T, path string) *env {
+	t.Helper()
+	reg := openTenants(t, path)
 	redisURL := testsvc.RedisURL(t)
 	natsURL := testsvc.NATSURL(t)
 	prefix := "hermes-tenanttest:" + testsvc.RandomHex(6) + ":"
@@ -160,9 +184,16 @@ func expectText(t *testing.T, c *client.Conn, want string) {
 }
 
 func TestOwnersAreIsolated(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "tenants.yaml")
-	writeTenants(t, path, tenantsFile(acmeKeysAll))
-	e := startTenantCluster(t, path)
+	for name, start := range map[string]func(*testing.T, string) *env{"single": startTenantSingle, "cluster": startTenantCluster} {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "tenants.yaml")
+			writeTenants(t, path, tenantsFile(acmeKeysAll))
+			testOwnersAreIsolated(t, path, start(t, path))
+		})
+	}
+}
+
+func testOwnersAreIsolated(t *testing.T, path string, e *env) {
 
 	// Three tel-1 at once: acme's, beta's and the legacy owner's.
 	acme := e.phoneAs(t, acmeApp, "tel-1")
