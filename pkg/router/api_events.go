@@ -326,11 +326,11 @@ func (a *API) readBounded(ctx context.Context, owner, after string, most int, wa
 	return out, after, nil
 }
 
-// ownEntry is e as owner's agent sees it, or false when e is another
-// owner's: the event log holds every owner's events, and an owner reads
-// only its own, with its devices' own ids (tenant.DeviceID), never their
-// device keys. An entry that is not an event stays as it is, for the
-// legacy owner only.
+// ownEntry is e as owner's agent sees it: with its device's own id
+// (tenant.DeviceID), never the device key. Each owner's events have a log
+// of their own; an entry of another owner's device, which no owner's log
+// should hold, is false all the same. An entry that is not an event stays
+// as it is, for the legacy owner only.
 func ownEntry(owner string, e store.EventEntry) (store.EventEntry, bool) {
 	if !tenant.MayHoldOwnerKey(e.Data) {
 		return e, owner == tenant.Legacy // a legacy device's: not decoded here
