@@ -136,6 +136,8 @@ func (r *Registry) Reload(force bool) error {
 	ctx := context.Background()
 	if err != nil {
 		err = fmt.Errorf("MOBILE_TENANTS_FILE: %w", err)
+		// badSum zero stands for "unreadable": one failure to read is
+		// counted once, as one bad content is.
 		if force || !r.hasBad || r.badSum != ([sha256.Size]byte{}) {
 			r.badSum, r.hasBad = [sha256.Size]byte{}, true
 			r.reloads.Add(ctx, 1, r.errOpt)

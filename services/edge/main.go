@@ -167,7 +167,7 @@ func (f flags) gatewayConfig() (gateway.Config, error) {
 		// A token made up by one process is not the others' (nor the next
 		// run's): every phone would get auth_failed while each pod looks
 		// healthy. Only a single zero-config node makes one up.
-		return cfg, errors.New("MOBILE_TOKEN is required with NATS_URL or REDIS_URL: the nodes of a cluster must share the app token (set MOBILE_TOKEN or -token)")
+		return cfg, errors.New("MOBILE_TOKEN is required with NATS_URL or REDIS_URL: the nodes of a cluster must share the app token (set MOBILE_TOKEN or -token, or give the owners keys in MOBILE_TENANTS_FILE)")
 	}
 	var err error
 	if cfg.Router, err = onOffAuto("MOBILE_ROUTER", f.router, cfg.NATSURL == ""); err != nil {
