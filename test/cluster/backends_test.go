@@ -26,6 +26,9 @@ const (
 	envRedisMode = "CLUSTER_TEST_REDIS_MODE"
 	envRedisURL  = "CLUSTER_TEST_REDIS_URL"
 	envNATSURLs  = "CLUSTER_TEST_NATS_URLS" // comma-separated, one per server
+	// envNATSPrefix goes in front of the NATS_PREFIX each test of the
+	// child picks, when its NATS user may use subjects under it alone.
+	envNATSPrefix = "CLUSTER_TEST_NATS_PREFIX"
 )
 
 // crossNode are the tests TestClusteredBackends runs on each backend: a
@@ -40,11 +43,12 @@ const crossNodeTests = 6
 type backendEnv struct {
 	redisMode, redisURL string
 	natsURLs            []string
+	natsPrefix          string
 }
 
 // backends is what the parent TestClusteredBackends set, or nothing.
 var backends = sync.OnceValue(func() backendEnv {
-	b := backendEnv{redisMode: os.Getenv(envRedisMode), redisURL: os.Getenv(envRedisURL)}
+	b := backendEnv{redisMode: os.Getenv(envRedisMode), redisURL: os.Getenv(envRedisURL), natsPrefix: os.Getenv(envNATSPrefix)}
 	if u := os.Getenv(envNATSURLs); u != "" {
 		b.natsURLs = strings.Split(u, ",")
 	}
@@ -70,16 +74,50 @@ func TestClusteredBackends(t *testing.T) {
 	t.Run("Sentinel", func(t *testing.T) {
 		runCrossNode(t, "sentinel", startSentinels(t), nats)
 	})
+	t.Run("UsersOfTheirPrefixOnly", func(t *testing.T) {
+		redisURL, natsURL := startRestricted(t)
+		runCrossNode(t, "single", redisURL, []string{natsURL}, envNATSPrefix+"="+restrictedNATSPrefix)
+	})
+}
+
+// The prefixes a restricted user may use (startRestricted): the cluster
+// tests' Redis keys all begin with the first; each test's NATS_PREFIX
+// begins with the second (the tests run in parallel on one server, each
+// with prefixes of its own).
+const (
+	restrictedRedisPrefix = "hermes-cluster-test:"
+	restrictedNATSPrefix  = "gwr."
+)
+
+// startRestricted starts a Redis and a NATS server of their own whose one
+// user may use only the gateway's prefixes, as an operator sharing them
+// with other gateways grants it: the Redis ACL user may touch only keys
+// and channels under restrictedRedisPrefix and run no dangerous command;
+// the NATS user may publish and subscribe only under restrictedNATSPrefix,
+// where the gateway's reply inboxes are too (natsbus.InboxPrefix), not
+// under the global _INBOX. It returns their URLs, with the users.
+func startRestricted(t *testing.T) (redisURL, natsURL string) {
+	rs := testsvc.StartRedis(t,
+		"--user", "default", "on", "nopass", "resetkeys", "-@all", "+ping", // the harness's readiness check
+		"--user", "gw", "on", ">pw", "~"+restrictedRedisPrefix+"*", "&"+restrictedRedisPrefix+"*", "+@all", "-@dangerous")
+	conf := filepath.Join(t.TempDir(), "nats.conf")
+	perm := fmt.Sprintf("{allow: [%q]}", restrictedNATSPrefix+">")
+	if err := os.WriteFile(conf, []byte(fmt.Sprintf(
+		"authorization { users: [ {user: gw, password: pw, permissions: {publish: %s, subscribe: %s}} ] }\n", perm, perm)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ns := testsvc.StartNATS(t, "-c", conf)
+	return "redis://gw:pw@" + rs.Addr(), "nats://gw:pw@" + ns.Addr()
 }
 
 // runCrossNode runs crossNode in a child process of this test binary.
-func runCrossNode(t *testing.T, mode, redisURL string, nats []string) {
+func runCrossNode(t *testing.T, mode, redisURL string, nats []string, env ...string) {
 	args := []string{"-test.run", crossNode, "-test.count=1", "-test.v"}
 	if d, ok := t.Deadline(); ok {
 		args = append(args, "-test.timeout="+time.Until(d).Round(time.Second).String())
 	}
 	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), envRedisMode+"="+mode, envRedisURL+"="+redisURL, envNATSURLs+"="+strings.Join(nats, ","))
+	cmd.Env = append(append(os.Environ(), envRedisMode+"="+mode, envRedisURL+"="+redisURL, envNATSURLs+"="+strings.Join(nats, ",")), env...)
 	out, err := cmd.CombinedOutput()
 	passed := strings.Count(string(out), "--- PASS: ")
 	if err != nil || passed < crossNodeTests {

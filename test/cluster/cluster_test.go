@@ -87,7 +87,7 @@ func newCluster(t *testing.T, o options) *cluster {
 		// its NATS cluster, fresh for the run.
 		c.redis, c.redisMode, c.natsServers = b.redisURL, b.redisMode, b.natsURLs
 		c.nats = c.natsServers[0]
-		c.natsPrefix = "t" + testsvc.RandomHex(6) + "."
+		c.natsPrefix = b.natsPrefix + "t" + testsvc.RandomHex(6) + "."
 	} else {
 		c.nats = natsURL(t)
 		dropRedisKeys(t, c.redis, c.prefix)

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/store/storetest"
@@ -169,3 +171,33 @@ func TestRedisDown(t *testing.T) {
 
 // roomy upload limits that the tests here do not reach unless they mean to.
 var roomy = store.UploadLimits{MaxOpen: 8, MaxFileBytes: 1 << 20, MaxBytes: 1 << 20}
+
+// TestStoreAsUserOfItsPrefixOnly runs the suite as a Redis ACL user that
+// may touch only the keys (and channels) under its prefix and no dangerous
+// command, as an operator sharing one Redis between gateways grants it:
+// every key the Store uses is under REDIS_PREFIX. The same user is refused
+// a key outside it: the ACL is what the suite ran under.
+func TestStoreAsUserOfItsPrefixOnly(t *testing.T) {
+	t.Parallel()
+	const prefix = "gw1:"
+	srv := testsvc.StartRedis(t,
+		"--user", "default", "on", "nopass", "resetkeys", "-@all", "+ping", // the harness's readiness check
+		"--user", "gw", "on", ">pw", "~"+prefix+"*", "&"+prefix+"*", "+@all", "-@dangerous")
+	url := "redis://gw:pw@" + srv.Addr()
+	storetest.Run(t, func(t *testing.T) store.Store {
+		s, err := New(t.Context(), Options{URL: url, Prefix: prefix})
+		if err != nil {
+			t.Fatalf("New: %v", err)
+		}
+		return s
+	})
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opts)
+	defer rdb.Close()
+	if err := rdb.Set(t.Context(), "elsewhere", "x", 0).Err(); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("a key outside the prefix: %v; want NOPERM", err)
+	}
+}
