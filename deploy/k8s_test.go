@@ -842,3 +842,50 @@ func TestChartHPAConnections(t *testing.T) {
 		t.Error("targetConnectionsPerPod=0 rendered, want a schema error")
 	}
 }
+
+// TestChartTenantsFile: with tenants.existingSecret every edge and router
+// reads the owners' file from that Secret, mounted as a directory (a
+// subPath mount is never updated by the kubelet, so a key added to the
+// Secret would wait for a rollout), beside the extra volumes; without it
+// no pod names one.
+func TestChartTenantsFile(t *testing.T) {
+	ms := renderStrict(t, "hermes", "--set", "auth.token="+testToken,
+		"--set", "tenants.existingSecret=owners", "--set", "tenants.key=file.yaml",
+		"--set", "edge.extraVolumes[0].name=certs", "--set", "edge.extraVolumes[0].emptyDir.medium=Memory",
+		"--set", "edge.extraVolumeMounts[0].name=certs", "--set", "edge.extraVolumeMounts[0].mountPath=/certs")
+	for _, component := range []string{"edge", "router"} {
+		d := deployment(t, ms, component)
+		c := d.Spec.Template.Spec.Containers[0]
+		if e := containerEnv(c, "MOBILE_TENANTS_FILE"); e == nil || e.Value != "/etc/hermes/tenants/file.yaml" {
+			t.Errorf("%s MOBILE_TENANTS_FILE %+v, want /etc/hermes/tenants/file.yaml", component, e)
+		}
+		var mounted bool
+		for _, m := range c.VolumeMounts {
+			if m.Name == "tenants" {
+				mounted = m.MountPath == "/etc/hermes/tenants" && m.SubPath == "" && m.ReadOnly
+			}
+		}
+		if !mounted {
+			t.Errorf("%s mounts %+v; want tenants read-only at /etc/hermes/tenants, no subPath", component, c.VolumeMounts)
+		}
+		var fromSecret bool
+		for _, v := range d.Spec.Template.Spec.Volumes {
+			if v.Name == "tenants" && v.Secret != nil {
+				fromSecret = v.Secret.SecretName == "owners" && len(v.Secret.Items) == 1 && v.Secret.Items[0].Key == "file.yaml" && v.Secret.Items[0].Path == "file.yaml"
+			}
+		}
+		if !fromSecret {
+			t.Errorf("%s volumes %+v; want tenants from the Secret owners, key file.yaml", component, d.Spec.Template.Spec.Volumes)
+		}
+		if component == "edge" && len(c.VolumeMounts) != 2 {
+			t.Errorf("edge mounts %+v; want the tenants file and the extra volume", c.VolumeMounts)
+		}
+	}
+	for _, d := range all[appsv1.Deployment](renderStrict(t, "hermes", "--set", "auth.token="+testToken)) {
+		for _, c := range d.Spec.Template.Spec.Containers {
+			if containerEnv(c, "MOBILE_TENANTS_FILE") != nil {
+				t.Errorf("%s names a tenants file without tenants.existingSecret", d.Name)
+			}
+		}
+	}
+}

@@ -227,3 +227,30 @@ checksum/secret: {{ include (print .Template.BasePath "/secret.yaml") . | sha256
 {{- $per := dict "ms" 1 "s" 1000 "m" 60000 "h" 3600000 }}
 {{- mul $n (get $per $unit) }}
 {{- end }}
+
+{{/*
+The owners' file (tenants.existingSecret): its variable, its mount (the
+Secret as a directory, never a subPath, which the kubelet would not update)
+and its volume; nothing without it.
+*/}}
+{{- define "hermes.tenantsEnv" -}}
+{{- with .Values.tenants.existingSecret }}
+- {name: MOBILE_TENANTS_FILE, value: {{ printf "/etc/hermes/tenants/%s" $.Values.tenants.key | quote }}}
+{{- end }}
+{{- end }}
+
+{{- define "hermes.tenantsMount" -}}
+{{- with .Values.tenants.existingSecret }}
+- {name: tenants, mountPath: /etc/hermes/tenants, readOnly: true}
+{{- end }}
+{{- end }}
+
+{{- define "hermes.tenantsVolume" -}}
+{{- with .Values.tenants.existingSecret }}
+- name: tenants
+  secret:
+    secretName: {{ . }}
+    items:
+      - {key: {{ $.Values.tenants.key }}, path: {{ $.Values.tenants.key }}}
+{{- end }}
+{{- end }}
