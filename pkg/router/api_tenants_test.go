@@ -17,12 +17,10 @@ import (
 
 	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/agent"
-	"github.com/hermes-mobile/gateway/pkg/bus/natsbus"
 	"github.com/hermes-mobile/gateway/pkg/client"
 	"github.com/hermes-mobile/gateway/pkg/gateway"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/router"
-	"github.com/hermes-mobile/gateway/pkg/store/redisstore"
 	"github.com/hermes-mobile/gateway/pkg/tenant"
 )
 
@@ -97,36 +95,7 @@ func startTenantSingle(t *testing.T, path string) *env {
 func startTenantCluster(t *testing.T, path string) *env {
 	t.Helper()
 	reg := openTenants(t, path)
-	redisURL := testsvc.RedisURL(t)
-	natsURL := testsvc.NATSURL(t)
-	prefix := "hermes-tenanttest:" + testsvc.RandomHex(6) + ":"
-	cleanRedis(t, redisURL, prefix)
-	log := testLogger(t, "router")
-	natsPrefix := "tt" + testsvc.RandomHex(3) + "."
-	nc := nodeConfig()
-	nc.NATSURL, nc.NATSPrefix, nc.RedisURL, nc.RedisPrefix, nc.Tenants = natsURL, natsPrefix, redisURL, prefix, reg
-	g, err := gateway.Start(t.Context(), nc, testLogger(t, "node"))
-	if err != nil {
-		t.Fatalf("start node: %v", err)
-	}
-	t.Cleanup(func() { g.Close() })
-	st, err := redisstore.New(t.Context(), redisstore.Options{URL: redisURL, Prefix: prefix})
-	if err != nil {
-		t.Fatalf("redisstore: %v", err)
-	}
-	t.Cleanup(func() { st.Close() })
-	b, err := natsbus.Connect(natsURL, natsbus.Options{Logger: log, Name: "router-test", SubjectPrefix: natsPrefix})
-	if err != nil {
-		t.Fatalf("natsbus: %v", err)
-	}
-	t.Cleanup(func() { b.Close() })
-	r := router.New(router.Config{}, st, b, agent.NewLink(st, 1000), log)
-	if err := r.Start(); err != nil {
-		t.Fatalf("router: %v", err)
-	}
-	t.Cleanup(func() { r.Close() })
-	return serve(t, &env{node: g, router: r, store: st, redisURL: redisURL, redisPrefix: prefix},
-		apiConfig(func(c *router.APIConfig) { c.Tenants = reg }))
+	return startClusterOf(t, apiConfig(func(c *router.APIConfig) { c.Tenants = reg }), reg)
 }
 
 // phoneAs connects a phone as dev with token; it fails the test unless

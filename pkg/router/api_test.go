@@ -41,6 +41,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/router"
 	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/store/redisstore"
+	"github.com/hermes-mobile/gateway/pkg/tenant"
 	"github.com/hermes-mobile/gateway/pkg/wire"
 )
 
@@ -120,6 +121,13 @@ func startSingle(t *testing.T, cfg router.APIConfig) *env {
 // shared Redis and a NATS server of the test's.
 func startCluster(t *testing.T, cfg router.APIConfig) *env {
 	t.Helper()
+	return startClusterOf(t, cfg, nil)
+}
+
+// startClusterOf is startCluster whose node reads the owners of reg (nil:
+// none).
+func startClusterOf(t *testing.T, cfg router.APIConfig, reg *tenant.Registry) *env {
+	t.Helper()
 	redisURL := testsvc.RedisURL(t)
 	natsURL := testsvc.NATSURL(t)
 	prefix := "hermes-routertest:" + testsvc.RandomHex(6) + ":"
@@ -128,7 +136,7 @@ func startCluster(t *testing.T, cfg router.APIConfig) *env {
 
 	natsPrefix := "rt" + testsvc.RandomHex(3) + "." // the router and the edge must agree
 	nc := nodeConfig()
-	nc.NATSURL, nc.NATSPrefix, nc.RedisURL, nc.RedisPrefix = natsURL, natsPrefix, redisURL, prefix
+	nc.NATSURL, nc.NATSPrefix, nc.RedisURL, nc.RedisPrefix, nc.Tenants = natsURL, natsPrefix, redisURL, prefix, reg
 	g, err := gateway.Start(t.Context(), nc, testLogger(t, "node"))
 	if err != nil {
 		t.Fatalf("start node: %v", err)
