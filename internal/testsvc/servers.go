@@ -266,3 +266,15 @@ func NATSInfo(addr string) error {
 	}
 	return nil
 }
+
+// StartRedisForPrefix starts a private redis-server (StartRedis) whose one
+// user may touch only the keys and channels under prefix and run no
+// dangerous command, as an operator sharing one Redis between gateways
+// grants it, and returns its URL with that user.
+func StartRedisForPrefix(t testing.TB, prefix string) string {
+	t.Helper()
+	s := StartRedis(t,
+		"--user", "default", "on", "nopass", "resetkeys", "-@all", "+ping", // the readiness check's PING
+		"--user", "gw", "on", ">pw", "~"+prefix+"*", "&"+prefix+"*", "+@all", "-@dangerous")
+	return "redis://gw:pw@" + s.Addr()
+}

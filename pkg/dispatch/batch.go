@@ -62,7 +62,6 @@ func (d *Deliverer) DeliverBatchAs(ctx context.Context, owner string, fs []*prot
 		dev, e := d.TargetOf(owner, f)
 		res[i].Delivery.Device = dev
 		if e == nil {
-			res[i].Delivery.DeviceID = tenant.DeviceID(dev)
 			e = d.checkTTL(f.TTL)
 		}
 		if e != nil {

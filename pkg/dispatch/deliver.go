@@ -56,10 +56,9 @@ func noEnd(error) {}
 // Delivery is what became of a delivery.
 type Delivery struct {
 	ID string // the deliver's id, or the one made for it
-	// Device is the device key its target names (tenant.DeviceKey);
-	// DeviceID the device id, as the sender named it (empty when the
-	// target was refused).
-	Device, DeviceID string
+	// Device is the device key its target names (tenant.DeviceKey; empty
+	// when the target was refused).
+	Device string
 	// Outcome is Delivered (the phone has it: acknowledged, or written to
 	// a phone that does not ack and no "wait":"ack"), Written (written,
 	// not acknowledged in time: it may not have it), Queued (with a ttl:
@@ -75,6 +74,10 @@ type Delivery struct {
 func (dl *Delivery) refuse(e *protocol.Error) {
 	dl.Outcome, dl.Refusal = Refused, e
 }
+
+// DeviceID is the device id of dl's target as the sender named it (never
+// the device key); empty when the target was refused.
+func (dl Delivery) DeviceID() string { return tenant.DeviceID(dl.Device) }
 
 // Target returns the device f is for: its target, or the home device, or
 // why f names none (bad_frame). It is the legacy owner's: TargetOf.
@@ -125,7 +128,6 @@ func (d *Deliverer) DeliverAs(ctx context.Context, owner string, f *protocol.Del
 	}
 	var e *protocol.Error
 	if dl.Device, e = d.TargetOf(owner, f); e == nil {
-		dl.DeviceID = tenant.DeviceID(dl.Device)
 		e = d.checkTTL(f.TTL)
 	}
 	if e != nil {

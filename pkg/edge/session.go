@@ -623,7 +623,7 @@ func (c *conn) deliver(f *protocol.Deliver) {
 	defer cancel()
 	// The sender's owner is its credential's, whose device key c.device is.
 	d, err := c.srv.deliverer.DeliverAs(ctx, tenant.OwnerOf(c.device), f)
-	dev := d.DeviceID // what the sender named: never the device key
+	dev := d.DeviceID() // what the sender named: never the device key
 	if err != nil {
 		c.logger().Warn("deliver failed", "target", d.Device, "err", err)
 		c.sendError(failDeliver.frame(d.ID, dev))

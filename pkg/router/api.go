@@ -350,8 +350,8 @@ type caller struct {
 }
 
 // ownerOf is the owner of the credential req was let in with: the legacy
-// owner for the environment's tokens. The devices a request names are
-// this owner's (deviceKey).
+// owner for the environment's tokens (whose requests carry no caller).
+// The devices a request names are this owner's (deviceKey).
 func ownerOf(req *http.Request) string {
 	if c, ok := req.Context().Value(callerKey{}).(*caller); ok {
 		return c.owner
@@ -378,14 +378,16 @@ func (a *API) authorize(req *http.Request, acc access) (*http.Request, error) {
 	if !ok {
 		return req, apiErr(http.StatusUnauthorized, protocol.CodeAuthFailed, "send Authorization: Bearer <token>")
 	}
-	who := &caller{owner: tenant.Legacy}
-	var isDeliver, isAgent, isOther bool
+	var (
+		who                         *caller // nil: a token of the environment, the legacy owner's
+		isDeliver, isAgent, isOther bool
+	)
 	if a.cfg.Tenants != nil && tenant.IsCredential(token) {
 		k, ok := a.cfg.Tenants.Snapshot().Verify(token)
 		if !ok {
 			return req, apiErr(http.StatusUnauthorized, protocol.CodeAuthFailed, "invalid token")
 		}
-		who.owner, who.key = k.Owner, k
+		who = &caller{owner: k.Owner, key: k}
 		isDeliver, isAgent = k.Kind == tenant.KindDeliver, k.Kind == tenant.KindAgent
 		isOther = !isDeliver && !isAgent // a phone's key
 	} else {
@@ -396,6 +398,11 @@ func (a *API) authorize(req *http.Request, acc access) (*http.Request, error) {
 	case acc == deliverOnly && isDeliver, acc == agentOnly && isAgent:
 		if c, ok := req.Context().Value(connKey{}).(*limitConn); ok {
 			c.trust.CompareAndSwap(stranger, authed) // unless evict closed it first
+		}
+		if who == nil {
+			// ownerOf's default: no copy of the request on the hot path
+			// of cron's and the agent's calls.
+			return req, nil
 		}
 		return req.WithContext(context.WithValue(req.Context(), callerKey{}, who)), nil
 	case isDeliver || isAgent || isOther:

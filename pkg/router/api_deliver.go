@@ -62,7 +62,7 @@ func deliverStatus(d dispatch.Delivery, err error) (int, error) {
 	case dispatch.Written, dispatch.Queued:
 		return http.StatusAccepted, nil
 	case dispatch.Offline:
-		return 0, apiErr(http.StatusNotFound, protocol.CodeDeviceOffline, "device "+d.DeviceID+" is not online")
+		return 0, apiErr(http.StatusNotFound, protocol.CodeDeviceOffline, "device "+d.DeviceID()+" is not online")
 	case dispatch.Refused:
 		return 0, protocolErr(d.Refusal)
 	}

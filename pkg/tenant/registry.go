@@ -132,18 +132,19 @@ func (r *Registry) OnChange(f func(*Snapshot)) (stop func()) {
 func (r *Registry) Reload(force bool) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	data, err := os.ReadFile(r.opts.Path)
-	ctx := context.Background()
-	if err != nil {
-		err = fmt.Errorf("MOBILE_TENANTS_FILE: %w", err)
-		// badSum zero stands for "unreadable": one failure to read is
-		// counted once, as one bad content is.
-		if force || !r.hasBad || r.badSum != ([sha256.Size]byte{}) {
-			r.badSum, r.hasBad = [sha256.Size]byte{}, true
-			r.reloads.Add(ctx, 1, r.errOpt)
-			r.log.Error("the tenants file could not be read: keeping the last good one", "err", err)
+	// failed counts and logs a bad reading once per content (sum; zero
+	// stands for "unreadable"), or again when forced.
+	failed := func(sum [sha256.Size]byte, msg string, err error) error {
+		if force || !r.hasBad || r.badSum != sum {
+			r.badSum, r.hasBad = sum, true
+			r.reloads.Add(context.Background(), 1, r.errOpt)
+			r.log.Error(msg+": keeping the last good one", "err", err)
 		}
 		return err
+	}
+	data, err := os.ReadFile(r.opts.Path)
+	if err != nil {
+		return failed([sha256.Size]byte{}, "the tenants file could not be read", fmt.Errorf("MOBILE_TENANTS_FILE: %w", err))
 	}
 	sum := sha256.Sum256(data)
 	if cur := r.cur.Load(); bytes.Equal(cur.sum[:], sum[:]) {
@@ -152,16 +153,11 @@ func (r *Registry) Reload(force bool) error {
 	}
 	s, err := Parse(r.opts.Path, data)
 	if err != nil {
-		if force || !r.hasBad || r.badSum != sum {
-			r.badSum, r.hasBad = sum, true
-			r.reloads.Add(ctx, 1, r.errOpt)
-			r.log.Error("the tenants file did not parse: keeping the last good one", "err", err)
-		}
-		return err
+		return failed(sum, "the tenants file did not parse", err)
 	}
 	r.hasBad = false
 	r.cur.Store(s)
-	r.reloads.Add(ctx, 1, r.okOpt)
+	r.reloads.Add(context.Background(), 1, r.okOpt)
 	r.log.Info("tenants file reloaded", "owners", len(s.Tenants), "keys", len(s.keys))
 	for _, f := range r.subs {
 		f(s)

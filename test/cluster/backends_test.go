@@ -97,9 +97,7 @@ const (
 // where the gateway's reply inboxes are too (natsbus.InboxPrefix), not
 // under the global _INBOX. It returns their URLs, with the users.
 func startRestricted(t *testing.T) (redisURL, natsURL string) {
-	rs := testsvc.StartRedis(t,
-		"--user", "default", "on", "nopass", "resetkeys", "-@all", "+ping", // the harness's readiness check
-		"--user", "gw", "on", ">pw", "~"+restrictedRedisPrefix+"*", "&"+restrictedRedisPrefix+"*", "+@all", "-@dangerous")
+	redisURL = testsvc.StartRedisForPrefix(t, restrictedRedisPrefix)
 	conf := filepath.Join(t.TempDir(), "nats.conf")
 	perm := fmt.Sprintf("{allow: [%q]}", restrictedNATSPrefix+">")
 	if err := os.WriteFile(conf, []byte(fmt.Sprintf(
@@ -107,7 +105,7 @@ func startRestricted(t *testing.T) (redisURL, natsURL string) {
 		t.Fatal(err)
 	}
 	ns := testsvc.StartNATS(t, "-c", conf)
-	return "redis://gw:pw@" + rs.Addr(), "nats://gw:pw@" + ns.Addr()
+	return redisURL, "nats://gw:pw@" + ns.Addr()
 }
 
 // runCrossNode runs crossNode in a child process of this test binary.

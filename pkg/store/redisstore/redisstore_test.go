@@ -180,10 +180,7 @@ var roomy = store.UploadLimits{MaxOpen: 8, MaxFileBytes: 1 << 20, MaxBytes: 1 <<
 func TestStoreAsUserOfItsPrefixOnly(t *testing.T) {
 	t.Parallel()
 	const prefix = "gw1:"
-	srv := testsvc.StartRedis(t,
-		"--user", "default", "on", "nopass", "resetkeys", "-@all", "+ping", // the harness's readiness check
-		"--user", "gw", "on", ">pw", "~"+prefix+"*", "&"+prefix+"*", "+@all", "-@dangerous")
-	url := "redis://gw:pw@" + srv.Addr()
+	url := testsvc.StartRedisForPrefix(t, prefix)
 	storetest.Run(t, func(t *testing.T) store.Store {
 		s, err := New(t.Context(), Options{URL: url, Prefix: prefix})
 		if err != nil {
