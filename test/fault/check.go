@@ -48,6 +48,19 @@ type History struct {
 	Texts      []Text
 	Deliveries []Delivery
 	Frames     []Frame
+	// Wire names the device id a phone says in its hello, where it is not
+	// the name the history knows it by: with owners, two owners' phones
+	// say the same id (the history's "ann/p-000" and "bob/p-000" are both
+	// p-000 on the wire), and ready's session is the wire id's.
+	Wire map[string]string
+}
+
+// wire is the id device says in its hello.
+func (h History) wire(device string) string {
+	if id, ok := h.Wire[device]; ok {
+		return id
+	}
+	return device
 }
 
 // Result is what Check found.
@@ -119,7 +132,7 @@ func Check(h History) Result {
 	maxDel := make(map[string]int)
 	for _, f := range h.Frames {
 		if f.T == "ready" {
-			if want := "mobile:" + f.Device; f.Session != want {
+			if want := "mobile:" + h.wire(f.Device); f.Session != want {
 				r.Misrouted = append(r.Misrouted, fmt.Sprintf("ready for %s on %s's socket (connection %d)", f.Session, f.Device, f.Conn))
 			}
 			continue

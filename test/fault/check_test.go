@@ -106,3 +106,39 @@ func TestCheckMisrouteIsNoAnswer(t *testing.T) {
 		t.Fatalf("Misrouted = %q, LostTexts = %v; want one and [b-2]", r.Misrouted, r.LostTexts)
 	}
 }
+
+// With owners two phones say the same device id: ready's session is the
+// wire id's, and what one owner's phone got of the other's is misrouted.
+func TestCheckOwnersShareWireIDs(t *testing.T) {
+	h := History{
+		Texts: []Text{
+			{Device: "ann/p", ID: "ann/p-t1", Text: "ann/p t1"},
+			{Device: "bob/p", ID: "bob/p-t1", Text: "bob/p t1"},
+		},
+		Deliveries: []Delivery{{Device: "ann/p", ID: "ann/p.d1", Text: "cron ann/p.d1", Status: 200}},
+		Frames: []Frame{
+			{Device: "ann/p", Conn: 1, T: "ready", Session: "mobile:p"},
+			{Device: "bob/p", Conn: 1, T: "ready", Session: "mobile:p"},
+			{Device: "ann/p", Conn: 1, T: "message", ID: "r-1", Text: "You said: ann/p t1", Final: true},
+			{Device: "ann/p", Conn: 1, T: "message", ID: "ann/p.d1", Text: "cron ann/p.d1", Final: true},
+			{Device: "bob/p", Conn: 1, T: "message", ID: "r-2", Text: "You said: bob/p t1", Final: true},
+		},
+		Wire: map[string]string{"ann/p": "p", "bob/p": "p"},
+	}
+	if r := Check(h); r.Lost() != 0 || len(r.Misrouted) != 0 {
+		t.Fatalf("clean owners' history: lost %d, misrouted %q", r.Lost(), r.Misrouted)
+	}
+	for name, f := range map[string]Frame{
+		"ready of the history's name": {Device: "ann/p", Conn: 2, T: "ready", Session: "mobile:ann/p"},
+		"the other owner's delivery":  {Device: "bob/p", Conn: 1, T: "message", ID: "ann/p.d1", Text: "cron ann/p.d1", Final: true},
+		"the other owner's answer":    {Device: "bob/p", Conn: 1, T: "message", ID: "r-3", Text: "You said: ann/p t1", Final: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			h2 := h
+			h2.Frames = append(append([]Frame(nil), h.Frames...), f)
+			if r := Check(h2); len(r.Misrouted) != 1 {
+				t.Fatalf("Misrouted = %q, want one", r.Misrouted)
+			}
+		})
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/hermes-mobile/gateway/internal/testsvc"
+	"github.com/hermes-mobile/gateway/pkg/tenant"
 )
 
 // config of a run: the short form by default, the long form from the
@@ -80,7 +81,21 @@ func TestFault(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the fault test takes about a minute")
 	}
-	runFault(t, single)
+	runFault(t, single, false)
+}
+
+// TestFaultOwners is TestFault with a tenants file of two owners beside the
+// legacy owner: a third of the phones each, saying the same device ids
+// (ann's p-000, bob's p-000 and the legacy p-000 are three phones), each
+// owner's cron with its own deliver key, and ann flooding made-up
+// sleeping devices with big deliveries past the store's outbox bound.
+// Nothing acknowledged of any owner is lost, nothing reaches another
+// owner's phone, and the flood loses only its own items.
+func TestFaultOwners(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the fault test takes about a minute")
+	}
+	runFault(t, single, true)
 }
 
 // TestFaultCluster is TestFault on a Redis Cluster (3 masters, 3 replicas)
@@ -91,11 +106,14 @@ func TestFaultCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the fault test takes about a minute")
 	}
-	runFault(t, cluster)
+	runFault(t, cluster, false)
 }
 
-func runFault(t *testing.T, backend string) {
+func runFault(t *testing.T, backend string, owners bool) {
 	cfg := readConfig(t, backend)
+	if owners {
+		backend += "+owners" // in the summary; the world is single's
+	}
 	t.Logf("fault: backend=%s seed=%d (FAULT_SEED=%d repeats the plan)", backend, cfg.seed, cfg.seed)
 	dir, err := os.MkdirTemp("", "hermes-fault-")
 	if err != nil {
@@ -114,30 +132,43 @@ func runFault(t *testing.T, backend string) {
 		}
 		os.RemoveAll(dir)
 	})
-	w := newWorld(t, backend, dir, &syncWriter{w: logf})
+	world := strings.TrimSuffix(backend, "+owners")
+	w := newWorld(t, world, dir, &syncWriter{w: logf}, owners)
 
 	rng := mrand.New(mrand.NewPCG(cfg.seed, 0x5eed))
-	faults := plan(rng, faultKinds[backend], cfg.faults, cfg.duration, patience)
-	rec := &recorder{}
+	faults := plan(rng, faultKinds[world], cfg.faults, cfg.duration, patience)
+	rec := &recorder{h: History{Wire: make(map[string]string)}}
 	ph := &phase{sending: true}
 	run := testsvc.RandomHex(3)
 
 	phonesCtx, stopPhones := context.WithCancel(context.Background())
 	defer stopPhones()
 	var phones []*phone
-	var devs []string
+	var targets []target
 	var wg sync.WaitGroup
 	for i := range cfg.phones {
+		// With owners, phone i is the legacy owner's or an owner's, in
+		// turn, and the three of a turn say the same device id.
+		wire, o := fmt.Sprintf("p%s-%03d", run, i), -1
+		if len(w.owners) > 0 {
+			wire, o = fmt.Sprintf("p%s-%03d", run, i/(len(w.owners)+1)), i%(len(w.owners)+1)-1
+		}
 		p := &phone{
-			dev: fmt.Sprintf("p%s-%03d", run, i), w: w, rec: rec,
+			dev: wire, wire: wire, key: wire, token: w.token, w: w, rec: rec,
 			rng:        mrand.New(mrand.NewPCG(cfg.seed, uint64(i+1))),
 			unanswered: make(map[string]string),
 			silentReq:  make(chan *silentOrder, 1),
 			// Asleep for 12 s up to a quarter of the fault phase more.
 			sleepFor: sleepMin + cfg.duration/4,
 		}
+		to := target{dev: wire, wire: wire, deliver: w.deliverToken}
+		if o >= 0 {
+			p.dev, p.key, p.token = w.owners[o].id+"/"+wire, tenant.DeviceKey(w.owners[o].id, wire), w.owners[o].app
+			to = target{dev: p.dev, wire: wire, deliver: w.owners[o].deliver}
+			rec.h.Wire[p.dev] = wire
+		}
 		phones = append(phones, p)
-		devs = append(devs, p.dev)
+		targets = append(targets, to)
 		wg.Add(1)
 		go func() { defer wg.Done(); p.run(phonesCtx, ph) }()
 	}
@@ -149,7 +180,15 @@ func runFault(t *testing.T, backend string) {
 	for i := range cfg.crons {
 		cronWG.Add(1)
 		r := mrand.New(mrand.NewPCG(cfg.seed, uint64(1<<32+i)))
-		go func() { defer cronWG.Done(); cron(cronCtx, w, rec, r, devs, &delivered) }()
+		go func() { defer cronWG.Done(); cron(cronCtx, w, rec, r, targets, &delivered) }()
+	}
+	var flooded atomic.Int64
+	for _, o := range w.owners {
+		if o.id == flooder {
+			cronWG.Add(1)
+			r := mrand.New(mrand.NewPCG(cfg.seed, 0xf100d))
+			go func() { defer cronWG.Done(); flood(cronCtx, w, r, o, &flooded) }()
+		}
 	}
 
 	// The fault phase.
@@ -197,6 +236,18 @@ func runFault(t *testing.T, backend string) {
 	}
 	t.Logf("phones: %d connections, %d given up for want of a pong, %d sleeps", conns, gaveUp, sleeps)
 	unread := w.unread()
+	if len(w.owners) > 0 {
+		// The flood must have met the store's bound, and the bound held it:
+		// its items went, not the others' (which Check counts as lost).
+		var held int64
+		for i := range floodDevices {
+			held += w.outboxLen(tenant.DeviceKey(flooder, fmt.Sprintf("flood-%d", i)))
+		}
+		t.Logf("flood: %d deliveries of %d bytes queued, %d of them still held (the bound: %d MiB)", flooded.Load(), floodBytes, held, maxOutboxMiB)
+		if bound := int64(maxOutboxMiB<<20) / floodBytes; flooded.Load() <= bound || held > bound {
+			t.Errorf("the flood queued %d and the store holds %d of them: want more than %d queued and at most %d held", flooded.Load(), held, bound, bound)
+		}
+	}
 
 	h := rec.history()
 	r := Check(h)

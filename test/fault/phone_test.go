@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,6 +53,7 @@ func (r *recorder) history() History {
 		Texts:      append([]Text(nil), r.h.Texts...),
 		Deliveries: append([]Delivery(nil), r.h.Deliveries...),
 		Frames:     append([]Frame(nil), r.h.Frames...),
+		Wire:       r.h.Wire, // written before the run, read only since
 	}
 }
 
@@ -80,7 +82,11 @@ const (
 // and cron's deliveries with a ttl go to its outbox; then it connects to a
 // random edge.
 type phone struct {
-	dev  string
+	// dev names the phone in the history; wire is the device id of its
+	// hello, key its device key in the store (all three the same for the
+	// legacy owner's phones), token its hello's token.
+	dev, wire, key, token string
+
 	w    *world
 	rec  *recorder
 	rng  *mrand.Rand
@@ -271,7 +277,7 @@ const sleepMin = 12 * time.Second
 func (ph *phone) goSilent(ctx context.Context, ph2 *phase, o *silentOrder) {
 	// Not fatal when it never comes (the answers may have reached the
 	// socket it left): silent= counts only what went through.
-	outbox := testsvc.Eventually(5*time.Second, func() bool { return ph.w.hasOutbox(ph.dev) })
+	outbox := testsvc.Eventually(5*time.Second, func() bool { return ph.w.hasOutbox(ph.key) })
 	edge := ""
 	for ctx.Err() == nil {
 		if edge = ph.w.edgeURL(ph.rng); edge != "" {
@@ -313,7 +319,7 @@ func (ph *phone) session(ctx context.Context, url string, ph2 *phase) error {
 			c.CloseNow()
 		}
 	}()
-	ready, err := c.Hello(dctx, ph.w.token, protocol.Device{ID: ph.dev, Name: "Phone " + ph.dev, Platform: "android", AppVersion: "1.0.0"},
+	ready, err := c.Hello(dctx, ph.token, protocol.Device{ID: ph.wire, Name: "Phone " + ph.wire, Platform: "android", AppVersion: "1.0.0"},
 		protocol.User{ID: "u-" + ph.dev, Name: "Owner"})
 	if err != nil {
 		return err
@@ -422,11 +428,15 @@ func (ph *phone) session(ctx context.Context, url string, ph2 *phase) error {
 	return ctx.Err()
 }
 
+// target is a phone as cron names it: by its wire id, with its owner's
+// deliver key.
+type target struct{ dev, wire, deliver string }
+
 // cron delivers texts to random phones through a random live router, as
 // Hermes's cron does, until ctx ends. Half its deliveries carry a ttl of
 // 10 minutes: one to a phone that sleeps is queued (202 {"queued":true})
 // and must reach the phone when it wakes.
-func cron(ctx context.Context, w *world, rec *recorder, rng *mrand.Rand, devs []string, n *atomic.Int64) {
+func cron(ctx context.Context, w *world, rec *recorder, rng *mrand.Rand, targets []target, n *atomic.Int64) {
 	hc := &http.Client{Timeout: 20 * time.Second}
 	for ctx.Err() == nil {
 		sleepCtx(ctx, time.Duration(50+rng.IntN(150))*time.Millisecond)
@@ -434,31 +444,58 @@ func cron(ctx context.Context, w *world, rec *recorder, rng *mrand.Rand, devs []
 		if url == "" || ctx.Err() != nil {
 			continue
 		}
-		dev := devs[rng.IntN(len(devs))]
-		id := fmt.Sprintf("%s.d%d", dev, n.Add(1))
-		d := Delivery{Device: dev, ID: id, Text: "cron " + id}
+		to := targets[rng.IntN(len(targets))]
+		id := fmt.Sprintf("%s.d%d", to.dev, n.Add(1))
+		d := Delivery{Device: to.dev, ID: id, Text: "cron " + id}
 		// "wait":"ack": 200 only once the phone acked it (it has it); 202
 		// when written but not acked in time (with a ttl: kept, queued).
-		req := map[string]any{"target": protocol.Session(dev), "id": id, "text": d.Text, "wait": "ack"}
+		req := map[string]any{"target": protocol.Session(to.wire), "id": id, "text": d.Text, "wait": "ack"}
 		if rng.IntN(2) == 0 {
 			req["ttl"] = 600
 		}
-		body, _ := json.Marshal(req)
-		hreq, _ := http.NewRequest(http.MethodPost, url+"/v1/deliver", bytes.NewReader(body))
-		hreq.Header.Set("Content-Type", "application/json")
-		hreq.Header.Set("Authorization", "Bearer "+w.deliverToken)
-		resp, err := hc.Do(hreq)
-		if err == nil {
-			d.Status = resp.StatusCode
-			var answer struct {
-				Queued bool `json:"queued"`
-			}
-			if json.NewDecoder(resp.Body).Decode(&answer) == nil {
-				d.Queued = answer.Queued
-			}
-			resp.Body.Close()
-		}
+		d.Status, d.Queued = deliver(hc, url, to.deliver, req)
 		rec.delivery(d)
+	}
+}
+
+// deliver is one POST /v1/deliver: the status (0 when the request failed)
+// and whether the answer says queued.
+func deliver(hc *http.Client, url, token string, req map[string]any) (int, bool) {
+	body, _ := json.Marshal(req)
+	hreq, _ := http.NewRequest(http.MethodPost, url+"/v1/deliver", bytes.NewReader(body))
+	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set("Authorization", "Bearer "+token)
+	resp, err := hc.Do(hreq)
+	if err != nil {
+		return 0, false
+	}
+	defer resp.Body.Close()
+	var answer struct {
+		Queued bool `json:"queued"`
+	}
+	json.NewDecoder(resp.Body).Decode(&answer) //nolint:errcheck // an answer without a body is not queued
+	return resp.StatusCode, answer.Queued
+}
+
+// flood is the flooding owner's deliver key filling its outbox share:
+// deliveries of floodBytes with a ttl to floodDevices made-up devices that
+// never connect, 40 a second (440 KB/s: the flood is the bytes, not the
+// rate) through a random live router, until ctx ends. It counts the ones
+// queued.
+func flood(ctx context.Context, w *world, rng *mrand.Rand, o owner, queued *atomic.Int64) {
+	hc := &http.Client{Timeout: 20 * time.Second}
+	text := strings.Repeat("f", floodBytes)
+	for i := 0; ctx.Err() == nil; i++ {
+		sleepCtx(ctx, 25*time.Millisecond)
+		url := w.routerURL(rng)
+		if url == "" {
+			sleepCtx(ctx, 200*time.Millisecond) // no router is up: wait for one
+			continue
+		}
+		req := map[string]any{"target": protocol.Session(fmt.Sprintf("flood-%d", i%floodDevices)), "id": fmt.Sprintf("flood.%d", i), "text": text, "ttl": 600}
+		if status, q := deliver(hc, url, o.deliver, req); status == http.StatusAccepted && q {
+			queued.Add(1)
+		}
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hermes-mobile/gateway/internal/testsvc"
+	"github.com/hermes-mobile/gateway/pkg/tenant"
 )
 
 // The backends a run's gateway stands on.
@@ -40,9 +41,12 @@ type world struct {
 	log     io.Writer // the processes' output
 
 	token, deliverToken string
-	redis, nats         *testsvc.Server       // single
-	rc                  *testsvc.RedisCluster // cluster
-	nc                  *testsvc.NATSCluster  // cluster
+	// owners are the tenants file's owners, none without one (the legacy
+	// owner's phones and cron only).
+	owners      []owner
+	redis, nats *testsvc.Server       // single
+	rc          *testsvc.RedisCluster // cluster
+	nc          *testsvc.NATSCluster  // cluster
 	// rdb reads the store as the gateway writes it: which devices ack
 	// (acks:{D}) and which have an outbox (outbox:{D}).
 	rdb            redis.UniversalClient
@@ -67,13 +71,43 @@ type node struct {
 	state string // "up", "stopped", "down"
 }
 
+// owner is an owner of the run's tenants file: its phones connect with its
+// app key, its cron with its deliver key.
+type owner struct{ id, app, deliver string }
+
+// flooder is the owner whose deliver key floods made-up sleeping devices
+// (floodDevices of them, a text of floodBytes a delivery, under the
+// 12,000 characters a text may hold) beside its phones and
+// cron, as fast as the routers take them: its own outbox share fills past
+// maxOutboxMiB while the other owner's (and the legacy owner's) queued
+// deliveries must all arrive.
+const (
+	flooder      = "ann"
+	floodDevices = 16
+	floodBytes   = 11_000
+	maxOutboxMiB = 4
+)
+
 // newWorld starts everything and returns once it all listens. It is all
-// stopped when the test ends.
-func newWorld(t *testing.T, backend, dir string, log io.Writer) *world {
+// stopped when the test ends. With owners, the edges and routers read a
+// tenants file of two owners, ann and bob, beside the legacy tokens.
+func newWorld(t *testing.T, backend, dir string, log io.Writer, owners bool) *world {
 	w := &world{
 		t: t, backend: backend, dir: dir, log: log,
 		token:        "app-" + testsvc.RandomHex(12),
 		deliverToken: "cron-" + testsvc.RandomHex(12),
+	}
+	if owners {
+		var file strings.Builder
+		file.WriteString("tenants:\n")
+		for _, id := range []string{flooder, "bob"} {
+			app, cron := testsvc.RandomHex(12), testsvc.RandomHex(12)
+			fmt.Fprintf(&file, "  - id: %s\n    keys:\n      - {id: app, kind: app, secret: %q}\n      - {id: cron, kind: deliver, secret: %q}\n", id, app, cron)
+			w.owners = append(w.owners, owner{id: id, app: tenant.Credential(id, "app", app), deliver: tenant.Credential(id, "cron", cron)})
+		}
+		if err := os.WriteFile(filepath.Join(dir, "tenants.yaml"), []byte(file.String()), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if backend == cluster {
 		w.rc = testsvc.StartRedisCluster(t, 3, 1)
@@ -138,7 +172,7 @@ func (w *world) common(n *node) []string {
 	if w.backend == cluster {
 		redisMode, redisURL, natsURL = "cluster", w.rc.URL(), w.nc.URLs[n.bus%len(w.nc.URLs)]
 	}
-	return []string{
+	env := []string{
 		"NATS_URL=" + natsURL,
 		"REDIS_MODE=" + redisMode,
 		"REDIS_URL=" + redisURL,
@@ -147,6 +181,11 @@ func (w *world) common(n *node) []string {
 		"MOBILE_LOG_LEVEL=info",
 		"MOBILE_ADMIN_LISTEN=127.0.0.1:0",
 	}
+	if w.owners != nil {
+		env = append(env, "MOBILE_TENANTS_FILE="+filepath.Join(w.dir, "tenants.yaml"),
+			fmt.Sprintf("MOBILE_MAX_OUTBOX_MIB=%d", maxOutboxMiB))
+	}
+	return env
 }
 
 // startEdge starts n as an edge on a new port.
@@ -408,7 +447,7 @@ func (w *world) silence(f fault) error {
 		// FAULT_SILENT_ANY=1 takes a phone that acked by its own count,
 		// not the store's: to run the fault against binaries from before
 		// the store recorded which devices ack (FAULT_BINARIES).
-		if !w.acked(ph.dev) && (os.Getenv("FAULT_SILENT_ANY") != "1" || !ph.acked.Load()) {
+		if !w.acked(ph.key) && (os.Getenv("FAULT_SILENT_ANY") != "1" || !ph.acked.Load()) {
 			continue
 		}
 		o := &silentOrder{done: make(chan silentResult, 1)}
@@ -435,7 +474,7 @@ func (w *world) silence(f fault) error {
 	return nil
 }
 
-// acked reports whether the store records that dev acks.
+// acked reports whether the store records that dev (a device key) acks.
 func (w *world) acked(dev string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
@@ -443,12 +482,19 @@ func (w *world) acked(dev string) bool {
 	return err == nil && n == 1
 }
 
-// hasOutbox reports whether dev's outbox holds anything.
+// hasOutbox reports whether dev's (a device key's) outbox holds anything.
 func (w *world) hasOutbox(dev string) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	n, err := w.rdb.Exists(ctx, keyPrefix+"outbox:{"+dev+"}").Result()
 	return err == nil && n == 1
+}
+
+// outboxLen is the number of items dev's (a device key's) outbox holds.
+func (w *world) outboxLen(dev string) int64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return w.rdb.LLen(ctx, keyPrefix+"outbox:{"+dev+"}").Val()
 }
 
 // unread closes the blackholes and counts the messages the edges wrote
