@@ -93,14 +93,13 @@ const (
 // user may use only the gateway's prefixes, as an operator sharing them
 // with other gateways grants it: the Redis ACL user may touch only keys
 // and channels under restrictedRedisPrefix and run no dangerous command;
-// the NATS user may publish and subscribe only under restrictedNATSPrefix
-// and on the reply inboxes (_INBOX.>). It returns their URLs, with the
-// users.
+// the NATS user may publish and subscribe only under restrictedNATSPrefix,
+// where the gateway's reply inboxes are too (natsbus.InboxPrefix), not
+// under the global _INBOX. It returns their URLs, with the users.
 func startRestricted(t *testing.T) (redisURL, natsURL string) {
 	redisURL = testsvc.StartRedisForPrefix(t, restrictedRedisPrefix)
 	conf := filepath.Join(t.TempDir(), "nats.conf")
-	// Its subjects, and the replies' inboxes (_INBOX.>).
-	perm := fmt.Sprintf("{allow: [%q, %q]}", restrictedNATSPrefix+">", "_INBOX.>")
+	perm := fmt.Sprintf("{allow: [%q]}", restrictedNATSPrefix+">")
 	if err := os.WriteFile(conf, []byte(fmt.Sprintf(
 		"authorization { users: [ {user: gw, password: pw, permissions: {publish: %s, subscribe: %s}} ] }\n", perm, perm)), 0o600); err != nil {
 		t.Fatal(err)

@@ -101,7 +101,9 @@ const (
 type Options struct {
 	// SubjectPrefix is put in front of every subject (NATS_PREFIX), so
 	// several gateways can share one NATS; it ends with a dot, e.g. "gw1.".
-	// Handlers see subjects without it.
+	// Handlers see subjects without it. The replies to requests come on
+	// inboxes under it too (InboxPrefix), so a NATS user allowed only
+	// "gw1.>" is all a gateway needs.
 	SubjectPrefix string
 	// Name is the connection name the server shows; DefaultName if empty.
 	Name string
@@ -125,6 +127,14 @@ type Options struct {
 	// Publish, Request and Subscribe fail with bus.ErrUnavailable. Without
 	// it Connect fails when the server cannot be reached.
 	RetryConnect bool
+}
+
+// InboxPrefix is where the replies to a Bus's requests come: "_INBOX", or
+// under the subject prefix ("gw1._INBOX" for "gw1."), so that one
+// permission covers every subject a gateway uses. Replies are opaque to
+// whoever answers them: processes of either form work together.
+func InboxPrefix(subjectPrefix string) string {
+	return subjectPrefix + "_INBOX"
 }
 
 // connectLogEvery spaces the log lines of failed connection attempts: the
@@ -249,6 +259,9 @@ func dial(url string, inproc *server.Server, opts Options) (*Bus, error) {
 	}
 	if inproc != nil {
 		nopts = append(nopts, nats.InProcessServer(inproc))
+	}
+	if opts.SubjectPrefix != "" {
+		nopts = append(nopts, nats.CustomInboxPrefix(InboxPrefix(opts.SubjectPrefix)))
 	}
 	nc, err := nats.Connect(url, nopts...)
 	if err != nil {

@@ -591,3 +591,63 @@ func TestErrWhenClosedForGood(t *testing.T) {
 	_ = b.Publish(ctxFor(t, time.Second), strings.Repeat("x", 300), nil, nil)
 	testsvc.WaitFor(t, 10*time.Second, "Err to report the closed connection", func() bool { return b.Err() != nil })
 }
+
+// TestUserOfItsPrefixOnly runs the suite as a NATS user allowed to publish
+// and subscribe under the subject prefix alone ("gw1.>"), as an operator
+// sharing one NATS between gateways grants it: a Bus's replies come on
+// inboxes under its prefix (InboxPrefix), so the global _INBOX. is not
+// needed. A client of that user on the default inbox gets no reply: the
+// permission is what the suite ran under.
+func TestUserOfItsPrefixOnly(t *testing.T) {
+	const prefix = "gw1."
+	perm := &server.SubjectPermission{Allow: []string{prefix + ">"}}
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
+		Users: []*server.User{{Username: "gw", Password: "pw", Permissions: &server.Permissions{Publish: perm, Subscribe: perm}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start()
+	t.Cleanup(srv.Shutdown)
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	url := fmt.Sprintf("nats://gw:pw@%s", srv.Addr())
+	if got := natsbus.InboxPrefix(prefix); got != "gw1._INBOX" {
+		t.Fatalf("InboxPrefix(%q) = %q", prefix, got)
+	}
+	bustest.Run(t, func(t *testing.T) func() bus.Bus {
+		log := testsvc.Logger(t)
+		return func() bus.Bus {
+			b, err := natsbus.Connect(url, natsbus.Options{Logger: log, Name: "prefixed", SubjectPrefix: prefix})
+			if err != nil {
+				t.Fatalf("Connect: %v", err)
+			}
+			return b
+		}
+	})
+
+	responder, err := natsbus.Connect(url, natsbus.Options{Logger: testsvc.Logger(t), SubjectPrefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer responder.Close()
+	sub, err := responder.Subscribe("echo", func(m *bus.Msg) { _ = m.Respond(m.Data) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if got, err := responder.Request(ctx, "echo", []byte("y"), nil); err != nil || string(got) != "y" {
+		t.Fatalf("the bus's own request: %q, %v", got, err) // the echo listens: its subscription is in place
+	}
+	nc, err := nats.Connect(url) // the default inbox, _INBOX.
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	_, err = nc.Request(prefix+"echo", []byte("x"), 2*time.Second)
+	if err == nil || errors.Is(err, nats.ErrNoResponders) {
+		t.Fatalf("a request on the default inbox: %v; want no answer (the user may not subscribe to _INBOX.)", err)
+	}
+}
