@@ -12,6 +12,7 @@
 //	go run ./loadtest step -scenario roundtrip -url ws://127.0.0.1:8787/ws -token "$MOBILE_TOKEN"
 //	go run ./loadtest floor -token "$MOBILE_TOKEN"  # the bare reference server
 //	go run ./loadtest sidebyside -target gw=gateway,ws://…/ws,http://… -target cf=centrifugo,ws://…,http://…
+//	go run ./loadtest flood -deliver http://127.0.0.1:8788 -deliver-token "$KEY"  # queued deliveries to made-up devices
 //
 // Step mode offers increasing rates of one kind of operation (round trips
 // through the agent, router deliveries, deliver frames from one
@@ -61,6 +62,8 @@ func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			return floorMain(ctx, args[1:], stderr)
 		case "sidebyside":
 			return sbsMain(ctx, args[1:], stdout, stderr)
+		case "flood":
+			return floodMain(ctx, args[1:], stdout, stderr)
 		}
 	}
 	var f flagSet
