@@ -50,7 +50,39 @@ type Store interface {
 	History
 	Journal
 	PushTargets
+	Leases
 	Close() error
+}
+
+// Leases count the holders of a bounded thing across every node sharing
+// the store (an owner's open event reads, its open sockets): a counted
+// semaphore whose leases expire. A key names one semaphore; an id names
+// one holder of it (unique to what holds it: a request, a device). Each
+// lease lives ttl from its last Acquire or Renew, by the store's clock
+// (memstore.Options.Clock, redisstore.Options.Clock), and is gone once
+// that time is not after now; so a node that dies while holding leases
+// leaks them only until they expire, and its holders renew them well
+// within ttl while they hold (a third of it).
+//
+// Keys must not hold '{' or '}' (redisstore puts the key in a Redis
+// Cluster hash tag).
+type Leases interface {
+	// AcquireLease takes a lease of key for id for ttl if key has fewer
+	// than limit live leases, and reports whether it did and how many live
+	// leases key has then. An id that holds a lease of key already keeps
+	// it, renewed for ttl, whatever the count: ok is true (a device that
+	// reconnects takes its own place). A limit below 1 admits no new id.
+	AcquireLease(ctx context.Context, key, id string, limit int, ttl time.Duration) (ok bool, held int, err error)
+	// RenewLeases makes each of ids hold a lease of key for ttl from now,
+	// in one step, whatever the count: a lease that lapsed or was released
+	// meanwhile is taken again, since its holder is still there (so the
+	// count may pass a limit for as long as it takes such holders to
+	// close). No ids is not an error.
+	RenewLeases(ctx context.Context, key string, ids []string, ttl time.Duration) error
+	// ReleaseLease ends id's lease of key (none is not an error).
+	ReleaseLease(ctx context.Context, key, id string) error
+	// LeaseCount returns how many live leases key has.
+	LeaseCount(ctx context.Context, key string) (int, error)
 }
 
 // PushTargets keeps the push endpoint registered for each device, opaque to

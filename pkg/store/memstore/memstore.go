@@ -85,6 +85,7 @@ type Store struct {
 	otherEvents eventLogs
 	history     histories
 	pushTo      pushTargets
+	leases      leases
 
 	journals journals
 
@@ -162,4 +163,5 @@ func (s *Store) expire(now time.Time) {
 	s.history.expire(now)
 	s.journals.expire(now)
 	s.pushTo.expire(now)
+	s.leases.expire(now)
 }

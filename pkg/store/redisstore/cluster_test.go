@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hermes-mobile/gateway/internal/testsvc"
+	"github.com/hermes-mobile/gateway/pkg/clock"
 	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/store/storetest"
 )
@@ -28,6 +29,13 @@ func TestClusterStore(t *testing.T) {
 			t.Fatalf("New: %v", err)
 		}
 		t.Cleanup(func() { s.Close() })
+		return s
+	})
+	storetest.Leases(t, func(t *testing.T, clk clock.Clock) store.Store {
+		s, err := New(t.Context(), Options{URL: c.URL(), Mode: ModeCluster, Prefix: prefix, Clock: clk})
+		if err != nil {
+			t.Fatalf("New: %v", err)
+		}
 		return s
 	})
 	// The store-wide outbox bound at its boundary, within one shard, each

@@ -7,8 +7,8 @@
 // Every operation that reads and then writes runs as one Lua script, so it is
 // atomic across nodes: Claim, Release, PutPart, DropUploads, TakePrompt,
 // TakeExpired, ClaimDevice, RefreshDevices (one script per device, pipelined),
-// ReleaseDevice, PushOutbox, PeekOutbox, AckOutbox, AppendHistory and the blob
-// accounting of PutBlob.
+// ReleaseDevice, PushOutbox, PeekOutbox, AckOutbox, AppendHistory, the blob
+// accounting of PutBlob, AcquireLease and RenewLeases.
 // The keys one script touches share a Redis Cluster hash tag: the device's
 // ({D}), or on a cluster client one of the Shards of the journals, the
 // cards, the blob accounting and the store-wide outbox accounting (see
@@ -60,6 +60,8 @@
 //	P {journals}:log:<D>                  list    D's journal, "<seq>|<entry>", oldest first; PX the TTL of its last append
 //	P {journals}:meta:<D>                 hash    "seq", "owner", "until" (the lease); PX as the log
 //	P {journals}:due                      zset    D scored by its lease deadline (0: free, with entries); see journal.go
+//	P lease:{K}                           zset    the holders of semaphore K (store.Leases) scored by their lease's
+//	                                              deadline (unix ms, Options.Clock); PX its longest lease's ttl
 //
 // # Expiry
 //
@@ -183,8 +185,9 @@ type Options struct {
 	// TakeExpired. Zero or negative means DefaultPromptGrace (1 hour).
 	PromptGrace time.Duration
 	// Clock is what TakePrompt compares a card's Expires with; give it the
-	// clock the router sets Expires by. Nil means the system clock. (Leases
-	// and key TTLs are Redis's own clock.)
+	// clock the router sets Expires by, and what the deadlines of
+	// store.Leases are set and checked by. Nil means the system clock.
+	// (Edges' leases and key TTLs are Redis's own clock.)
 	Clock clock.Clock
 	// Telemetry receives the client's pool stats and the operations Redis
 	// failed (hermes_redis_*), and, when it traces, a span per Redis

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/hermes-mobile/gateway/internal/testsvc"
+	"github.com/hermes-mobile/gateway/pkg/clock"
 	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/store/storetest"
 )
@@ -25,6 +26,13 @@ func TestStore(t *testing.T) {
 	cleanKeys(t, url, prefix, true)
 	storetest.Run(t, func(t *testing.T) store.Store {
 		s, err := New(t.Context(), Options{URL: url, Prefix: prefix})
+		if err != nil {
+			t.Fatalf("New: %v", err)
+		}
+		return s
+	})
+	storetest.Leases(t, func(t *testing.T, c clock.Clock) store.Store {
+		s, err := New(t.Context(), Options{URL: url, Prefix: prefix, Clock: c})
 		if err != nil {
 			t.Fatalf("New: %v", err)
 		}
@@ -183,6 +191,13 @@ func TestStoreAsUserOfItsPrefixOnly(t *testing.T) {
 	url := testsvc.StartRedisForPrefix(t, prefix)
 	storetest.Run(t, func(t *testing.T) store.Store {
 		s, err := New(t.Context(), Options{URL: url, Prefix: prefix})
+		if err != nil {
+			t.Fatalf("New: %v", err)
+		}
+		return s
+	})
+	storetest.Leases(t, func(t *testing.T, c clock.Clock) store.Store {
+		s, err := New(t.Context(), Options{URL: url, Prefix: prefix, Clock: c})
 		if err != nil {
 			t.Fatalf("New: %v", err)
 		}
