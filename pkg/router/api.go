@@ -25,6 +25,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/agent"
 	"github.com/hermes-mobile/gateway/pkg/bus"
 	"github.com/hermes-mobile/gateway/pkg/dispatch"
+	"github.com/hermes-mobile/gateway/pkg/ids"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/telemetry"
@@ -69,8 +70,9 @@ type APIConfig struct {
 	// waits; the reads beyond it poll once a second instead.
 	MaxWaiting int
 	// MaxStreams bounds the event reads (streams, long polls) one token
-	// has open at once (8); past it GET /v1/events gets 429
-	// too_many_streams.
+	// of the legacy owner has open at once on this router (8); past it GET
+	// /v1/events gets 429 too_many_streams. A file owner's reads are
+	// bounded by its event_reads quota instead, across every router.
 	MaxStreams int
 	// ReadyTimeout bounds the checks of /readyz (2 s).
 	ReadyTimeout time.Duration
@@ -176,6 +178,10 @@ type API struct {
 
 	streamsMu sync.Mutex
 	streams   map[tokens.Digest]int // event requests open, by token digest
+	// leaseIDs begins the ids of this API's file owners' event reads in
+	// the store (random: unique across routers); leaseSeq ends them.
+	leaseIDs string
+	leaseSeq atomic.Uint64
 
 	// ctx ends with Close or with the router: the event streams end.
 	ctx       context.Context
@@ -195,6 +201,7 @@ func NewAPI(r *Router, cfg APIConfig) *API {
 		agentTokens:   tokens.NewSet(cfg.AgentTokens),
 		waiting:       make(chan struct{}, cfg.MaxWaiting),
 		streams:       make(map[tokens.Digest]int),
+		leaseIDs:      ids.New("read") + ":",
 		endpoints:     make(map[string][]string),
 	}
 	a.deliverer = &dispatch.Deliverer{Dispatcher: r.sender, Blobs: r.store, BlobTTL: r.cfg.BlobTTL, HomeDevice: cfg.HomeDevice, Outbox: r.outbox,

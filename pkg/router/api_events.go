@@ -11,11 +11,13 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hermes-mobile/gateway/pkg/admin"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/store"
+	"github.com/hermes-mobile/gateway/pkg/telemetry"
 	"github.com/hermes-mobile/gateway/pkg/tenant"
 	"github.com/hermes-mobile/gateway/pkg/tokens"
 	"github.com/hermes-mobile/gateway/pkg/wire"
@@ -75,23 +77,39 @@ type eventsBody struct {
 // Server-Sent Events stream, or as one JSON answer when the query has wait
 // or max, or format=json, or the client accepts JSON and not event streams.
 func (a *API) events(w http.ResponseWriter, req *http.Request) error {
-	token, _ := bearer(req.Header.Get("Authorization")) // authorized
-	release, ok := a.openRead(tokens.Sum(token))
-	if !ok {
-		w.Header().Set("Retry-After", "1")
-		return apiErr(http.StatusTooManyRequests, codeTooManyReads,
-			fmt.Sprintf("this token has %d event reads open, the most allowed; close one first", a.cfg.MaxStreams))
+	var lease *readLease // a file owner's read, counted in the store
+	if owner := ownerOf(req); owner == tenant.Legacy {
+		token, _ := bearer(req.Header.Get("Authorization")) // authorized
+		release, ok := a.openRead(tokens.Sum(token))
+		if !ok {
+			w.Header().Set("Retry-After", "1")
+			return apiErr(http.StatusTooManyRequests, codeTooManyReads,
+				fmt.Sprintf("this token has %d event reads open, the most allowed; close one first", a.cfg.MaxStreams))
+		}
+		defer release()
+	} else {
+		var limit int
+		var err error
+		if lease, limit, err = a.openOwnerRead(req.Context(), owner); err != nil {
+			return err
+		}
+		if lease == nil {
+			a.r.tel.process.QuotaRefused(telemetry.QuotaEventReads)
+			w.Header().Set("Retry-After", "1")
+			return apiErr(http.StatusTooManyRequests, codeTooManyReads,
+				fmt.Sprintf("owner %s has %d event reads open across the gateway, its event_reads quota; close one first", owner, limit))
+		}
+		defer lease.release()
 	}
-	defer release()
 	q := req.URL.Query()
 	cursor := q.Get("cursor")
 	if id := strings.TrimSpace(req.Header.Get("Last-Event-ID")); id != "" {
 		cursor = id
 	}
 	if wantsJSON(req) || req.Method == http.MethodHead { // HEAD: never an endless stream
-		return a.eventsJSON(w, req, cursor)
+		return a.eventsJSON(w, req, cursor) // within maxEventsWait: no renewal
 	}
-	return a.eventsStream(w, req, cursor)
+	return a.eventsStream(w, req, cursor, lease)
 }
 
 func wantsJSON(req *http.Request) bool {
@@ -157,7 +175,10 @@ func (a *API) eventsJSON(w http.ResponseWriter, req *http.Request, cursor string
 //	data: <wire.Event JSON>
 //
 // and a stream silent for KeepAlive gets a ": keepalive" comment.
-func (a *API) eventsStream(w http.ResponseWriter, req *http.Request, cursor string) error {
+//
+// lease, when set, is the read's place in its owner's quota: the stream
+// renews it as it writes (at least every keep-alive).
+func (a *API) eventsStream(w http.ResponseWriter, req *http.Request, cursor string, lease *readLease) error {
 	ctx, stop := a.streamContext(req)
 	defer stop()
 	// The first read checks the cursor while an error can still be answered.
@@ -187,6 +208,7 @@ func (a *API) eventsStream(w http.ResponseWriter, req *http.Request, cursor stri
 			}
 		}
 		cursor = reached
+		lease.renew(ctx)
 		if buf.Len() == 0 {
 			buf.WriteString(": keepalive\n\n")
 		}
@@ -280,6 +302,72 @@ func (a *API) openRead(d tokens.Digest) (release func(), ok bool) {
 			delete(a.streams, d)
 		}
 	}, true
+}
+
+// readLeaseTTL is how long a file owner's event read holds its place in
+// the owner's event_reads quota (a lease in the store) without a renewal:
+// longer than a long poll (maxEventsWait, 30 s, which does not renew), and
+// than a stream's keep-alive (15 s) and write (10 s) between renewals. A
+// router that dies with reads open leaves them counted this long at most.
+const readLeaseTTL = time.Minute
+
+// readRenewEvery is how long after its last renewal (by the router's
+// clock) a stream renews its read's lease, at its next write or
+// keep-alive.
+const readRenewEvery = readLeaseTTL / 4
+
+// readLease is a file owner's event read counted in the store.
+type readLease struct {
+	a     *API
+	key   string
+	id    string
+	mu    sync.Mutex
+	since time.Time // of the last renewal
+}
+
+// openOwnerRead takes a place in owner's event_reads quota, counted in
+// the store across every router: nil (and the quota's limit) when the
+// owner has as many reads open as its quota allows.
+func (a *API) openOwnerRead(ctx context.Context, owner string) (*readLease, int, error) {
+	limit := a.cfg.Tenants.Snapshot().QuotaOf(owner).EventReads
+	l := &readLease{a: a, key: tenant.LeaseKey(owner, tenant.QuotaEventReads),
+		id: a.leaseIDs + strconv.FormatUint(a.leaseSeq.Add(1), 10), since: a.r.cfg.Clock.Now()}
+	ok, _, err := a.r.store.AcquireLease(ctx, l.key, l.id, limit, readLeaseTTL)
+	if err != nil || !ok {
+		return nil, limit, err
+	}
+	return l, limit, nil
+}
+
+// renew renews l if readRenewEvery has passed since the last renewal; a
+// failure is logged (the lease lives on until its ttl, and the next
+// renewal takes it again). A nil l does nothing.
+func (l *readLease) renew(ctx context.Context) {
+	if l == nil {
+		return
+	}
+	now := l.a.r.cfg.Clock.Now()
+	l.mu.Lock()
+	due := now.Sub(l.since) >= readRenewEvery
+	if due {
+		l.since = now
+	}
+	l.mu.Unlock()
+	if !due {
+		return
+	}
+	if err := l.a.r.store.RenewLeases(ctx, l.key, []string{l.id}, readLeaseTTL); err != nil && ctx.Err() == nil {
+		l.a.log.Warn("event stream: renewing its place in the owner's quota failed", "err", err)
+	}
+}
+
+// release gives l's place back, also when the request's context ended.
+func (l *readLease) release() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := l.a.r.store.ReleaseLease(ctx, l.key, l.id); err != nil {
+		l.a.log.Warn("event read: releasing its place in the owner's quota failed; it lapses within a minute", "err", err)
+	}
 }
 
 // readBounded returns up to most entries of owner after cursor, waiting

@@ -31,12 +31,14 @@ type Metrics struct {
 	natsSlow        metric.Int64Counter
 	outboxDropped   metric.Int64Counter
 	outboxLength    metric.Int64Histogram
+	quotaRefusals   metric.Int64Counter
 
 	httpRequests metric.Int64Counter
 	httpDuration httpconv.ServerRequestDuration
 
 	byKind   LabelSet // RedisUnavailable, RedisFull, RedisReply → {kind=…}
 	byReason LabelSet // OutboxFull, OutboxBytes, OutboxStore, OutboxExpired → {reason=…}
+	byQuota  LabelSet // QuotaEventReads, QuotaConnections → {quota=…}
 }
 
 // LabelSet holds the precomputed options of one attribute's values, so
@@ -154,11 +156,18 @@ func newMetrics(m metric.Meter) (*Metrics, error) {
 	in.Check(e)
 	x.httpDuration, e = httpconv.NewServerRequestDuration(m)
 	in.Check(e)
+	x.quotaRefusals, e = m.Int64Counter("hermes_quota_refusals",
+		metric.WithDescription("Requests and hellos refused because their owner (docs/tenancy.md) had used its quota, by quota: event_reads (GET /v1/events answered 429), connections (a hello answered with an error)."))
+	in.Check(e)
 	if err := in.Err(); err != nil {
 		return nil, err
 	}
 	x.byKind = NewLabelSet("kind", RedisUnavailable, RedisFull, RedisReply)
 	x.byReason = NewLabelSet("reason", OutboxFull, OutboxBytes, OutboxStore, OutboxExpired)
+	x.byQuota = NewLabelSet("quota", QuotaEventReads, QuotaConnections)
+	for _, o := range x.byQuota.Known() {
+		x.quotaRefusals.Add(bg, 0, o...)
+	}
 	return &x, nil
 }
 
@@ -223,6 +232,20 @@ const (
 	OutboxStore   = "store"   // pushed out past the bytes every outbox together keeps
 	OutboxExpired = "expired" // older than the outbox TTL
 )
+
+// Quotas of an owner that refuse something (the quota label).
+const (
+	QuotaEventReads  = "event_reads" // GET /v1/events past the owner's open reads
+	QuotaConnections = "connections" // a hello past the owner's open sockets
+)
+
+// QuotaRefused counts one request or hello refused past its owner's
+// quota (QuotaEventReads, QuotaConnections).
+func (m *Metrics) QuotaRefused(quota string) {
+	if m != nil {
+		m.quotaRefusals.Add(bg, 1, m.byQuota.Of(quota)...)
+	}
+}
 
 // ObserveRedis reports pool's stats, read at each collection, as the
 // hermes_redis_pool_* series, and makes hermes_redis_errors_total and

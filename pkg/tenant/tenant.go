@@ -61,8 +61,10 @@ type Key struct {
 	sum    tokens.Digest
 }
 
-// Quota is what an owner may use. Phase 1 reads it and checks it, and
-// enforces none of it yet (docs/tenancy.md).
+// Quota is what an owner may use, across the whole cluster
+// (docs/tenancy.md): the open reads and sockets are counted in the store
+// (store.Leases, under LeaseKey), the outbox bytes by the store's outbox
+// bound of the owner's share.
 type Quota struct {
 	// OutboxMiB bounds the bytes of the owner's outboxes (64).
 	OutboxMiB int
@@ -78,6 +80,38 @@ const (
 	DefaultConnections = 1000
 	DefaultEventReads  = 8
 )
+
+// Quotas counted in the store's leases (LeaseKey).
+const (
+	QuotaEventReads  = "event_reads"
+	QuotaConnections = "connections"
+)
+
+// LeaseKey is the key of store.Leases that counts owner's use of quota
+// (QuotaEventReads, QuotaConnections) across the cluster: store.LeaseCount
+// of it is the owner's live count. It holds no brace, as the store asks.
+func LeaseKey(owner, quota string) string { return "quota:" + quota + ":" + owner }
+
+// Limit is q's bound of quota (QuotaEventReads, QuotaConnections); 0 for
+// another name.
+func (q Quota) Limit(quota string) int {
+	switch quota {
+	case QuotaEventReads:
+		return q.EventReads
+	case QuotaConnections:
+		return q.Connections
+	}
+	return 0
+}
+
+// QuotaOf is the quota of owner in s, or the defaults when s has no such
+// owner (a reload removed it after its credential was verified).
+func (s *Snapshot) QuotaOf(owner string) Quota {
+	if t := s.Tenant(owner); t != nil {
+		return t.Quota
+	}
+	return Quota{OutboxMiB: DefaultOutboxMiB, Connections: DefaultConnections, EventReads: DefaultEventReads}
+}
 
 // Tenant is an owner of the tenants file.
 type Tenant struct {

@@ -1,0 +1,160 @@
+package router_test
+
+// Owners' quotas counted in the store, across routers: two routers (two
+// APIs) on one Redis, each owner's reads counted once for the whole
+// cluster.
+
+import (
+	"net/http"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/hermes-mobile/gateway/internal/testsvc"
+	"github.com/hermes-mobile/gateway/pkg/agent"
+	"github.com/hermes-mobile/gateway/pkg/bus/natsbus"
+	"github.com/hermes-mobile/gateway/pkg/clock"
+	"github.com/hermes-mobile/gateway/pkg/router"
+	"github.com/hermes-mobile/gateway/pkg/store/redisstore"
+	"github.com/hermes-mobile/gateway/pkg/tenant"
+)
+
+// quotaTenants is acme with 3 event reads and beta with 1.
+var quotaTenants = "tenants:\n  - id: acme\n    keys:\n" + acmeKeysAll + `    quota: {event_reads: 3}
+  - id: beta
+    keys:
+      - {id: app, kind: app, secret: beta-app-secret}
+      - {id: hermes, kind: agent, secret: beta-agent-secret}
+      - {id: cron, kind: deliver, secret: beta-cron-secret}
+    quota: {event_reads: 1}
+`
+
+// secondRouter starts another router and its API on e's Redis and key
+// prefix, reading the owners of reg, with clk as its and its store's
+// clock. It serves reads only: its NATS subjects are its own.
+func secondRouter(t *testing.T, e *env, reg *tenant.Registry, clk clock.Clock) (*env, *redisstore.Store) {
+	t.Helper()
+	st, err := redisstore.New(t.Context(), redisstore.Options{URL: e.redisURL, Prefix: e.redisPrefix, Clock: clk})
+	if err != nil {
+		t.Fatalf("redisstore: %v", err)
+	}
+	t.Cleanup(func() { st.Close() })
+	log := testLogger(t, "router-2")
+	b, err := natsbus.Connect(testsvc.NATSURL(t), natsbus.Options{Logger: log, Name: "router-2", SubjectPrefix: "rt" + testsvc.RandomHex(3) + "."})
+	if err != nil {
+		t.Fatalf("natsbus: %v", err)
+	}
+	t.Cleanup(func() { b.Close() })
+	r := router.New(router.Config{Clock: clk}, st, b, agent.NewLink(st, 1000), log)
+	if err := r.Start(); err != nil {
+		t.Fatalf("router: %v", err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return serve(t, &env{router: r, store: st}, apiConfig(func(c *router.APIConfig) { c.Tenants = reg })), st
+}
+
+func bearerHeader(token string) http.Header {
+	return http.Header{"Authorization": {"Bearer " + token}}
+}
+
+// wantReadRefused checks that a read of token on e is 429
+// too_many_streams with Retry-After.
+func wantReadRefused(t *testing.T, e *env, token string) {
+	t.Helper()
+	r := e.call(t, "GET", "/v1/events?wait=0", token, nil)
+	wantError(t, r, http.StatusTooManyRequests, "too_many_streams")
+	if r.header.Get("Retry-After") == "" {
+		t.Fatal("429 too_many_streams without Retry-After")
+	}
+}
+
+// TestOwnerEventReadsAcrossRouters: an owner's event_reads quota (3) holds
+// across two routers: exactly 3 open streams, on either, are served; the
+// 4th read is 429 on each router while the other owner's read is served;
+// one closed lets the next in. A stream renews its place while it is
+// open: past the lease's ttl by its router's clock it is still counted.
+func TestOwnerEventReadsAcrossRouters(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tenants.yaml")
+	writeTenants(t, path, quotaTenants)
+	reg := openTenants(t, path)
+	e1 := startClusterOf(t, apiConfig(func(c *router.APIConfig) { c.Tenants = reg }), reg)
+	clk := clock.NewFake(time.Now())
+	e2, st2 := secondRouter(t, e1, reg, clk)
+	acmeReads := tenant.LeaseKey("acme", tenant.QuotaEventReads)
+	count := func() int {
+		t.Helper()
+		n, err := e1.store.LeaseCount(t.Context(), acmeReads)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	a1 := e1.openStream(t, "", bearerHeader(acmeAgent))
+	e1.openStream(t, "", bearerHeader(acmeAgent))
+	e2.openStream(t, "", bearerHeader(acmeAgent))
+	if n := count(); n != 3 {
+		t.Fatalf("acme's reads in the store: %d, want 3", n)
+	}
+	wantReadRefused(t, e1, acmeAgent)
+	wantReadRefused(t, e2, acmeAgent)
+	// The other owner is served on both, up to its own quota.
+	b1 := e1.openStream(t, "", bearerHeader(betaAgent))
+	wantReadRefused(t, e2, betaAgent)
+	b1.resp.Body.Close()
+	testsvc.WaitFor(t, 10*time.Second, "beta served on router 2 once its stream closed", func() bool {
+		return e2.call(t, "GET", "/v1/events?wait=0", betaAgent, nil).status == http.StatusOK
+	})
+	// The legacy owner's token keeps its bound per router.
+	wantOK200(t, e2.call(t, "GET", "/v1/events?wait=0", agentToken, nil))
+
+	// One closed lets the next in, on the other router.
+	a1.resp.Body.Close()
+	testsvc.WaitFor(t, 10*time.Second, "acme's closed stream released", func() bool { return count() == 2 })
+	s := e2.openStream(t, "", bearerHeader(acmeAgent))
+	wantReadRefused(t, e1, acmeAgent)
+
+	// Renewal: the stream just opened on router 2 outlives its first
+	// lease's ttl by router 2's clock, renewed at its keep-alive.
+	c2 := func() int {
+		t.Helper()
+		n, err := st2.LeaseCount(t.Context(), acmeReads)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	clk.Advance(50 * time.Second)
+	drainComments(s)
+	for range 2 { // a whole turn of the stream after the advance
+		select {
+		case <-s.comments:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no keep-alive on the stream within 10 s")
+		}
+	}
+	clk.Advance(20 * time.Second) // 70 s after the stream opened
+	// Router 2's two open streams, both renewed; router 1's (by its own
+	// clock, behind) lapsed by this one.
+	if n := c2(); n != 2 {
+		t.Fatalf("router 2's open streams at 70 s: %d reads counted, want 2", n)
+	}
+}
+
+// drainComments empties what s has read of comments so far.
+func drainComments(s *sseStream) {
+	for {
+		select {
+		case <-s.comments:
+		default:
+			return
+		}
+	}
+}
+
+func wantOK200(t *testing.T, r response) {
+	t.Helper()
+	if r.status != http.StatusOK {
+		t.Fatalf("status %d, want 200: %s", r.status, r.body)
+	}
+}
