@@ -16,6 +16,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/secret"
 	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/telemetry"
+	"github.com/hermes-mobile/gateway/pkg/tenant"
 	"github.com/hermes-mobile/gateway/pkg/wire"
 )
 
@@ -72,6 +73,11 @@ type OutboxConfig struct {
 	// (hermes_outbox_queued_total, hermes_push_*: a router's, in
 	// docs/metrics.md); nil records nothing.
 	Telemetry *telemetry.Telemetry
+
+	// Tenants, when set, is the tenants file: what is kept for an owner's
+	// devices (its share, OwnerShare) is bounded by the owner's
+	// outbox_mib (store.OutboxLimits.MaxShareBytes). Nil: no owner's bound.
+	Tenants *tenant.Registry
 }
 
 // The outbox's defaults: what is kept for a phone that sleeps.
@@ -189,8 +195,16 @@ func (c OutboxConfig) Validate() error {
 // deliver token queued. An owner (tenant) id may take this place.
 const (
 	ShareAgent   = "agent"   // the outputs of an agent through the API
-	ShareDeliver = "deliver" // cron's deliveries (Keep), and the answers to a cron socket's texts
+	ShareDeliver = "deliver" // the legacy owner's cron deliveries (Keep), and the answers to a cron socket's texts
 )
+
+// ownerSharePrefix begins the share of an owner of the tenants file.
+const ownerSharePrefix = "owner:"
+
+// OwnerShare is the one share of everything kept for the devices of owner,
+// an owner of the tenants file (not the legacy owner): its answers and its
+// cron's deliveries, bounded together by its outbox_mib.
+func OwnerShare(owner string) string { return ownerSharePrefix + owner }
 
 // Outbox keeps outputs for devices that hold no socket, within its
 // bounds, in the store's outboxes, which a device's next connection
@@ -241,16 +255,21 @@ func (o *Outbox) Notifier() *push.Notifier { return o.push }
 func (o *Outbox) MaxTTL() time.Duration { return o.cfg.TTL }
 
 // Keep keeps out, a delivery for device that it did not take, in the
-// device's outbox for ttl (at most MaxTTL), charged to ShareDeliver, and
-// wakes the device: cron's deliveries with a ttl, on the router's API and
-// on the deliver frame.
+// device's outbox for ttl (at most MaxTTL), charged to ShareDeliver (the
+// owner's share for a device of a file owner), and wakes the device:
+// cron's deliveries with a ttl, on the router's API and on the deliver
+// frame.
 func (o *Outbox) Keep(ctx context.Context, device string, out wire.Output, ttl time.Duration) error {
+	share := ShareDeliver
+	if owner := tenant.OwnerOf(device); owner != tenant.Legacy {
+		share = OwnerShare(owner)
+	}
 	out.Device = device
 	// The delivery's deadline may be nearly spent waiting for an ack:
 	// keeping it gets time of its own, as the router's outputs do.
 	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.cfg.OpTimeout)
 	defer cancel()
-	if err := o.Put(kctx, device, ShareDeliver, out, ttl); err != nil {
+	if err := o.Put(kctx, device, share, out, ttl); err != nil {
 		return err
 	}
 	o.Wake(ctx, device, out)
@@ -270,6 +289,9 @@ func (o *Outbox) Put(ctx context.Context, device, share string, out wire.Output,
 	}
 	lim := o.cfg.Limits(ttl)
 	lim.Share = share
+	if owner, ok := strings.CutPrefix(share, ownerSharePrefix); ok && o.cfg.Tenants != nil {
+		lim.MaxShareBytes = int64(o.cfg.Tenants.Snapshot().QuotaOf(owner).OutboxMiB) << 20
+	}
 	if out.Media != nil && out.Media.Blob != "" {
 		if err := o.store.ExtendBlob(ctx, out.Media.Blob, lim.TTL); err != nil && !errors.Is(err, store.ErrNotFound) {
 			return err
@@ -281,8 +303,8 @@ func (o *Outbox) Put(ctx context.Context, device, share string, out wire.Output,
 	}
 	if d.Total() > 0 {
 		o.log.WarnContext(ctx, "outbox items dropped unwritten", "device", device, "share", share,
-			"full", d.Full, "bytes", d.Bytes, "store", d.Store, "expired", d.Expired,
-			"max_items", lim.MaxItems, "max_bytes", lim.MaxBytes, "max_store_bytes", lim.MaxStoreBytes)
+			"full", d.Full, "bytes", d.Bytes, "store", d.Store, "share_bound", d.Share, "expired", d.Expired,
+			"max_items", lim.MaxItems, "max_bytes", lim.MaxBytes, "max_store_bytes", lim.MaxStoreBytes, "max_share_bytes", lim.MaxShareBytes)
 	}
 	return nil
 }

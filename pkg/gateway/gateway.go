@@ -258,6 +258,9 @@ func newOutbox(cfg Config, st store.Store, b bus.Bus, log *slog.Logger) *dispatc
 	if ocfg.OpTimeout == 0 {
 		ocfg.OpTimeout = cfg.RouterCfg.OpTimeout
 	}
+	if ocfg.Tenants == nil {
+		ocfg.Tenants = cfg.Tenants // the owners' outbox_mib
+	}
 	return dispatch.NewOutbox(ocfg, st, b, log.With("component", "outbox"))
 }
 

@@ -5,8 +5,10 @@ package router_test
 // cluster.
 
 import (
+	"fmt"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -156,5 +158,61 @@ func wantOK200(t *testing.T, r response) {
 	t.Helper()
 	if r.status != http.StatusOK {
 		t.Fatalf("status %d, want 200: %s", r.status, r.body)
+	}
+}
+
+// TestOwnerOutboxQuota: acme (outbox_mib 1) floods its sleeping devices
+// with cron deliveries far past its quota while beta's phone sleeps with
+// one queued cron message: acme's outboxes keep at most 1 MiB, its own
+// newest, and beta's message is delivered when beta's phone wakes.
+func TestOwnerOutboxQuota(t *testing.T) {
+	file := "tenants:\n  - id: acme\n    keys:\n" + acmeKeysAll + `    quota: {outbox_mib: 1}
+  - id: beta
+    keys:
+      - {id: app, kind: app, secret: beta-app-secret}
+      - {id: cron, kind: deliver, secret: beta-cron-secret}
+`
+	for name, start := range map[string]func(*testing.T, string) *env{"single": startTenantSingle, "cluster": startTenantCluster} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join(t.TempDir(), "tenants.yaml")
+			writeTenants(t, path, file)
+			e := start(t, path)
+			wantOK202(t, e.call(t, "POST", "/v1/deliver", betaCron, map[string]any{"target": "tel-1", "text": "beta's standup", "ttl": 600}))
+
+			const devices, each, size = 10, 15, 10_000 // 1.5 MB
+			text := strings.Repeat("x", size)
+			var batch []map[string]any
+			for i := range each {
+				for d := range devices {
+					batch = append(batch, map[string]any{"target": fmt.Sprint("tel-", d), "text": fmt.Sprint(i, text), "ttl": 600})
+				}
+			}
+			r := e.call(t, "POST", "/v1/deliver/batch", acmeCron, map[string]any{"deliveries": batch})
+			if r.status != http.StatusOK || strings.Count(string(r.body), `"status":202`) != devices*each {
+				t.Fatalf("acme's flood: %d %.300s; want every delivery queued (202)", r.status, r.body)
+			}
+			kept, items := 0, 0
+			for d := range devices {
+				got, err := e.store.PeekOutbox(t.Context(), tenant.DeviceKey("acme", fmt.Sprint("tel-", d)), 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, it := range got {
+					kept += len(it.Data)
+				}
+				items += len(got)
+				// Its own oldest went: the newest of each device stays.
+				if len(got) == 0 || !strings.Contains(string(got[len(got)-1].Data), fmt.Sprint(each-1, "xxx")) {
+					t.Fatalf("acme's tel-%d lost its newest delivery (%d items kept)", d, len(got))
+				}
+			}
+			t.Logf("acme pushed %d deliveries of %d bytes: %d items, %d bytes kept", devices*each, size, items, kept)
+			if kept > 1<<20 || items == devices*each {
+				t.Fatalf("acme's outboxes keep %d bytes in %d items; want at most its 1 MiB, with items dropped", kept, items)
+			}
+			b := e.phoneAs(t, betaApp, "tel-1")
+			expectText(t, b, "beta's standup")
+		})
 	}
 }

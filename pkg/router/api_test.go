@@ -35,6 +35,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/agent"
 	"github.com/hermes-mobile/gateway/pkg/bus/natsbus"
 	"github.com/hermes-mobile/gateway/pkg/client"
+	"github.com/hermes-mobile/gateway/pkg/dispatch"
 	"github.com/hermes-mobile/gateway/pkg/edge"
 	"github.com/hermes-mobile/gateway/pkg/gateway"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
@@ -153,7 +154,10 @@ func startClusterOf(t *testing.T, cfg router.APIConfig, reg *tenant.Registry) *e
 		t.Fatalf("natsbus: %v", err)
 	}
 	t.Cleanup(func() { b.Close() })
-	r := router.New(router.Config{}, st, b, agent.NewLink(st, 1000), log)
+	// The router's outbox bounds the owners' outboxes by their quota.
+	ob := dispatch.NewOutbox(dispatch.OutboxConfig{Tenants: reg}, st, b, log)
+	t.Cleanup(ob.Close)
+	r := router.New(router.Config{Outbox: ob}, st, b, agent.NewLink(st, 1000), log)
 	if err := r.Start(); err != nil {
 		t.Fatalf("router: %v", err)
 	}

@@ -44,7 +44,7 @@ type output struct {
 // its keys.
 func shareFor(ev wire.Event) string {
 	if o := tenant.OwnerOf(ev.Device); o != tenant.Legacy {
-		return "owner:" + o // an owner of the tenants file is one share
+		return dispatch.OwnerShare(o) // an owner of the tenants file is one share
 	}
 	switch ev.Auth {
 	case "device":

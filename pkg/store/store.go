@@ -287,6 +287,15 @@ type OutboxLimits struct {
 	// outboxes cost its process in memory (memstore.Options), in the same
 	// order.
 	MaxStoreBytes int64
+	// MaxShareBytes bounds the sum of the lengths of the items charged to
+	// lim.Share (an owner's outbox_mib); 0 means no bound. Past it the
+	// share's own oldest items are dropped, of its device that holds the
+	// most bytes of it first, before the store-wide bound is looked at, so
+	// a share that floods loses its own items and nobody else's. An item
+	// longer than it is not kept. redisstore splits it into Shards parts
+	// on Redis Cluster, as MaxStoreBytes, each bounding the share's devices
+	// of one shard.
+	MaxShareBytes int64
 	// Share names whom the item is charged to one level above its device
 	// (see above): the router names the credential that caused the item
 	// to be kept ("app", "deliver", "device:<id>", "agent"); an owner
@@ -303,12 +312,16 @@ type OutboxDrops struct {
 	Bytes int // the device's oldest past MaxBytes, or the item pushed when longer than MaxBytes
 	// Store: the largest holder's oldest (of this device or another) past
 	// the store-wide bound, or the item pushed when longer than its part.
-	Store   int
+	Store int
+	// Share: the share's own oldest (of this device or another of the
+	// share) past MaxShareBytes, or the item pushed when longer than it
+	// (than its part on Redis Cluster).
+	Share   int
 	Expired int // past their TTL, removed by this push
 }
 
 // Total is the sum of the drops.
-func (d OutboxDrops) Total() int { return d.Full + d.Bytes + d.Store + d.Expired }
+func (d OutboxDrops) Total() int { return d.Full + d.Bytes + d.Store + d.Share + d.Expired }
 
 // Outbox keeps frames for a device that is offline. Items are read with
 // PeekOutbox and removed only by AckOutbox, once they were written to the

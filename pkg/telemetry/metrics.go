@@ -37,7 +37,7 @@ type Metrics struct {
 	httpDuration httpconv.ServerRequestDuration
 
 	byKind   LabelSet // RedisUnavailable, RedisFull, RedisReply → {kind=…}
-	byReason LabelSet // OutboxFull, OutboxBytes, OutboxStore, OutboxExpired → {reason=…}
+	byReason LabelSet // OutboxFull, OutboxBytes, OutboxStore, OutboxShare, OutboxExpired → {reason=…}
 	byQuota  LabelSet // QuotaEventReads, QuotaConnections → {quota=…}
 }
 
@@ -133,7 +133,7 @@ func newMetrics(m metric.Meter) (*Metrics, error) {
 		metric.WithExplicitBucketBoundaries(redisBuckets...))
 	in.Check(e)
 	x.outboxDropped, e = m.Int64Counter("hermes_outbox_dropped",
-		metric.WithDescription("Outbox items dropped unwritten, by reason: full (past the most items a device's outbox keeps), bytes (past the bytes a device's outbox keeps), store (past the bytes every outbox together keeps), expired (older than the outbox TTL)."))
+		metric.WithDescription("Outbox items dropped unwritten, by reason: full (past the most items a device's outbox keeps), bytes (past the bytes a device's outbox keeps), store (past the bytes every outbox together keeps), share (past the bytes an owner's outboxes keep, its outbox_mib), expired (older than the outbox TTL)."))
 	in.Check(e)
 	x.outboxLength, e = m.Int64Histogram("hermes_outbox_length",
 		metric.WithDescription("Items in a device's outbox right after an item was pushed."),
@@ -163,7 +163,7 @@ func newMetrics(m metric.Meter) (*Metrics, error) {
 		return nil, err
 	}
 	x.byKind = NewLabelSet("kind", RedisUnavailable, RedisFull, RedisReply)
-	x.byReason = NewLabelSet("reason", OutboxFull, OutboxBytes, OutboxStore, OutboxExpired)
+	x.byReason = NewLabelSet("reason", OutboxFull, OutboxBytes, OutboxStore, OutboxShare, OutboxExpired)
 	x.byQuota = NewLabelSet("quota", QuotaEventReads, QuotaConnections)
 	for _, o := range x.byQuota.Known() {
 		x.quotaRefusals.Add(bg, 0, o...)
@@ -230,6 +230,7 @@ const (
 	OutboxFull    = "full"    // pushed out by newer items past the outbox's most
 	OutboxBytes   = "bytes"   // pushed out past the bytes a device's outbox keeps
 	OutboxStore   = "store"   // pushed out past the bytes every outbox together keeps
+	OutboxShare   = "share"   // pushed out past the bytes its share (an owner's outbox_mib) keeps
 	OutboxExpired = "expired" // older than the outbox TTL
 )
 
@@ -299,7 +300,7 @@ func (m *Metrics) OutboxPushed(length int64) {
 }
 
 // OutboxDropped counts n outbox items dropped unwritten for reason
-// (OutboxFull, OutboxBytes, OutboxStore, OutboxExpired).
+// (OutboxFull, OutboxBytes, OutboxStore, OutboxShare, OutboxExpired).
 func (m *Metrics) OutboxDropped(reason string, n int64) {
 	if m == nil || n <= 0 {
 		return

@@ -329,6 +329,13 @@ func TestOutboxStoreBound(t *testing.T) {
 	storetest.OutboxStoreBound(t, s, storetest.Pool{})
 }
 
+// TestOutboxShareBound: the per-share outbox bound at its boundary.
+func TestOutboxShareBound(t *testing.T) {
+	s := New(Options{})
+	t.Cleanup(func() { s.Close() })
+	storetest.OutboxShareBound(t, s, storetest.Pool{})
+}
+
 // TestOutboxStoreShares: the level above the devices of the store-wide
 // outbox bound.
 func TestOutboxStoreShares(t *testing.T) {

@@ -113,6 +113,9 @@ func (s *Store) PushOutbox(ctx context.Context, device string, item []byte, lim 
 		q.maxCost > 0 && itemCost(item) > q.maxCost:
 		d.Store = 1
 		return d, nil
+	case lim.MaxShareBytes > 0 && int64(len(item)) > lim.MaxShareBytes:
+		d.Share = 1
+		return d, nil
 	}
 	q.seq++
 	it := &outboxItem{expiry: expiry{at: now.Add(lim.TTL)}, seq: q.seq, data: item}
@@ -125,6 +128,11 @@ func (s *Store) PushOutbox(ctx context.Context, device string, item []byte, lim 
 	for lim.MaxBytes > 0 && b.bytes > lim.MaxBytes {
 		q.dropLocked(b.items[0])
 		d.Bytes++
+	}
+	// The share's own bound, before the store's: its own oldest go.
+	for sh := it.held.share; lim.MaxShareBytes > 0 && sh.bytes > lim.MaxShareBytes; {
+		q.dropLocked(sh.devices[0].first)
+		d.Share++
 	}
 	for (lim.MaxStoreBytes > 0 && q.bytes > lim.MaxStoreBytes) || (q.maxCost > 0 && q.cost > q.maxCost) {
 		q.dropLocked(q.largestOldest())

@@ -43,6 +43,7 @@ func TestClusterStore(t *testing.T) {
 	for name, run := range map[string]func(*testing.T, store.Store, storetest.Pool){
 		"OutboxStoreBound":  storetest.OutboxStoreBound,
 		"OutboxStoreShares": storetest.OutboxStoreShares,
+		"OutboxShareBound":  storetest.OutboxShareBound,
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

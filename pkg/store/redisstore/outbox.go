@@ -151,14 +151,18 @@ return reply(string.format('%.0f', seq), full, over, 0, n)
 // The script forgets the members whose deadline passed and the members
 // removed from their outboxes, counts a new one, and takes members out
 // while the shard holds more than part bytes, returning them for their
-// outboxes to drop. Whatever is found missing on the way (a holder with
-// no item left, after keys expired at slightly different times) is
-// forgotten, so the loop always ends.
+// outboxes to drop. Before that, while the new member's share holds more
+// than sharePart bytes of the shard, it takes out the share's own oldest
+// (of its device holding the most). Whatever is found missing on the way
+// (a holder with no item left, after keys expired at slightly different
+// times) is forgotten, so the loops always end.
 //
 // KEYS: :due, :bytes, :deadlines, :sum, :shares, :order, :share (the
 // shard's). ARGV: new member ("": none), its deadline ms, its length, part
 // (0: none), ttl ms, its share, the prefix of the :devices:<share> keys,
-// then the members removed. Reply: the members taken out.
+// sharePart (0: none), then the members removed. Reply: none without a
+// new member; else how many members the share's bound took out, then
+// those, then the members the store-wide bound took out.
 var accountOutboxScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -226,12 +230,38 @@ if #old > 0 then
 	end
 	redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', past)
 end
-for i = 8, #ARGV do
+for i = 9, #ARGV do
 	drop(ARGV[i])
 end
-local out = {}
 if ARGV[1] == '' then
-	return out
+	return {}
+end
+-- takeOldest takes the oldest item of the device that holds the most of
+-- share sh out of the accounting into taken, or forgets what it finds
+-- missing; false when sh has no device left.
+local function takeOldest(sh, taken)
+	local dk = devPrefix .. sh
+	local d = redis.call('ZREVRANGE', dk, 0, 0)[1]
+	if not d then
+		redis.call('ZREM', KEYS[5], sh) -- a share with no device left
+		return false
+	end
+	local p = lp(sh) .. lp(d)
+	local o = redis.call('ZRANGEBYLEX', KEYS[6], '[' .. p, '(' .. p .. ';', 'LIMIT', 0, 1)[1]
+	if not o then
+		redis.call('ZREM', dk, d) -- a device with no item left
+		return true
+	end
+	local oseq, on = string.match(string.sub(o, #p + 1), '^(%d+):(%d+)$')
+	local m = on .. ':' .. string.gsub(oseq, '^0+', '') .. ':' .. d
+	if redis.call('ZSCORE', KEYS[3], m) then
+		forget(m, sh)
+		taken[#taken + 1] = m
+	else
+		redis.call('ZREM', KEYS[6], o) -- an item no longer counted
+		charge(sh, d, -tonumber(on))
+	end
+	return true
 end
 local share, size = ARGV[6], tonumber(ARGV[3])
 local n, seq, dev = parse(ARGV[1])
@@ -240,6 +270,15 @@ redis.call('HSET', KEYS[7], ARGV[1], share)
 redis.call('ZADD', KEYS[6], 0, order(share, dev, seq, n))
 charge(share, dev, size)
 sum = add(KEYS[4], size)
+-- The share's own bound first: its own oldest go, largest device first.
+local byShare = {}
+local sharePart = tonumber(ARGV[8])
+while sharePart > 0 and tonumber(redis.call('ZSCORE', KEYS[5], share) or '0') > sharePart do
+	if not takeOldest(share, byShare) then
+		break
+	end
+end
+local out = {}
 local part = tonumber(ARGV[4])
 while part > 0 and legacy + sum > part do
 	local top = redis.call('ZREVRANGE', KEYS[5], 0, 0, 'WITHSCORES')
@@ -258,29 +297,7 @@ while part > 0 and legacy + sum > part do
 		redis.call('DEL', KEYS[4]) -- bytes no holder holds
 		sum = 0
 	else
-		local sh = top[1]
-		local dk = devPrefix .. sh
-		local d = redis.call('ZREVRANGE', dk, 0, 0)[1]
-		local o = nil
-		if d then
-			local p = lp(sh) .. lp(d)
-			o = redis.call('ZRANGEBYLEX', KEYS[6], '[' .. p, '(' .. p .. ';', 'LIMIT', 0, 1)[1]
-			if o then
-				local oseq, on = string.match(string.sub(o, #p + 1), '^(%d+):(%d+)$')
-				local m = on .. ':' .. string.gsub(oseq, '^0+', '') .. ':' .. d
-				if redis.call('ZSCORE', KEYS[3], m) then
-					forget(m, sh)
-					out[#out + 1] = m
-				else
-					redis.call('ZREM', KEYS[6], o) -- an item no longer counted
-					charge(sh, d, -tonumber(on))
-				end
-			else
-				redis.call('ZREM', dk, d) -- a device with no item left
-			end
-		else
-			redis.call('ZREM', KEYS[5], sh) -- a share with no device left
-		end
+		takeOldest(top[1], out)
 	end
 end
 local ttl = tonumber(ARGV[5])
@@ -293,7 +310,14 @@ local dk = devPrefix .. share
 if redis.call('PTTL', dk) < ttl + 1 then
 	redis.call('PEXPIRE', dk, ttl + 1)
 end
-return out
+local r = {tostring(#byShare)}
+for _, m in ipairs(byShare) do
+	r[#r + 1] = m
+end
+for _, m in ipairs(out) do
+	r[#r + 1] = m
+end
+return r
 `)
 
 // evictOutboxScript removes one item, named by its sequence number, from
@@ -378,8 +402,10 @@ return r
 // clock) and drops the oldest items past lim's bounds: the device's in one
 // script on the device's keys, then the store's in a script on the device's
 // shard of the accounting (see Shards), which charges the item to lim.Share
-// and device and names the items to drop past the shard's part: the
-// largest holder's oldest, of any device of the shard (see
+// and device and names the items to drop past the share's part of the
+// shard (lim.MaxShareBytes split as MaxStoreBytes is: the share's own
+// oldest, of its device holding the most), then past the shard's part:
+// the largest holder's oldest, of any device of the shard (see
 // accountOutboxScript); each is then dropped by a script on its device's
 // keys. A push that fails between the scripts leaves its item, or an item
 // named to drop, in its outbox but out of the accounting (never dropped by
@@ -392,10 +418,21 @@ func (s *Store) PushOutbox(ctx context.Context, device string, item []byte, lim 
 	if lim.TTL <= 0 {
 		return d, errBadTTL
 	}
-	var part int64
+	var part, sharePart int64
+	shards := int64(len(s.tags.outbox))
 	if lim.MaxStoreBytes > 0 {
-		n := int64(len(s.tags.outbox))
-		part = (lim.MaxStoreBytes + n - 1) / n
+		part = (lim.MaxStoreBytes + shards - 1) / shards
+	}
+	if lim.MaxShareBytes > 0 {
+		sharePart = (lim.MaxShareBytes + shards - 1) / shards
+	}
+	// An item longer than its share's part is not kept, as the script
+	// would keep it (in the order the script checks the other bounds).
+	if size := int64(len(item)); lim.MaxItems >= 1 && (lim.MaxBytes <= 0 || len(item) <= lim.MaxBytes) &&
+		(part == 0 || size <= part) && sharePart > 0 && size > sharePart {
+		d.Share = 1
+		s.countOutboxDrops(d)
+		return d, nil
 	}
 	keys := []string{s.outboxKey(device), s.outboxSeqKey(device), s.outboxBytesKey(device)}
 	r, err := pushOutboxScript.Run(ctx, s.rdb, keys, item, lim.MaxItems, ms(lim.TTL), max(lim.MaxBytes, 0), part).Slice()
@@ -439,21 +476,32 @@ func (s *Store) PushOutbox(ctx context.Context, device string, item []byte, lim 
 	}
 	// Without a store-wide bound nothing is counted: such pushes (tests')
 	// may share a prefix with a bounded store without being dropped by it.
-	if part > 0 && (member != "" || len(gone) > 0) {
+	if (part > 0 || sharePart > 0) && (member != "" || len(gone) > 0) {
 		sh := s.tags.outbox.of(device)
-		args := append([]any{member, deadline, len(item), part, ms(lim.TTL), lim.Share, s.outboxDevicesPrefix(sh)}, gone...)
+		args := append([]any{member, deadline, len(item), part, ms(lim.TTL), lim.Share, s.outboxDevicesPrefix(sh), sharePart}, gone...)
 		taken, err := accountOutboxScript.Run(ctx, s.rdb, s.outboxPoolKeys(sh), args...).StringSlice()
 		if err != nil {
 			s.countOutboxDrops(d)
 			return d, s.redisErr(ctx, "PushOutbox", err)
 		}
-		for _, m := range taken {
+		byShare := 0
+		if len(taken) > 0 {
+			if byShare, err = strconv.Atoi(taken[0]); err != nil || byShare > len(taken)-1 {
+				return d, opErr("PushOutbox", fmt.Errorf("malformed accounting reply %q", taken[0]))
+			}
+			taken = taken[1:]
+		}
+		for i, m := range taken {
 			evicted, err := s.evictOutbox(ctx, m)
 			if err != nil {
 				s.countOutboxDrops(d)
 				return d, err
 			}
-			if evicted {
+			switch {
+			case !evicted:
+			case i < byShare:
+				d.Share++
+			default:
 				d.Store++
 			}
 		}
@@ -480,6 +528,7 @@ func (s *Store) countOutboxDrops(d store.OutboxDrops) {
 	s.metrics.OutboxDropped(telemetry.OutboxFull, int64(d.Full))
 	s.metrics.OutboxDropped(telemetry.OutboxBytes, int64(d.Bytes))
 	s.metrics.OutboxDropped(telemetry.OutboxStore, int64(d.Store))
+	s.metrics.OutboxDropped(telemetry.OutboxShare, int64(d.Share))
 	s.metrics.OutboxDropped(telemetry.OutboxExpired, int64(d.Expired))
 }
 
@@ -532,7 +581,7 @@ func (s *Store) AckOutbox(ctx context.Context, device string, epoch, upTo int64)
 	s.metrics.OutboxDropped(telemetry.OutboxExpired, expired)
 	sh := s.tags.outbox.of(device)
 	if len(r) > 2 {
-		args := []any{"", 0, 0, 0, 0, "", s.outboxDevicesPrefix(sh)}
+		args := []any{"", 0, 0, 0, 0, "", s.outboxDevicesPrefix(sh), 0}
 		for i := 2; i < len(r); i++ {
 			g, err := replyBytes(r, i)
 			if err != nil {

@@ -24,6 +24,14 @@ func TestOutboxStoreShares(t *testing.T) {
 	storetest.OutboxStoreShares(t, s, storetest.Pool{})
 }
 
+// TestOutboxShareBound: the per-share outbox bound at its boundary, on
+// one server.
+func TestOutboxShareBound(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, testsvc.StartRedis(t).URL(), Options{})
+	storetest.OutboxShareBound(t, s, storetest.Pool{})
+}
+
 // outboxPool is the storetest.Pool of s: its shards of the outbox
 // accounting.
 func outboxPool(s *Store) storetest.Pool {

@@ -261,3 +261,42 @@ func testSleepStoreFloodShares(t *testing.T, s store.Store) {
 		t.Fatalf("the phone's queued message was dropped by the flood (%d items left)", len(got))
 	}
 }
+
+// OutboxShareBound checks the per-share bound (MaxShareBytes) at its
+// boundary, within one part of p: exactly the bound is kept; a byte more
+// drops the share's own oldest, of its device holding the most (also the
+// device pushed to), and nothing of another share; an item longer than the
+// bound is not kept; an acknowledged item leaves the share.
+func OutboxShareBound(t *testing.T, s store.Store, p Pool) {
+	devs := p.devices(t, "a", "b", "c", "o")
+	a, b, c, o := devs[0], devs[1], devs[2], devs[3]
+	defer sharePool(t, s, devs...)()
+	x, y := name(t, "owner:x"), name(t, "owner:y")
+	lim := store.OutboxLimits{MaxItems: 100, MaxShareBytes: p.bound(10), TTL: time.Minute}
+	wantDrops(t, pushShare(t, s, o, y, "ooooooooo", lim), store.OutboxDrops{})
+	wantDrops(t, pushShare(t, s, a, x, "aaa", lim), store.OutboxDrops{})
+	wantDrops(t, pushShare(t, s, a, x, "aa", lim), store.OutboxDrops{})
+	wantDrops(t, pushShare(t, s, b, x, "bbbb", lim), store.OutboxDrops{})
+	wantDrops(t, pushShare(t, s, c, x, "c", lim), store.OutboxDrops{})
+	// x holds 10 bytes, the bound; y 9, its own.
+	wantOutbox(t, s, a, "aaa", "aa")
+	// One byte more: a, which holds the most of x, loses its oldest.
+	wantDrops(t, pushShare(t, s, c, x, "cc", lim), store.OutboxDrops{Share: 1})
+	wantOutbox(t, s, a, "aa")
+	wantOutbox(t, s, c, "c", "cc")
+	// c holds the most once "cccc" is in: it loses its own oldest, twice.
+	wantDrops(t, pushShare(t, s, c, x, "cccc", lim), store.OutboxDrops{Share: 2})
+	wantOutbox(t, s, c, "cccc")
+	wantOutbox(t, s, b, "bbbb")
+	// Longer than the bound: not kept, nothing dropped.
+	wantDrops(t, pushShare(t, s, a, x, strings.Repeat("A", int(lim.MaxShareBytes/int64(max(p.Parts, 1)))+1), lim), store.OutboxDrops{Share: 1})
+	wantOutbox(t, s, a, "aa")
+	// An acknowledged item leaves the share: b's 4 bytes are room again.
+	ack(t, s, b, claimDevice(t, s, b, "edge-1", time.Minute), 1<<62, true)
+	wantDrops(t, pushShare(t, s, b, x, "bbbb", lim), store.OutboxDrops{})
+	wantOutbox(t, s, a, "aa")
+	wantOutbox(t, s, b, "bbbb")
+	wantOutbox(t, s, c, "cccc")
+	// The other share lost nothing.
+	wantOutbox(t, s, o, "ooooooooo")
+}

@@ -21,6 +21,7 @@ var sleepTests = []test{
 	{"StoreBytes", testSleepStoreBytes},
 	{"StoreFlood", testSleepStoreFlood},
 	{"StoreFloodShares", testSleepStoreFloodShares},
+	{"ShareFlood", testSleepShareFlood},
 	{"ExtendBlob", testSleepExtendBlob},
 	{"ExtendBlobUnknown", testSleepExtendBlobUnknown},
 	{"PushTarget", testSleepPushTarget},
@@ -195,5 +196,52 @@ func testSleepExtendBlob(t *testing.T, s store.Store) {
 func testSleepExtendBlobUnknown(t *testing.T, s store.Store) {
 	if err := s.ExtendBlob(t.Context(), "0123456789abcdef0123456789abcdef", time.Minute); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("ExtendBlob(unknown) = %v, want ErrNotFound", err)
+	}
+}
+
+// testSleepShareFlood is an owner (a share with MaxShareBytes, its
+// outbox_mib) flooding its own sleeping devices, far past its bound, while
+// another owner's phone sleeps with one queued cron message: the flood
+// keeps at most its bound (on Redis Cluster each shard at most its part of
+// it) and loses its own oldest, and the other owner's message stays.
+func testSleepShareFlood(t *testing.T, s store.Store) {
+	real := name(t, "phone")
+	fake := make([]string, 20)
+	for i := range fake {
+		fake[i] = name(t, fmt.Sprintf("sleeping-%02d", i))
+	}
+	defer sharePool(t, s, append([]string{real}, fake...)...)()
+	const msg = `{"op":"message","id":"cron-1","text":"7:00 standup","offline":true}`
+	lim := store.OutboxLimits{MaxItems: 1024, MaxShareBytes: 16 * 200, TTL: time.Minute}
+	wantDrops(t, pushShare(t, s, real, name(t, "owner:b"), msg, lim), store.OutboxDrops{})
+	flood := name(t, "owner:a")
+	pushed, dropped := 0, 0
+	for i := range 10 {
+		for _, dev := range fake {
+			answer := fmt.Sprintf(`{"op":"message","id":"m-%d","text":"%s","offline":true}`, i, strings.Repeat("a", 20))
+			d := pushShare(t, s, dev, flood, answer, lim)
+			if d.Full+d.Bytes+d.Store+d.Expired != 0 {
+				t.Fatalf("push dropped %+v: only the share's bound may drop", d)
+			}
+			pushed += len(answer)
+			dropped += d.Share
+		}
+	}
+	kept, keptItems := 0, 0
+	for _, dev := range fake {
+		for _, it := range peek(t, s, dev, 0) {
+			kept += len(it.Data)
+			keptItems++
+		}
+	}
+	t.Logf("%d bytes pushed past a share bound of %d: %d items dropped, %d bytes kept", pushed, lim.MaxShareBytes, dropped, kept)
+	if dropped == 0 || int64(kept) > lim.MaxShareBytes {
+		t.Fatalf("the flood kept %d bytes (%d dropped), want at most its bound %d", kept, dropped, lim.MaxShareBytes)
+	}
+	if dropped != 200-keptItems {
+		t.Fatalf("drops reported %d, items gone %d", dropped, 200-keptItems)
+	}
+	if got := itemData(peek(t, s, real, 0)); !slices.Equal(got, []string{msg}) {
+		t.Fatalf("the other owner's queued message was dropped by the flood (%d items left)", len(got))
 	}
 }
