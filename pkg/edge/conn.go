@@ -175,6 +175,11 @@ type session struct {
 	// removes it closes the socket (Server.revoke).
 	key     *tenant.Key
 	devName string
+	// leased: the socket holds a place in its owner's connections quota
+	// (a lease of the store, connLease), its device key the lease's id;
+	// replaced: a newer socket of the device took it over, and with it
+	// that place, which this one's close must not give back.
+	leased, replaced atomic.Bool
 
 	// avatarURL is ready's avatar_url: Config.AvatarURL, or the edge's own
 	// page at the host the phone connected to.
@@ -673,6 +678,13 @@ func (c *conn) onPeerClose(p []byte) {
 }
 
 // fatal sends e and closes the connection with 1008 and the code as reason.
+// replacedByNewer closes c for a newer socket of its device, here or on
+// another edge, which holds c's place in the owner's connections quota.
+func (c *conn) replacedByNewer() {
+	c.replaced.Store(true)
+	c.closeWith(closeNormal, "replaced by a newer connection", nil)
+}
+
 func (c *conn) fatal(e *protocol.Error) {
 	e.Fatal = true
 	c.logger().Info("closing connection", "code", e.Code, "why", e.Message)

@@ -39,7 +39,7 @@ func (s *Server) onControl(ctl wire.Control) {
 	switch ctl.Op {
 	case wire.OpTakeover:
 		if c.epoch.Load() < ctl.Epoch {
-			c.closeWith(closeNormal, "replaced by a newer connection", nil)
+			c.replacedByNewer()
 		}
 	case wire.OpOutbox:
 		c.rereadOutbox()

@@ -20,6 +20,7 @@ const (
 	failReadBudget    failure = "the gateway is reading too many large messages; reconnect and send it again" // fatal: the edge's read budget is spent
 	failClaimDevice   failure = "gateway storage unavailable; reconnect later"                                // fatal: hello's claim of the device
 	failSubscribe     failure = "gateway bus unavailable; reconnect later"                                    // fatal: hello's subscription for the device
+	failConnQuota     failure = "owner %s has %d connections open, its connections quota; reconnect later"    // fatal: hello past its owner's quota
 	failTextPending   failure = "this message is still being delivered from another connection; send it again shortly"
 	failTextDedup     failure = "gateway storage unavailable; send again" // the dedup claim of a message's id
 	failMediaStore    failure = "gateway storage unavailable; send again" // storing a message's file

@@ -32,6 +32,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/push"
 	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/telemetry"
+	"github.com/hermes-mobile/gateway/pkg/tenant"
 	"github.com/hermes-mobile/gateway/pkg/wire"
 )
 
@@ -626,7 +627,7 @@ func (s *Server) register(c *conn) (ok, reread bool, err error) {
 	needSub := s.deviceSubs && slot.sub == nil
 	s.mu.Unlock()
 	if old != nil {
-		old.closeWith(closeNormal, "replaced by a newer connection", nil)
+		old.replacedByNewer()
 	}
 	if needSub { // shim(v0.2.0): Config.DeviceSubjects.
 		sub, err := s.bus.Subscribe(bus.DeviceSubject(c.device), s.onDeviceDelivery)
@@ -702,6 +703,7 @@ func (s *Server) heartbeat() {
 		if err != nil {
 			s.log.Warn("renewing the edge's lease failed", "err", err)
 		}
+		s.renewConnLeases(beat)
 		// The first renewal is fresh too: nothing was read as none yet.
 		if lapsed := err == nil && fresh && n > 1; lapsed || n%refreshEvery == 0 {
 			s.refreshOwned(lapsed)
@@ -712,6 +714,31 @@ func (s *Server) heartbeat() {
 		case <-t.C:
 		}
 		s.forgetEarly(s.cfg.OwnerTTL)
+	}
+}
+
+// renewConnLeases renews the places the file owners' sockets here hold in
+// their owners' connections quotas (store.Leases, ttl OwnerTTL): one
+// store call per owner with sockets here, whatever their number, each
+// within timeout. A socket whose place lapsed or was given back meanwhile
+// (a close of its replaced socket elsewhere) takes it again.
+func (s *Server) renewConnLeases(timeout time.Duration) {
+	byOwner := make(map[string][]string)
+	s.mu.Lock()
+	for dev, slot := range s.devices {
+		if slot.conn != nil && slot.conn.leased.Load() {
+			o := tenant.OwnerOf(dev)
+			byOwner[o] = append(byOwner[o], dev)
+		}
+	}
+	s.mu.Unlock()
+	for owner, devs := range byOwner {
+		ctx, cancel := context.WithTimeout(s.ctx, timeout)
+		err := s.store.RenewLeases(ctx, tenant.LeaseKey(owner, tenant.QuotaConnections), devs, s.cfg.OwnerTTL)
+		cancel()
+		if err != nil && s.ctx.Err() == nil {
+			s.log.Warn("renewing the owners' connections quotas failed", "owner", owner, "err", err)
+		}
 	}
 }
 

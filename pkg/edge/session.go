@@ -180,6 +180,24 @@ func (c *conn) hello(h *protocol.Hello) {
 	s.helloAccepted(c)
 	ctx, cancel := c.opContext()
 	defer cancel()
+	// A file owner's socket takes its place in the owner's connections
+	// quota, across every edge: one store round trip, none for the legacy
+	// owner. The device's own place (a reconnect) is always its own.
+	if owner := g.owner(); owner != tenant.Legacy {
+		limit := s.auth.tenants.Snapshot().QuotaOf(owner).Connections
+		ok, _, err := s.store.AcquireLease(ctx, tenant.LeaseKey(owner, tenant.QuotaConnections), key, limit, s.cfg.OwnerTTL)
+		if err != nil {
+			c.logger().Warn("taking a place in the owner's connections quota failed", "device", key, "err", err)
+			c.fatal(failClaimDevice.frame())
+			return
+		}
+		if !ok {
+			s.tel.process.QuotaRefused(telemetry.QuotaConnections)
+			c.fatal(failConnQuota.frame(owner, limit))
+			return
+		}
+		c.leased.Store(true)
+	}
 	// The claim also says whether the device acked on an earlier socket:
 	// then what this socket writes, from the outbox on, counts only once
 	// acked.
@@ -188,6 +206,7 @@ func (c *conn) hello(h *protocol.Hello) {
 	if err != nil {
 		c.logger().Warn("claiming device failed", "device", key, "err", err)
 		c.fatal(failClaimDevice.frame())
+		c.releaseConnLease(key)
 		return
 	}
 	c.id = s.cfg.ID + "/" + fmt.Sprint(epoch)
@@ -221,7 +240,7 @@ func (c *conn) hello(h *protocol.Hello) {
 		return
 	}
 	if !ok {
-		c.closeWith(closeNormal, "replaced by a newer connection", nil)
+		c.replacedByNewer()
 		return
 	}
 	// A hello racing ours on another edge that claimed a newer epoch
@@ -231,7 +250,7 @@ func (c *conn) hello(h *protocol.Hello) {
 	// from now on: with device subjects, look once more.
 	if s.deviceSubs { // shim(v0.2.0): Config.DeviceSubjects.
 		if owner, err := s.owners.get(ctx, dev.ID); err == nil && owner.Epoch > epoch {
-			c.closeWith(closeNormal, "replaced by a newer connection", nil)
+			c.replacedByNewer()
 			return
 		}
 	}
@@ -660,6 +679,23 @@ func (c *conn) releaseState() {
 		if err := c.srv.store.ReleaseDevice(ctx, c.device, c.epoch.Load()); err != nil {
 			c.logger().Warn("releasing device failed", "err", err)
 		}
+		if !c.replaced.Load() {
+			c.releaseConnLease(c.device)
+		}
+	}
+}
+
+// releaseConnLease gives back the place c holds in its owner's
+// connections quota, if it holds one. A failure leaves it until the lease
+// lapses (OwnerTTL).
+func (c *conn) releaseConnLease(device string) {
+	if !c.leased.Load() {
+		return
+	}
+	ctx, cancel := c.compensationContext()
+	defer cancel()
+	if err := c.srv.store.ReleaseLease(ctx, tenant.LeaseKey(tenant.OwnerOf(device), tenant.QuotaConnections), device); err != nil {
+		c.logger().Warn("releasing a place in the owner's connections quota failed; it lapses within OwnerTTL", "err", err)
 	}
 }
 

@@ -16,12 +16,13 @@ import (
 // calls allocate nothing; with tracing off no span is started.
 type edgeTelemetry struct {
 	m       *metrics
+	process *telemetry.Metrics // nil-safe: the quota refusals
 	tracer  trace.Tracer
 	tracing bool
 }
 
 func newEdgeTelemetry(t *telemetry.Telemetry) edgeTelemetry {
-	return edgeTelemetry{m: newMetrics(t.Meter()), tracer: t.Tracer("github.com/hermes-mobile/gateway/pkg/edge"), tracing: t.Tracing()}
+	return edgeTelemetry{m: newMetrics(t.Meter()), process: t.Metrics(), tracer: t.Tracer("github.com/hermes-mobile/gateway/pkg/edge"), tracing: t.Tracing()}
 }
 
 // frameIn counts a message from the app by the type it decoded to.

@@ -16,6 +16,8 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/agent"
 	"github.com/hermes-mobile/gateway/pkg/bus/natsbus"
 	"github.com/hermes-mobile/gateway/pkg/clock"
+	"github.com/hermes-mobile/gateway/pkg/gateway"
+	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/router"
 	"github.com/hermes-mobile/gateway/pkg/store/redisstore"
 	"github.com/hermes-mobile/gateway/pkg/tenant"
@@ -214,5 +216,78 @@ func TestOwnerOutboxQuota(t *testing.T) {
 			b := e.phoneAs(t, betaApp, "tel-1")
 			expectText(t, b, "beta's standup")
 		})
+	}
+}
+
+// secondEdge starts another edge node beside e's, on its Redis and NATS,
+// and returns it as an env for phones.
+func secondEdge(t *testing.T, e *env) *env {
+	t.Helper()
+	g, err := gateway.Start(t.Context(), e.nodeConfig, testLogger(t, "node-2"))
+	if err != nil {
+		t.Fatalf("start node 2: %v", err)
+	}
+	t.Cleanup(func() { g.Close() })
+	return &env{node: g}
+}
+
+// TestOwnerConnectionsAcrossEdges: acme's connections quota (3) holds
+// across two edges: exactly 3 sockets, on either, are ready; the 4th hello
+// is a fatal internal_error naming the quota, close 1008, on each edge,
+// while beta's phone is served; a reconnect of a device that replaces its
+// socket on the other edge keeps its place; one closed lets the next in.
+func TestOwnerConnectionsAcrossEdges(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tenants.yaml")
+	writeTenants(t, path, "tenants:\n  - id: acme\n    keys:\n"+acmeKeysAll+`    quota: {connections: 3}
+  - id: beta
+    keys:
+      - {id: app, kind: app, secret: beta-app-secret}
+`)
+	reg := openTenants(t, path)
+	e1 := startClusterOf(t, apiConfig(func(c *router.APIConfig) { c.Tenants = reg }), reg)
+	e2 := secondEdge(t, e1)
+	conns := tenant.LeaseKey("acme", tenant.QuotaConnections)
+	count := func() int {
+		t.Helper()
+		n, err := e1.store.LeaseCount(t.Context(), conns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	refused := func(e *env, dev string) {
+		t.Helper()
+		f, ci := e.helloRefused(t, acmeApp, dev)
+		if f.Str("code") != "internal_error" || f.Get("fatal") != true || !strings.Contains(f.Str("message"), "connections quota") ||
+			ci.Code != protocol.CloseCode {
+			t.Fatalf("acme's hello past its quota: %s, close %v; want a fatal internal_error naming the quota, close %d", f, ci, protocol.CloseCode)
+		}
+	}
+
+	a := e1.phoneAs(t, acmeApp, "tel-a")
+	b := e1.phoneAs(t, acmeApp, "tel-b")
+	e2.phoneAs(t, acmeApp, "tel-c")
+	if n := count(); n != 3 {
+		t.Fatalf("acme's sockets in the store: %d, want 3", n)
+	}
+	refused(e2, "tel-d")
+	refused(e1, "tel-d")
+	e2.phoneAs(t, betaApp, "tel-d") // the other owner is served
+
+	// tel-a reconnects on the other edge: its own place, not refused; the
+	// socket it replaces is closed and does not give the place back.
+	e2.phoneAs(t, acmeApp, "tel-a")
+	if _, err := a.ExpectClose(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatalf("the replaced socket of tel-a: %v", err)
+	}
+	// One closed lets the next in.
+	b.CloseNow()
+	// 2 at once, not 1: had tel-a's old socket given its place back, only
+	// the edges' next renewal (every 10 s) would take it again.
+	testsvc.WaitFor(t, 5*time.Second, "tel-b's place given back", func() bool { return count() == 2 })
+	e1.phoneAs(t, acmeApp, "tel-d")
+	refused(e1, "tel-e") // 3 again: tel-a's place stayed taken
+	if n := count(); n != 3 {
+		t.Fatalf("acme's sockets in the store: %d, want 3", n)
 	}
 }

@@ -61,6 +61,8 @@ type env struct {
 	url    string // of the API
 
 	redisURL, redisPrefix string // the cluster variant's Redis and key prefix
+	natsPrefix            string // and its NATS subject prefix
+	nodeConfig            gateway.Config
 }
 
 // apiConfig is the API configuration of the tests; mutate adjusts it.
@@ -162,7 +164,7 @@ func startClusterOf(t *testing.T, cfg router.APIConfig, reg *tenant.Registry) *e
 		t.Fatalf("router: %v", err)
 	}
 	t.Cleanup(func() { r.Close() })
-	return serve(t, &env{node: g, router: r, store: st, redisURL: redisURL, redisPrefix: prefix}, cfg)
+	return serve(t, &env{node: g, router: r, store: st, redisURL: redisURL, redisPrefix: prefix, natsPrefix: natsPrefix, nodeConfig: nc}, cfg)
 }
 
 // serve serves the API of e.router on a loopback port until t ends.
