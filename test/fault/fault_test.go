@@ -237,14 +237,15 @@ func runFault(t *testing.T, backend string, owners bool) {
 	t.Logf("phones: %d connections, %d given up for want of a pong, %d sleeps", conns, gaveUp, sleeps)
 	unread := w.unread()
 	if len(w.owners) > 0 {
-		// The flood must have met the store's bound, and the bound held it:
-		// its items went, not the others' (which Check counts as lost).
+		// The flood must have met its owner's outbox quota, and the quota
+		// held it: its items went, not the others' (which Check counts as
+		// lost).
 		var held int64
 		for i := range floodDevices {
 			held += w.outboxLen(tenant.DeviceKey(flooder, fmt.Sprintf("flood-%d", i)))
 		}
-		t.Logf("flood: %d deliveries of %d bytes queued, %d of them still held (the bound: %d MiB)", flooded.Load(), floodBytes, held, maxOutboxMiB)
-		if bound := int64(maxOutboxMiB<<20) / floodBytes; flooded.Load() <= bound || held > bound {
+		t.Logf("flood: %d deliveries of %d bytes queued, %d of them still held (the quota: %d MiB)", flooded.Load(), floodBytes, held, floodQuotaMiB)
+		if bound := int64(floodQuotaMiB<<20) / floodBytes; flooded.Load() <= bound || held > bound {
 			t.Errorf("the flood queued %d and the store holds %d of them: want more than %d queued and at most %d held", flooded.Load(), held, bound, bound)
 		}
 	}

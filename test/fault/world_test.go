@@ -78,14 +78,14 @@ type owner struct{ id, app, deliver string }
 // flooder is the owner whose deliver key floods made-up sleeping devices
 // (floodDevices of them, a text of floodBytes a delivery, under the
 // 12,000 characters a text may hold) beside its phones and
-// cron, as fast as the routers take them: its own outbox share fills past
-// maxOutboxMiB while the other owner's (and the legacy owner's) queued
-// deliveries must all arrive.
+// cron, as fast as the routers take them: its outbox fills past its
+// quota, floodQuotaMiB (outbox_mib), while the other owner's (and the
+// legacy owner's) queued deliveries must all arrive.
 const (
-	flooder      = "ann"
-	floodDevices = 16
-	floodBytes   = 11_000
-	maxOutboxMiB = 4
+	flooder       = "ann"
+	floodDevices  = 16
+	floodBytes    = 11_000
+	floodQuotaMiB = 1
 )
 
 // newWorld starts everything and returns once it all listens. It is all
@@ -103,6 +103,9 @@ func newWorld(t *testing.T, backend, dir string, log io.Writer, owners bool) *wo
 		for _, id := range []string{flooder, "bob"} {
 			app, cron := testsvc.RandomHex(12), testsvc.RandomHex(12)
 			fmt.Fprintf(&file, "  - id: %s\n    keys:\n      - {id: app, kind: app, secret: %q}\n      - {id: cron, kind: deliver, secret: %q}\n", id, app, cron)
+			if id == flooder {
+				fmt.Fprintf(&file, "    quota: {outbox_mib: %d}\n", floodQuotaMiB)
+			}
 			w.owners = append(w.owners, owner{id: id, app: tenant.Credential(id, "app", app), deliver: tenant.Credential(id, "cron", cron)})
 		}
 		if err := os.WriteFile(filepath.Join(dir, "tenants.yaml"), []byte(file.String()), 0o600); err != nil {
@@ -182,8 +185,7 @@ func (w *world) common(n *node) []string {
 		"MOBILE_ADMIN_LISTEN=127.0.0.1:0",
 	}
 	if w.owners != nil {
-		env = append(env, "MOBILE_TENANTS_FILE="+filepath.Join(w.dir, "tenants.yaml"),
-			fmt.Sprintf("MOBILE_MAX_OUTBOX_MIB=%d", maxOutboxMiB))
+		env = append(env, "MOBILE_TENANTS_FILE="+filepath.Join(w.dir, "tenants.yaml"))
 	}
 	return env
 }
