@@ -41,13 +41,13 @@ func TestConnLeasesRenewed(t *testing.T) {
 	t.Cleanup(func() { s.Close() })
 	ttl := s.cfg.OwnerTTL
 	ctx := t.Context()
-	acme, beta := tenant.LeaseKey("acme", tenant.QuotaConnections), tenant.LeaseKey("beta", tenant.QuotaConnections)
+	acme, beta := tenant.QuotaKey("acme", tenant.QuotaConnections), tenant.QuotaKey("beta", tenant.QuotaConnections)
 	devices := []string{tenant.DeviceKey("acme", "tel-1"), tenant.DeviceKey("acme", "tel-2"), tenant.DeviceKey("beta", "tel-1"), "legacy-tel"}
 	for i, dev := range devices {
 		c := &conn{srv: s, session: session{device: dev}}
 		c.epoch.Store(int64(i + 1))
 		if owner := tenant.OwnerOf(dev); owner != tenant.Legacy {
-			if ok, _, err := st.AcquireLease(ctx, tenant.LeaseKey(owner, tenant.QuotaConnections), dev, 10, ttl); !ok || err != nil {
+			if ok, _, err := st.AcquireLease(ctx, tenant.QuotaKey(owner, tenant.QuotaConnections), dev, 10, ttl); !ok || err != nil {
 				t.Fatalf("AcquireLease(%s) = %v, %v", dev, ok, err)
 			}
 			c.leased.Store(true)

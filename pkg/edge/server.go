@@ -734,7 +734,7 @@ func (s *Server) renewConnLeases(timeout time.Duration) {
 	s.mu.Unlock()
 	for owner, devs := range byOwner {
 		ctx, cancel := context.WithTimeout(s.ctx, timeout)
-		err := s.store.RenewLeases(ctx, tenant.LeaseKey(owner, tenant.QuotaConnections), devs, s.cfg.OwnerTTL)
+		err := s.store.RenewLeases(ctx, tenant.QuotaKey(owner, tenant.QuotaConnections), devs, s.cfg.OwnerTTL)
 		cancel()
 		if err != nil && s.ctx.Err() == nil {
 			s.log.Warn("renewing the owners' connections quotas failed", "owner", owner, "err", err)

@@ -185,7 +185,7 @@ func (c *conn) hello(h *protocol.Hello) {
 	// owner. The device's own place (a reconnect) is always its own.
 	if owner := g.owner(); owner != tenant.Legacy {
 		limit := s.auth.tenants.Snapshot().QuotaOf(owner).Connections
-		ok, _, err := s.store.AcquireLease(ctx, tenant.LeaseKey(owner, tenant.QuotaConnections), key, limit, s.cfg.OwnerTTL)
+		ok, _, err := s.store.AcquireLease(ctx, tenant.QuotaKey(owner, tenant.QuotaConnections), key, limit, s.cfg.OwnerTTL)
 		if err != nil {
 			c.logger().Warn("taking a place in the owner's connections quota failed", "device", key, "err", err)
 			c.fatal(failClaimDevice.frame())
@@ -694,7 +694,7 @@ func (c *conn) releaseConnLease(device string) {
 	}
 	ctx, cancel := c.compensationContext()
 	defer cancel()
-	if err := c.srv.store.ReleaseLease(ctx, tenant.LeaseKey(tenant.OwnerOf(device), tenant.QuotaConnections), device); err != nil {
+	if err := c.srv.store.ReleaseLease(ctx, tenant.QuotaKey(tenant.OwnerOf(device), tenant.QuotaConnections), device); err != nil {
 		c.logger().Warn("releasing a place in the owner's connections quota failed; it lapses within OwnerTTL", "err", err)
 	}
 }

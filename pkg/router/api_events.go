@@ -330,7 +330,7 @@ type readLease struct {
 // owner has as many reads open as its quota allows.
 func (a *API) openOwnerRead(ctx context.Context, owner string) (*readLease, int, error) {
 	limit := a.cfg.Tenants.Snapshot().QuotaOf(owner).EventReads
-	l := &readLease{a: a, key: tenant.LeaseKey(owner, tenant.QuotaEventReads),
+	l := &readLease{a: a, key: tenant.QuotaKey(owner, tenant.QuotaEventReads),
 		id: a.leaseIDs + strconv.FormatUint(a.leaseSeq.Add(1), 10), since: a.r.cfg.Clock.Now()}
 	ok, _, err := a.r.store.AcquireLease(ctx, l.key, l.id, limit, readLeaseTTL)
 	if err != nil || !ok {

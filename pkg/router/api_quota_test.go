@@ -84,7 +84,7 @@ func TestOwnerEventReadsAcrossRouters(t *testing.T) {
 	e1 := startClusterOf(t, apiConfig(func(c *router.APIConfig) { c.Tenants = reg }), reg)
 	clk := clock.NewFake(time.Now())
 	e2, st2 := secondRouter(t, e1, reg, clk)
-	acmeReads := tenant.LeaseKey("acme", tenant.QuotaEventReads)
+	acmeReads := tenant.QuotaKey("acme", tenant.QuotaEventReads)
 	count := func() int {
 		t.Helper()
 		n, err := e1.store.LeaseCount(t.Context(), acmeReads)
@@ -246,7 +246,7 @@ func TestOwnerConnectionsAcrossEdges(t *testing.T) {
 	reg := openTenants(t, path)
 	e1 := startClusterOf(t, apiConfig(func(c *router.APIConfig) { c.Tenants = reg }), reg)
 	e2 := secondEdge(t, e1)
-	conns := tenant.LeaseKey("acme", tenant.QuotaConnections)
+	conns := tenant.QuotaKey("acme", tenant.QuotaConnections)
 	count := func() int {
 		t.Helper()
 		n, err := e1.store.LeaseCount(t.Context(), conns)

@@ -51,7 +51,32 @@ type Store interface {
 	Journal
 	PushTargets
 	Leases
+	Rates
 	Close() error
+}
+
+// Rates count what happens in fixed windows of time across every node
+// sharing the store (an owner's deliveries a second): a counter per key
+// and window, the windows aligned to multiples of their length on the
+// store's clock, each forgotten once it is over. A caller over its bound
+// in one window may spend it again at the next, so a burst across the
+// boundary may take up to twice the bound within one window's length.
+//
+// Keys must not hold '{' or '}' (redisstore puts the key in a Redis
+// Cluster hash tag).
+type Rates interface {
+	// CountRate adds n to key's count of the window that holds now and
+	// returns the count then and how long until that window ends. window
+	// must be positive; n may be 0 (a read).
+	CountRate(ctx context.Context, key string, n int64, window time.Duration) (count int64, left time.Duration, err error)
+}
+
+// WindowEnd is the end of the window of Rates of length window that holds
+// now: windows are aligned to multiples of their length since the Unix
+// epoch, so every node puts an instant in the same window.
+func WindowEnd(now time.Time, window time.Duration) time.Time {
+	ns := now.UnixNano()
+	return time.Unix(0, ns-ns%int64(window)+int64(window))
 }
 
 // Leases count the holders of a bounded thing across every node sharing

@@ -20,7 +20,7 @@ import (
 //	    keys:
 //	      - {id: app1, kind: app, secret_sha256: "<hex>"}
 //	      - {id: ann, kind: device, device: tel-1, secret: "<plain>"}
-//	    quota: {outbox_mib: 64, connections: 1000, event_reads: 8}
+//	    quota: {outbox_mib: 64, connections: 1000, event_reads: 8, deliveries_per_second: 1000}
 //
 // It is strict: an unknown field, a duplicate owner, key or field, an id
 // that is not [a-z0-9-]{1,32}, a key with both secret forms or neither, a
@@ -134,7 +134,7 @@ func (p parser) tenant(n *yaml.Node) (*Tenant, error) {
 	if !validID(id) {
 		return nil, p.errorf(f["id"], "owner id %q is not 1 to 32 of a-z, 0-9 and -", id)
 	}
-	t := &Tenant{ID: id, Quota: Quota{OutboxMiB: DefaultOutboxMiB, Connections: DefaultConnections, EventReads: DefaultEventReads}}
+	t := &Tenant{ID: id, Quota: DefaultQuota()}
 	if q := f["quota"]; q != nil {
 		if err := p.quota(q, &t.Quota); err != nil {
 			return nil, err
@@ -231,11 +231,12 @@ func (p parser) key(n *yaml.Node, owner string) (*Key, error) {
 }
 
 func (p parser) quota(n *yaml.Node, q *Quota) error {
-	f, err := p.mapping(n, "quota", "outbox_mib", "connections", "event_reads")
+	f, err := p.mapping(n, "quota", "outbox_mib", "connections", "event_reads", "deliveries_per_second")
 	if err != nil {
 		return err
 	}
-	for name, dst := range map[string]*int{"outbox_mib": &q.OutboxMiB, "connections": &q.Connections, "event_reads": &q.EventReads} {
+	for name, dst := range map[string]*int{"outbox_mib": &q.OutboxMiB, "connections": &q.Connections, "event_reads": &q.EventReads,
+		"deliveries_per_second": &q.DeliveriesPerSecond} {
 		v := f[name]
 		if v == nil {
 			continue

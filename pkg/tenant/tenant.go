@@ -63,7 +63,7 @@ type Key struct {
 
 // Quota is what an owner may use, across the whole cluster
 // (docs/tenancy.md): the open reads and sockets are counted in the store
-// (store.Leases, under LeaseKey), the outbox bytes by the store's outbox
+// (store.Leases, under QuotaKey), the outbox bytes by the store's outbox
 // bound of the owner's share.
 type Quota struct {
 	// OutboxMiB bounds the bytes of the owner's outboxes (64).
@@ -72,6 +72,11 @@ type Quota struct {
 	Connections int
 	// EventReads bounds the owner's event reads open at once (8).
 	EventReads int
+	// DeliveriesPerSecond bounds the deliveries the owner's cron asks in
+	// one second of the store's clock (POST /v1/deliver and each item of
+	// /v1/deliver/batch), counted in the store's Rates under QuotaKey
+	// (1,000).
+	DeliveriesPerSecond int
 }
 
 // The quota's defaults, for a field the file leaves out.
@@ -79,18 +84,34 @@ const (
 	DefaultOutboxMiB   = 64
 	DefaultConnections = 1000
 	DefaultEventReads  = 8
+	// DefaultDeliveriesPerSecond is five times what a busy owner's cron
+	// asks at its peak (docs/capacity.md), and a tenth of what one router
+	// carries a second.
+	DefaultDeliveriesPerSecond = 1000
 )
 
-// Quotas counted in the store's leases (LeaseKey).
+// DefaultQuota is the quota of an owner whose file gives none.
+func DefaultQuota() Quota {
+	return Quota{OutboxMiB: DefaultOutboxMiB, Connections: DefaultConnections, EventReads: DefaultEventReads,
+		DeliveriesPerSecond: DefaultDeliveriesPerSecond}
+}
+
+// QuotaDeliveries names the deliveries-a-second quota in QuotaKey and in
+// the refusals' metric.
+const QuotaDeliveries = "deliveries_per_second"
+
+
+// Quotas counted in the store's leases (QuotaKey).
 const (
 	QuotaEventReads  = "event_reads"
 	QuotaConnections = "connections"
 )
 
-// LeaseKey is the key of store.Leases that counts owner's use of quota
-// (QuotaEventReads, QuotaConnections) across the cluster: store.LeaseCount
-// of it is the owner's live count. It holds no brace, as the store asks.
-func LeaseKey(owner, quota string) string { return "quota:" + quota + ":" + owner }
+// QuotaKey is the key in the store that counts owner's use of quota across
+// the cluster: of store.Leases for QuotaEventReads and QuotaConnections
+// (store.LeaseCount of it is the owner's live count), of store.Rates for
+// QuotaDeliveries. It holds no brace, as the store asks.
+func QuotaKey(owner, quota string) string { return "quota:" + quota + ":" + owner }
 
 // Limit is q's bound of quota (QuotaEventReads, QuotaConnections); 0 for
 // another name.
@@ -110,7 +131,7 @@ func (s *Snapshot) QuotaOf(owner string) Quota {
 	if t := s.Tenant(owner); t != nil {
 		return t.Quota
 	}
-	return Quota{OutboxMiB: DefaultOutboxMiB, Connections: DefaultConnections, EventReads: DefaultEventReads}
+	return DefaultQuota()
 }
 
 // Tenant is an owner of the tenants file.

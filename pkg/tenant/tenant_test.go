@@ -71,8 +71,20 @@ func TestParseAndVerify(t *testing.T) {
 	if _, ok := s2.Verify("hmt_a.k.x.y.z"); !ok {
 		t.Error("a secret with dots was refused")
 	}
-	if q := s.Tenant("acme").Quota; q != (tenant.Quota{OutboxMiB: 16, Connections: tenant.DefaultConnections, EventReads: tenant.DefaultEventReads}) {
+	want := tenant.DefaultQuota()
+	want.OutboxMiB = 16
+	if q := s.Tenant("acme").Quota; q != want {
 		t.Errorf("acme's quota = %+v, want outbox_mib 16 and the defaults", q)
+	}
+	s3, err := tenant.Parse("t.yaml", []byte("tenants:\n  - id: a\n    quota: {deliveries_per_second: 1, event_reads: 2}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q := s3.QuotaOf("a"); q.DeliveriesPerSecond != 1 || q.EventReads != 2 || q.Connections != tenant.DefaultConnections {
+		t.Errorf("a's quota = %+v, want deliveries_per_second 1, event_reads 2 and the defaults", q)
+	}
+	if q := s3.QuotaOf("gone"); q != tenant.DefaultQuota() {
+		t.Errorf("an owner the file lacks has the quota %+v, want the defaults", q)
 	}
 	if !s.Bound("acme", "tel-1") || s.Bound("acme", "tel-2") || s.Bound("beta-2", "tel-1") {
 		t.Error("Bound: only acme's tel-1 has a device key")
@@ -113,6 +125,7 @@ func TestParseRefusesNamingTheLine(t *testing.T) {
 		{"app key with device", "tenants:\n  - id: a\n    keys:\n      - {id: k, kind: app, device: d, secret: s}\n", "line 4: key \"k\" of kind app has a device"},
 		{"device id too long", "tenants:\n  - id: a\n    keys:\n      - {id: k, kind: device, device: " + strings.Repeat("d", protocol.MaxDeviceFieldChars+1) + ", secret: s}\n", "line 4: a device id has at most"},
 		{"zero quota", "tenants:\n  - id: a\n    quota: {connections: 0}\n", "line 3: quota connections"},
+		{"zero rate", "tenants:\n  - id: a\n    quota: {deliveries_per_second: 0}\n", "line 3: quota deliveries_per_second"},
 		{"no tenants", "owners: []\n", "line 1: the file has an unknown field \"owners\""},
 		{"empty", "", "the file is empty"},
 		{"not yaml", "tenants: [\n", "t.yaml: yaml"},

@@ -86,6 +86,7 @@ type Store struct {
 	history     histories
 	pushTo      pushTargets
 	leases      leases
+	rates       rates
 
 	journals journals
 
@@ -164,4 +165,5 @@ func (s *Store) expire(now time.Time) {
 	s.journals.expire(now)
 	s.pushTo.expire(now)
 	s.leases.expire(now)
+	s.rates.expire(now)
 }

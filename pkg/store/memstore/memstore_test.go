@@ -15,7 +15,7 @@ import (
 
 func TestStore(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store { return New(Options{}) })
-	storetest.Leases(t, func(t *testing.T, c clock.Clock) store.Store { return New(Options{Clock: c}) })
+	storetest.Clocked(t, func(t *testing.T, c clock.Clock) store.Store { return New(Options{Clock: c}) })
 }
 
 // TestStoreSweeping runs the suite with a sweeper that runs all the time, so

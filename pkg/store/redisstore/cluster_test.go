@@ -31,7 +31,7 @@ func TestClusterStore(t *testing.T) {
 		t.Cleanup(func() { s.Close() })
 		return s
 	})
-	storetest.Leases(t, func(t *testing.T, clk clock.Clock) store.Store {
+	storetest.Clocked(t, func(t *testing.T, clk clock.Clock) store.Store {
 		s, err := New(t.Context(), Options{URL: c.URL(), Mode: ModeCluster, Prefix: prefix, Clock: clk})
 		if err != nil {
 			t.Fatalf("New: %v", err)

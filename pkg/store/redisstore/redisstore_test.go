@@ -31,7 +31,7 @@ func TestStore(t *testing.T) {
 		}
 		return s
 	})
-	storetest.Leases(t, func(t *testing.T, c clock.Clock) store.Store {
+	storetest.Clocked(t, func(t *testing.T, c clock.Clock) store.Store {
 		s, err := New(t.Context(), Options{URL: url, Prefix: prefix, Clock: c})
 		if err != nil {
 			t.Fatalf("New: %v", err)
@@ -196,7 +196,7 @@ func TestStoreAsUserOfItsPrefixOnly(t *testing.T) {
 		}
 		return s
 	})
-	storetest.Leases(t, func(t *testing.T, c clock.Clock) store.Store {
+	storetest.Clocked(t, func(t *testing.T, c clock.Clock) store.Store {
 		s, err := New(t.Context(), Options{URL: url, Prefix: prefix, Clock: c})
 		if err != nil {
 			t.Fatalf("New: %v", err)

@@ -1,0 +1,61 @@
+package memstore
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/hermes-mobile/gateway/pkg/store"
+)
+
+// rates are the windowed counters of store.Rates: by key, the count of the
+// window that ends at end. A key whose window is over counts from zero, and
+// expire drops such keys, so the map holds only current windows.
+type rates struct {
+	mu   sync.Mutex
+	keys map[string]rateWindow
+}
+
+type rateWindow struct {
+	end   time.Time
+	count int64
+}
+
+// expire drops every window over at now.
+func (r *rates) expire(now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k, w := range r.keys {
+		if !now.Before(w.end) {
+			delete(r.keys, k)
+		}
+	}
+}
+
+var errBadWindow = errors.New("memstore: the window must be positive")
+
+// CountRate adds n to key's count of the window that holds now.
+func (s *Store) CountRate(ctx context.Context, key string, n int64, window time.Duration) (int64, time.Duration, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, 0, err
+	}
+	if window <= 0 {
+		return 0, 0, errBadWindow
+	}
+	now := s.clock.Now()
+	end := store.WindowEnd(now, window)
+	r := &s.rates
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.keys == nil {
+		r.keys = make(map[string]rateWindow)
+	}
+	w := r.keys[key]
+	if !w.end.Equal(end) {
+		w = rateWindow{end: end}
+	}
+	w.count += n
+	r.keys[key] = w
+	return w.count, end.Sub(now), nil
+}
