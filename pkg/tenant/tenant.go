@@ -100,7 +100,6 @@ func DefaultQuota() Quota {
 // the refusals' metric.
 const QuotaDeliveries = "deliveries_per_second"
 
-
 // Quotas counted in the store's leases (QuotaKey).
 const (
 	QuotaEventReads  = "event_reads"
