@@ -52,6 +52,7 @@ type Store interface {
 	PushTargets
 	Leases
 	Rates
+	Usage
 	Close() error
 }
 

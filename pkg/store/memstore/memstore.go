@@ -87,6 +87,7 @@ type Store struct {
 	pushTo      pushTargets
 	leases      leases
 	rates       rates
+	usage       usage
 
 	journals journals
 

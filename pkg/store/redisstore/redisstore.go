@@ -62,6 +62,8 @@
 //	P {journals}:due                      zset    D scored by its lease deadline (0: free, with entries); see journal.go
 //	P lease:{K}                           zset    the holders of semaphore K (store.Leases) scored by their lease's
 //	                                              deadline (unix ms, Options.Clock); PX its longest lease's ttl
+//	P usage:{O}                           hash    owner O's counters (pkg/usage's names) -> their sums over every node, "since"
+//	                                              (unix ms) -> when they began; PX the ttl of its last AddUsage (400 days)
 //
 // # Expiry
 //

@@ -48,6 +48,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"History", historyTests},
 		{"Journal", journalTests},
 		{"Sleep", sleepTests},
+		{"Usage", usageTests},
 		{"Context", contextTests},
 	}
 	for _, g := range groups {
