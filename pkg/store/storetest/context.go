@@ -55,7 +55,9 @@ func testContextCanceled(t *testing.T, s store.Store) {
 		{"RenewJournal", func() error { return s.RenewJournal(ctx, dev, "r1", time.Minute) }},
 		{"ReleaseJournal", func() error { return s.ReleaseJournal(ctx, dev, "r1") }},
 		{"TakeJournals", func() error { _, err := s.TakeJournals(ctx, "r1", time.Minute, 10); return err }},
-		{"AddUsage", func() error { return s.AddUsage(ctx, map[string]store.UsageCounts{dev: {"n": 1}}, time.Now(), time.Minute) }},
+		{"AddUsage", func() error {
+			return s.AddUsage(ctx, map[string]store.UsageCounts{dev: {"n": 1}}, time.Now(), time.Minute)
+		}},
 		{"Usage", func() error { _, _, err := s.Usage(ctx, dev); return err }},
 	}
 	for _, c := range calls {
