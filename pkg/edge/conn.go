@@ -20,6 +20,7 @@ import (
 
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/tenant"
+	"github.com/hermes-mobile/gateway/pkg/usage"
 )
 
 // WebSocket close codes the edge sends.
@@ -180,6 +181,10 @@ type session struct {
 	// replaced: a newer socket of the device took it over, and with it
 	// that place, which this one's close must not give back.
 	leased, replaced atomic.Bool
+	// use counts what the socket's owner uses: stored with ready under
+	// conn.mu unless the socket closed first, and read by teardown under
+	// it, so a socket is counted closed exactly when it was counted open.
+	use atomic.Pointer[usage.Owner]
 
 	// avatarURL is ready's avatar_url: Config.AvatarURL, or the edge's own
 	// page at the host the phone connected to.
@@ -904,7 +909,9 @@ func (c *conn) teardown(reason error) {
 	}
 	helloed := c.flags.is(flagHelloed)
 	code, byPeer := c.closeCode, c.closeByPeer
+	use := c.use.Load()
 	c.mu.Unlock()
+	use.Closed()
 	var why *closeReason
 	errors.As(reason, &why) // nil: the socket's own error
 	if code == 0 {

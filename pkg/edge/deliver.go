@@ -9,6 +9,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/bus"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/store"
+	"github.com/hermes-mobile/gateway/pkg/usage"
 	"github.com/hermes-mobile/gateway/pkg/wire"
 )
 
@@ -323,6 +324,9 @@ func (c *conn) render(ctx context.Context, out wire.Output, done func(error)) {
 		avatar = protocol.AvatarState(out.State)
 	default:
 		c.logger().DebugContext(ctx, "ignoring unknown output", "op", out.Op)
+	}
+	if len(frames) > 0 && (out.Op == wire.OpMessage || out.Op == wire.OpMedia || out.Op == wire.OpPrompt) {
+		c.use.Load().Add(usage.MessagesOut, 1) // a message, a file or a card
 	}
 	c.enqueueBatch(frames, avatar, done)
 }

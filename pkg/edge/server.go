@@ -33,6 +33,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/telemetry"
 	"github.com/hermes-mobile/gateway/pkg/tenant"
+	"github.com/hermes-mobile/gateway/pkg/usage"
 	"github.com/hermes-mobile/gateway/pkg/wire"
 )
 
@@ -143,6 +144,9 @@ type Config struct {
 	ClaimTTL time.Duration
 	// Telemetry receives the edge's metrics and spans; nil records nothing.
 	Telemetry *telemetry.Telemetry
+	// Usage counts each owner's sockets, messages and deliveries (the
+	// process's one recorder, pkg/usage); nil counts nothing.
+	Usage *usage.Recorder
 	// Outbox keeps a deliver frame with a ttl that its device cannot take
 	// now (the process's outbox, as the router's API keeps one); nil
 	// refuses a ttl.

@@ -16,6 +16,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/telemetry"
 	"github.com/hermes-mobile/gateway/pkg/tenant"
+	"github.com/hermes-mobile/gateway/pkg/usage"
 	"github.com/hermes-mobile/gateway/pkg/wire"
 )
 
@@ -259,6 +260,14 @@ func (c *conn) hello(h *protocol.Hello) {
 		Session: protocol.Session(dev.ID), DeviceID: dev.ID, DeviceName: dev.Name, AvatarURL: c.avatarURL, Push: s.cfg.Push.AppKinds(),
 	}))
 	c.srv.tel.m.helloReady(time.Since(start))
+	if use := s.cfg.Usage.Owner(g.owner()); use != nil {
+		c.mu.Lock()
+		if !c.flags.is(flagClosed) {
+			c.use.Store(use)
+			use.Opened()
+		}
+		c.mu.Unlock()
+	}
 	c.logger().Debug("session ready", "epoch", epoch)
 	// A large outbox is written at the pace the phone reads it: meanwhile
 	// the phone's frames are handled, and a drain may close the socket.
@@ -406,6 +415,7 @@ func (s *Server) publishEvent(ctx context.Context, c *conn, ev wire.Event) error
 	if !r.OK {
 		return errors.New(r.Error)
 	}
+	c.use.Load().Add(usage.MessagesIn, 1)
 	return nil
 }
 
@@ -647,6 +657,12 @@ func (c *conn) deliver(f *protocol.Deliver) {
 		c.logger().Warn("deliver failed", "target", d.Device, "err", err)
 		c.sendError(failDeliver.frame(d.ID, dev))
 		return
+	}
+	switch d.Outcome {
+	case dispatch.Delivered, dispatch.Written, dispatch.Queued:
+		c.srv.cfg.Usage.Delivery(tenant.OwnerOf(c.device), true)
+	case dispatch.Offline:
+		c.srv.cfg.Usage.Delivery(tenant.OwnerOf(c.device), false)
 	}
 	switch d.Outcome {
 	case dispatch.Delivered, dispatch.Queued:

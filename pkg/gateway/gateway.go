@@ -31,6 +31,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/store/redisstore"
 	"github.com/hermes-mobile/gateway/pkg/telemetry"
 	"github.com/hermes-mobile/gateway/pkg/tenant"
+	"github.com/hermes-mobile/gateway/pkg/usage"
 )
 
 // Config of a node.
@@ -111,8 +112,12 @@ type Gateway struct {
 	// and the edge's.
 	Outbox *dispatch.Outbox
 	API    *router.API // nil unless Config.Router and Config.APIListen
-	ln     net.Listener
-	served chan error
+	// Usage counts each owner's use in this process (its edge's and its
+	// router API's) and adds it to the store every second.
+	Usage     *usage.Recorder
+	stopUsage func() // ends Usage's flushes
+	ln        net.Listener
+	served    chan error
 
 	apiSrv    *http.Server
 	apiURL    string
@@ -162,6 +167,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err e
 	if err := g.connect(ctx, cfg, log); err != nil {
 		return nil, err
 	}
+	if err := g.startUsage(cfg, log); err != nil {
+		return nil, err
+	}
+	cfg.Edge.Usage, cfg.API.Usage = g.Usage, g.Usage
 	g.Outbox = newOutbox(cfg, g.Store, g.Bus, log)
 	if cfg.Router {
 		if err := g.startRouter(ctx, cfg, log); err != nil {
@@ -241,6 +250,23 @@ func (g *Gateway) connect(ctx context.Context, cfg Config, log *slog.Logger) err
 	if err := nb.WaitConnected(ctx); err != nil {
 		return fmt.Errorf("NATS_URL: %w", err)
 	}
+	return nil
+}
+
+// startUsage makes the process's one usage recorder, counting the
+// owners of cfg.Tenants, and flushes it to the store every second until
+// Close.
+func (g *Gateway) startUsage(cfg Config, log *slog.Logger) error {
+	u, err := usage.New(usage.Options{Tenants: cfg.Tenants, Store: g.Store, Meter: cfg.Telemetry.Meter(), Clock: cfg.Clock,
+		Log: log.With("component", "usage")})
+	if err != nil {
+		return err
+	}
+	g.Usage = u
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); u.Run(ctx) }()
+	g.stopUsage = func() { cancel(); <-done }
 	return nil
 }
 
@@ -439,6 +465,17 @@ func (g *Gateway) Close() error {
 	}
 	if g.Outbox != nil {
 		g.Outbox.Close()
+	}
+	if g.stopUsage != nil {
+		// What the edge and the router counted to the end, before the
+		// store closes.
+		g.stopUsage()
+		g.stopUsage = nil
+		// A store that is away loses that last second's counts (logged):
+		// it does not hold the shutdown up past a short wait.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = g.Usage.Close(ctx)
+		cancel()
 	}
 	if g.Bus != nil {
 		errs = append(errs, g.Bus.Close())

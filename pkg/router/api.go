@@ -31,6 +31,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/telemetry"
 	"github.com/hermes-mobile/gateway/pkg/tenant"
 	"github.com/hermes-mobile/gateway/pkg/tokens"
+	"github.com/hermes-mobile/gateway/pkg/usage"
 )
 
 // APIConfig configures the router's HTTP API. Zero values take the
@@ -45,6 +46,10 @@ type APIConfig struct {
 	// agent and deliver keys call the API for their owners' devices. The
 	// tokens above stay the legacy owner's.
 	Tenants *tenant.Registry
+	// Usage counts each owner's deliveries (the process's one recorder,
+	// pkg/usage); GET /v1/usage reads the owners' counts from the store.
+	// Nil counts nothing.
+	Usage *usage.Recorder
 	// HomeDevice is the target of a deliver without one (MOBILE_HOME_DEVICE).
 	HomeDevice string
 
@@ -245,6 +250,7 @@ func (a *API) routes() {
 	a.handle("GET", "/v1/blobs/{key}", agentOnly, a.blob)
 	a.handle("PUT", "/v1/devices/{device}/push", agentOnly, a.putPush)
 	a.handle("DELETE", "/v1/devices/{device}/push", agentOnly, a.deletePush)
+	a.handle("GET", "/v1/usage", agentOnly, a.usage)
 	a.handle("GET", "/healthz", public, probe(a.health.Healthz))
 	a.handle("GET", "/readyz", public, probe(a.health.Readyz))
 	a.mux.HandleFunc("/", func(w http.ResponseWriter, req *http.Request) {

@@ -40,7 +40,9 @@ func (a *API) deliver(w http.ResponseWriter, req *http.Request) error {
 	}
 	ctx, cancel := context.WithTimeout(req.Context(), dispatch.DefaultTimeout+dispatch.KeepMargin)
 	defer cancel()
-	d, err := a.deliverer.DeliverAs(ctx, ownerOf(req), f)
+	owner := ownerOf(req)
+	d, err := a.deliverer.DeliverAs(ctx, owner, f)
+	a.countDelivery(owner, d, err)
 	status, err := deliverStatus(d, err)
 	if err != nil {
 		return err
@@ -67,6 +69,21 @@ func deliverStatus(d dispatch.Delivery, err error) (int, error) {
 		return 0, protocolErr(d.Refusal)
 	}
 	return 0, fmt.Errorf("delivery %s: outcome %q", d.ID, d.Outcome)
+}
+
+// countDelivery counts a delivery of owner that Deliver answered d and
+// err for in its usage: accepted (200, 202) or offline (404); a refused
+// one, or one the store or the bus failed, is neither.
+func (a *API) countDelivery(owner string, d dispatch.Delivery, err error) {
+	if err != nil {
+		return
+	}
+	switch d.Outcome {
+	case dispatch.Delivered, dispatch.Written, dispatch.Queued:
+		a.cfg.Usage.Delivery(owner, true)
+	case dispatch.Offline:
+		a.cfg.Usage.Delivery(owner, false)
+	}
 }
 
 // batchTimeout bounds one POST /v1/deliver/batch: the deliveries a batch
@@ -132,7 +149,9 @@ func (a *API) deliverBatch(w http.ResponseWriter, req *http.Request) error {
 	body.Deliveries = nil // the files' bytes are in fs now
 	ctx, cancel := context.WithTimeout(req.Context(), batchTimeout)
 	defer cancel()
-	for k, r := range a.deliverer.DeliverBatchAs(ctx, ownerOf(req), fs) {
+	owner := ownerOf(req)
+	for k, r := range a.deliverer.DeliverBatchAs(ctx, owner, fs) {
+		a.countDelivery(owner, r.Delivery, r.Err)
 		status, err := deliverStatus(r.Delivery, r.Err)
 		if err != nil {
 			failed(at[k], r.Delivery.ID, err)

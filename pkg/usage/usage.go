@@ -63,15 +63,6 @@ var counterNames = [numCounters]string{
 // Name is c's name in the store and in GET /v1/usage.
 func (c Counter) Name() string { return counterNames[c] }
 
-// Counters are the counters, in order.
-func Counters() []Counter {
-	cs := make([]Counter, numCounters)
-	for i := range cs {
-		cs[i] = Counter(i)
-	}
-	return cs
-}
-
 // The quotas a refusal names: the fields of the file's quota.
 const (
 	QuotaOutbox      = "outbox_mib"
@@ -434,7 +425,8 @@ func (r *Recorder) Run(ctx context.Context) {
 }
 
 // Close stops following the tenants file and the series, and flushes
-// what is left (the caller stops Run first, and closes the store after).
+// what is left (the caller stops Run first, and closes the store after);
+// a failed flush is logged, and its counts are lost.
 func (r *Recorder) Close(ctx context.Context) error {
 	if r == nil {
 		return nil
@@ -445,7 +437,9 @@ func (r *Recorder) Close(ctx context.Context) error {
 		if r.unobserve != nil {
 			_ = r.unobserve.Unregister()
 		}
-		err = r.Flush(ctx)
+		if err = r.Flush(ctx); err != nil {
+			r.log.Warn("adding the owners' last usage to the store failed; it is lost", "err", err)
+		}
 	})
 	return err
 }
