@@ -4,10 +4,13 @@ package router_test
 // summed over every node of the cluster, and nothing of another's.
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,6 +20,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/gateway"
 	"github.com/hermes-mobile/gateway/pkg/router"
 	"github.com/hermes-mobile/gateway/pkg/store/redisstore"
+	"github.com/hermes-mobile/gateway/pkg/telemetry"
 	"github.com/hermes-mobile/gateway/pkg/tenant"
 	"github.com/hermes-mobile/gateway/pkg/usage"
 )
@@ -226,4 +230,106 @@ func TestUsage(t *testing.T) {
 	if err := json.Unmarshal(r.body, &other); err != nil || other.Owner != "acme" || other.counts() != wantAcme {
 		t.Errorf("acme asking for ?owner=beta: %d %s", r.status, r.body)
 	}
+}
+
+// TestOwnerMetrics: a node's hermes_owner_* series, read from its
+// /metrics (the OTel SDK through its Prometheus exporter), count each
+// owner's own: the sockets open and opened, messages in and out, cron's
+// deliveries by result; the legacy owner's are labelled _legacy; a
+// reload that removes an owner removes its series.
+func TestOwnerMetrics(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tenants.yaml")
+	writeTenants(t, path, tenantsFile(acmeKeysAll))
+	reg := openTenants(t, path)
+	tel, err := telemetry.New(t.Context(), telemetry.Config{ServiceName: "hermes-router"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tel.Shutdown(context.Background()) })
+	nc := nodeConfig()
+	nc.Router, nc.NewAgent, nc.APIListen, nc.Tenants, nc.Telemetry = true, agent.Named("link", agent.OpenAIConfig{}, 0), "127.0.0.1:0", reg, tel
+	nc.API = apiConfig(nil)
+	g, err := gateway.Start(t.Context(), nc, testLogger(t, "node"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	e := &env{node: g, router: g.Router, store: g.Store, api: g.API, url: g.APIURL()}
+	scrape := func() string {
+		rec := httptest.NewRecorder()
+		tel.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		return rec.Body.String()
+	}
+	// waitLines polls /metrics until it has every line of want.
+	waitLines := func(want ...string) string {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			body := scrape()
+			missing := ""
+			for _, w := range want {
+				if !strings.Contains(body, w+"\n") {
+					missing = w
+					break
+				}
+			}
+			if missing == "" {
+				return body
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("/metrics lacks %q after 10 s:\n%s", missing, grepOwner(body))
+			}
+			time.Sleep(20 * time.Millisecond) // poll interval: the loop waits for its condition
+		}
+	}
+	waitLines(`hermes_owner_connections{owner="acme"} 0`, `hermes_owner_connections{owner="beta"} 0`,
+		`hermes_owner_connections{owner="_legacy"} 0`, `hermes_owner_messages_in_total{owner="beta"} 0`,
+		`hermes_owner_deliveries_total{owner="acme",result="offline"} 0`,
+		`hermes_owner_quota_refusals_total{owner="acme",quota="event_reads"} 0`)
+
+	acme := e.phoneAs(t, acmeApp, "tel-1")
+	acme2 := e.phoneAs(t, acmeTel2, "tel-2")
+	beta := e.phoneAs(t, betaApp, "tel-1")
+	e.phoneAs(t, phoneToken, "tel-1")
+	for _, m := range []struct {
+		c  interface{ Text(id, text string) error }
+		id string
+	}{{acme, "a-1"}, {beta, "b-1"}, {beta, "b-2"}} {
+		if err := m.c.Text(m.id, "hello"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantOK(t, e.call(t, "POST", "/v1/deliver", acmeCron, map[string]any{"target": "tel-1", "text": "acme cron"}))
+	expectText(t, acme, "acme cron")
+	wantError(t, e.call(t, "POST", "/v1/deliver", betaCron, map[string]any{"target": "tel-5", "text": "away"}), http.StatusNotFound, "device_offline")
+	acme2.CloseNow()
+	waitLines(`hermes_owner_connections{owner="acme"} 1`, `hermes_owner_connections{owner="beta"} 1`,
+		`hermes_owner_connections{owner="_legacy"} 1`,
+		`hermes_owner_connections_opened_total{owner="acme"} 2`, `hermes_owner_connections_opened_total{owner="beta"} 1`,
+		`hermes_owner_messages_in_total{owner="acme"} 1`, `hermes_owner_messages_in_total{owner="beta"} 2`,
+		`hermes_owner_messages_in_total{owner="_legacy"} 0`,
+		`hermes_owner_messages_out_total{owner="acme"} 1`, `hermes_owner_messages_out_total{owner="beta"} 0`,
+		`hermes_owner_deliveries_total{owner="acme",result="accepted"} 1`, `hermes_owner_deliveries_total{owner="acme",result="offline"} 0`,
+		`hermes_owner_deliveries_total{owner="beta",result="offline"} 1`, `hermes_owner_deliveries_total{owner="beta",result="accepted"} 0`)
+
+	// beta leaves the file: its socket closes, its series go.
+	writeTenants(t, path, "tenants:\n  - id: acme\n    keys:\n"+acmeKeysAll)
+	if _, err := beta.ExpectClose(ctxFor(t, 10*time.Second)); err != nil {
+		t.Fatalf("beta's phone after beta left the file: %v", err)
+	}
+	body := waitLines(`hermes_owner_connections{owner="acme"} 1`, `hermes_owner_messages_in_total{owner="acme"} 1`)
+	if strings.Contains(body, `owner="beta"`) {
+		t.Errorf("an owner removed from the file still has series:\n%s", grepOwner(body))
+	}
+}
+
+// grepOwner is the hermes_owner_ lines of a /metrics body.
+func grepOwner(body string) string {
+	var out []string
+	for _, l := range strings.Split(body, "\n") {
+		if strings.HasPrefix(l, "hermes_owner_") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
