@@ -5,6 +5,8 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/gateway"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
 	"github.com/hermes-mobile/gateway/pkg/telemetry"
+	"github.com/hermes-mobile/gateway/pkg/tenant"
 )
 
 // benchTraces are the tracing set-ups the API benchmarks compare: none
@@ -122,6 +125,45 @@ func BenchmarkAPIHealthz(b *testing.B) {
 				if w.Code != http.StatusOK {
 					b.Fatalf("healthz: %d", w.Code)
 				}
+			}
+		})
+	}
+}
+
+// BenchmarkHello is a phone's hello on a single node, from the dial to
+// its ready, then its close: the token check (an owner's key of a
+// tenants file, and a token of the environment), the ownership claim, the
+// subscription and the counting of the owner's socket.
+func BenchmarkHello(b *testing.B) {
+	path := filepath.Join(b.TempDir(), "tenants.yaml")
+	if err := os.WriteFile(path, []byte(tenantsFile(acmeKeysAll)), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	reg, err := tenant.Open(tenant.Options{Path: path})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, tc := range []struct{ name, token string }{{"owner", acmeApp}, {"legacy", phoneToken}} {
+		b.Run(tc.name, func(b *testing.B) {
+			nc := nodeConfig()
+			nc.Tenants = reg
+			g, err := gateway.Start(context.Background(), nc, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { g.Close() })
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			b.ReportAllocs()
+			for b.Loop() {
+				phone, err := client.Dial(ctx, g.URL(), client.Options{Timeout: 5 * time.Second})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := phone.Hello(ctx, tc.token, protocol.Device{ID: "bench-1"}, protocol.User{ID: "u"}); err != nil {
+					b.Fatal(err)
+				}
+				phone.CloseNow()
 			}
 		})
 	}
