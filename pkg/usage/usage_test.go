@@ -324,3 +324,26 @@ func TestRunFlushes(t *testing.T) {
 		time.Sleep(10 * time.Millisecond) // poll interval: the loop waits for its condition
 	}
 }
+
+// BenchmarkCount is what an event costs its path: an owner's counter, as
+// the edge and the router API count them, from every core at once.
+func BenchmarkCount(b *testing.B) {
+	path := filepath.Join(b.TempDir(), "tenants.yaml")
+	if err := os.WriteFile(path, []byte(tenantsFile("acme", "beta")), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	reg, err := tenant.Open(tenant.Options{Path: path})
+	if err != nil {
+		b.Fatal(err)
+	}
+	r, err := usage.New(usage.Options{Tenants: reg})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			r.Add("acme", usage.MessagesIn, 1)
+		}
+	})
+}
