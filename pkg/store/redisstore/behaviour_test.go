@@ -360,6 +360,20 @@ func TestScriptCacheFlushed(t *testing.T) {
 	if ok, err := s.Claim(ctx, "k", "a", time.Minute); err != nil || !ok {
 		t.Fatalf("Claim after SCRIPT FLUSH = %v, %v", ok, err)
 	}
+	// AddUsage: the owners' calls run again once, none of them twice.
+	for range 2 {
+		if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.AddUsage(ctx, map[string]store.UsageCounts{"acme": {"messages_in": 1}, "beta": {"messages_in": 2}}, time.Now(), time.Minute); err != nil {
+			t.Fatalf("AddUsage after SCRIPT FLUSH: %v", err)
+		}
+	}
+	for owner, want := range map[string]int64{"acme": 2, "beta": 4} {
+		if got, _, err := s.Usage(ctx, owner); err != nil || got["messages_in"] != want {
+			t.Fatalf("%s's usage after two adds across SCRIPT FLUSH = %v, %v; want messages_in %d", owner, got, err, want)
+		}
+	}
 }
 
 // TestOutOfMemory checks that a Redis at maxmemory makes writes fail with

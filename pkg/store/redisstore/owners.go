@@ -268,11 +268,16 @@ func (s *Store) refresh(ctx context.Context, devices []string, owned map[string]
 // its script.
 func noScript(cmds []*redis.Cmd) bool {
 	for _, c := range cmds {
-		if err := c.Err(); errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT") {
+		if isNoScript(c.Err()) {
 			return true
 		}
 	}
 	return false
+}
+
+// isNoScript reports whether err is Redis not knowing a script.
+func isNoScript(err error) bool {
+	return errors.Is(err, redis.ErrNoScript) || redis.HasErrorPrefix(err, "NOSCRIPT")
 }
 
 // ReleaseDevice removes the owner record of device if it holds epoch.
