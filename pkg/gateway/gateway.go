@@ -257,8 +257,8 @@ func (g *Gateway) connect(ctx context.Context, cfg Config, log *slog.Logger) err
 // owners of cfg.Tenants, and flushes it to the store every second until
 // Close.
 func (g *Gateway) startUsage(cfg Config, log *slog.Logger) error {
-	u, err := usage.New(usage.Options{Tenants: cfg.Tenants, Store: g.Store, Meter: cfg.Telemetry.Meter(), Clock: cfg.Clock,
-		Log: log.With("component", "usage")})
+	u, err := usage.New(usage.Options{Tenants: cfg.Tenants, Store: g.Store, Meter: cfg.Telemetry.Meter(), Edge: !cfg.NoEdge,
+		Clock: cfg.Clock, Log: log.With("component", "usage")})
 	if err != nil {
 		return err
 	}

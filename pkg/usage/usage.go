@@ -108,6 +108,11 @@ type Options struct {
 	Store store.Usage
 	// Meter makes the hermes_owner_* series; nil records none.
 	Meter metric.Meter
+	// Edge: the process runs an edge, so it serves the edge's series
+	// (the sockets, the messages in and out) besides those of both sides
+	// (the deliveries, the refusals). A process serves the series of the
+	// parts it runs (docs/metrics.md).
+	Edge bool
 	// Interval is how often Run flushes (DefaultInterval).
 	Interval time.Duration
 	// Clock says when an owner's counting began (the store's since).
@@ -205,25 +210,30 @@ func New(opts Options) (*Recorder, error) {
 // reported, so the series are bounded by the file's owners.
 func (r *Recorder) instrument(m metric.Meter) error {
 	var in telemetry.Instruments
-	var e error
-	r.open, e = m.Int64ObservableUpDownCounter("hermes_owner_connections",
-		metric.WithDescription("The owner's phones' sockets open on this edge (those that got ready), by owner."))
-	in.Check(e)
+	var obs []metric.Observable
 	counter := func(name, desc string) metric.Int64ObservableCounter {
 		c, e := m.Int64ObservableCounter(name, metric.WithDescription(desc))
 		in.Check(e)
+		obs = append(obs, c)
 		return c
 	}
-	opened := counter("hermes_owner_connections_opened", "The owner's phones' hellos that got ready, by owner.")
-	in1 := counter("hermes_owner_messages_in", "Texts, voice notes, files and card answers from the owner's phones handed to the agent, by owner.")
-	out := counter("hermes_owner_messages_out", "Messages, files and cards written to the owner's phones, by owner.")
 	deliveries := counter("hermes_owner_deliveries", "Cron's deliveries of the owner, by result: accepted (delivered, written or queued) or offline.")
 	refusals := counter("hermes_owner_quota_refusals", "What the owner's quotas refused, by quota: outbox_mib, connections, event_reads.")
-	r.instruments = [numCounters]metric.Int64ObservableCounter{in1, out, deliveries, deliveries, opened, refusals, refusals, refusals}
+	r.instruments[DeliveriesAccepted], r.instruments[DeliveriesOffline] = deliveries, deliveries
+	r.instruments[RefusedOutbox], r.instruments[RefusedConnections], r.instruments[RefusedEventReads] = refusals, refusals, refusals
+	if r.opts.Edge {
+		var e error
+		r.open, e = m.Int64ObservableUpDownCounter("hermes_owner_connections",
+			metric.WithDescription("The owner's phones' sockets open on this edge (those that got ready), by owner."))
+		in.Check(e)
+		obs = append(obs, r.open)
+		r.instruments[ConnectionsOpened] = counter("hermes_owner_connections_opened", "The owner's phones' hellos that got ready, by owner.")
+		r.instruments[MessagesIn] = counter("hermes_owner_messages_in", "Texts, voice notes, files and card answers from the owner's phones handed to the agent, by owner.")
+		r.instruments[MessagesOut] = counter("hermes_owner_messages_out", "Messages, files and cards written to the owner's phones, by owner.")
+	}
 	if err := in.Err(); err != nil {
 		return fmt.Errorf("usage: creating the instruments: %w", err)
 	}
-	obs := []metric.Observable{r.open, opened, in1, out, deliveries, refusals}
 	reg, err := m.RegisterCallback(r.observe, obs...)
 	if err != nil {
 		return fmt.Errorf("usage: registering the callback: %w", err)
@@ -232,12 +242,17 @@ func (r *Recorder) instrument(m metric.Meter) error {
 	return nil
 }
 
-// observe reports every owner's counts.
+// observe reports every owner's counts (of the series the process
+// serves).
 func (r *Recorder) observe(_ context.Context, o metric.Observer) error {
 	for _, ow := range *r.owners.Load() {
-		o.ObserveInt64(r.open, ow.open.Load(), ow.openOpts)
+		if r.open != nil {
+			o.ObserveInt64(r.open, ow.open.Load(), ow.openOpts)
+		}
 		for c := range numCounters {
-			o.ObserveInt64(r.instruments[c], ow.counts[c].Load(), ow.opts[c])
+			if r.instruments[c] != nil {
+				o.ObserveInt64(r.instruments[c], ow.counts[c].Load(), ow.opts[c])
+			}
 		}
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -92,7 +93,7 @@ func newRecorder(t *testing.T, reg *tenant.Registry, st store.Usage) (*usage.Rec
 	rd := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(rd))
 	t.Cleanup(func() { mp.Shutdown(context.Background()) })
-	r, err := usage.New(usage.Options{Tenants: reg, Store: st, Meter: mp.Meter("usage")})
+	r, err := usage.New(usage.Options{Tenants: reg, Store: st, Meter: mp.Meter("usage"), Edge: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,4 +347,27 @@ func BenchmarkCount(b *testing.B) {
 			r.Add("acme", usage.MessagesIn, 1)
 		}
 	})
+}
+
+// TestRouterSeries: a process without an edge serves only the series of
+// both sides (deliveries, refusals), not the edge's.
+func TestRouterSeries(t *testing.T) {
+	rd := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(rd))
+	t.Cleanup(func() { mp.Shutdown(context.Background()) })
+	r, err := usage.New(usage.Options{Meter: mp.Meter("usage")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Delivery(tenant.Legacy, true)
+	got := series(t, rd)
+	var names []string
+	for name := range got {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	if !slices.Equal(names, []string{"hermes_owner_deliveries", "hermes_owner_quota_refusals"}) {
+		t.Errorf("a router serves %v, want the deliveries and the refusals only", names)
+	}
+	wantSeries(t, got, "hermes_owner_deliveries", map[string]int64{"_legacy/accepted": 1, "_legacy/offline": 0})
 }
