@@ -24,7 +24,7 @@ var layer = map[string]int{
 	"pkg/config": 1, "pkg/wire": 1, "pkg/telemetry": 1, "pkg/client": 1, "pkg/tenant": 1,
 	// Implementations of the contracts, and what needs only them.
 	"pkg/push": 2, "pkg/bus/natsbus": 2, "pkg/store/memstore": 2, "pkg/store/redisstore": 2,
-	"pkg/admin": 2, "pkg/agent": 2,
+	"pkg/admin": 2, "pkg/agent": 2, "pkg/usage": 2,
 	// A delivery's fate.
 	"pkg/dispatch": 3,
 	// The two roles, side by side: neither imports the other.
