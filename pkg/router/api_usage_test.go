@@ -232,11 +232,12 @@ func TestUsage(t *testing.T) {
 	}
 }
 
-// TestOwnerMetrics: a node's hermes_owner_* series, read from its
+// TestOwnerMetrics: a single node's hermes_owner_* series, read from its
 // /metrics (the OTel SDK through its Prometheus exporter), count each
 // owner's own: the sockets open and opened, messages in and out, cron's
-// deliveries by result; the legacy owner's are labelled _legacy; a
-// reload that removes an owner removes its series.
+// deliveries by result; the legacy owner's are labelled _legacy; its
+// GET /v1/usage answers the same counts; a reload that removes an owner
+// removes its series.
 func TestOwnerMetrics(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "tenants.yaml")
 	writeTenants(t, path, tenantsFile(acmeKeysAll))
@@ -312,6 +313,11 @@ func TestOwnerMetrics(t *testing.T) {
 		`hermes_owner_deliveries_total{owner="acme",result="accepted"} 1`, `hermes_owner_deliveries_total{owner="acme",result="offline"} 0`,
 		`hermes_owner_deliveries_total{owner="beta",result="offline"} 1`, `hermes_owner_deliveries_total{owner="beta",result="accepted"} 0`)
 
+	// A single node (the memory store) answers GET /v1/usage the same.
+	waitUsage(t, e.url, acmeAgent, counts{in: 1, out: 1, accepted: 1, opened: 2})
+	waitUsage(t, e.url, betaAgent, counts{in: 2, offline: 1, opened: 1})
+	waitUsage(t, e.url, agentToken, counts{opened: 1})
+
 	// beta leaves the file: its socket closes, its series go.
 	writeTenants(t, path, "tenants:\n  - id: acme\n    keys:\n"+acmeKeysAll)
 	if _, err := beta.ExpectClose(ctxFor(t, 10*time.Second)); err != nil {
@@ -321,6 +327,7 @@ func TestOwnerMetrics(t *testing.T) {
 	if strings.Contains(body, `owner="beta"`) {
 		t.Errorf("an owner removed from the file still has series:\n%s", grepOwner(body))
 	}
+	wantError(t, e.call(t, "GET", "/v1/usage", betaAgent, nil), http.StatusUnauthorized, "auth_failed")
 }
 
 // grepOwner is the hermes_owner_ lines of a /metrics body.
