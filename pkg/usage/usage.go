@@ -197,11 +197,16 @@ func New(opts Options) (*Recorder, error) {
 	if m == nil {
 		m = noop.NewMeterProvider().Meter("usage")
 	}
+	// Subscribed before the first reading, under the lock a reload's
+	// setOwners waits for: a reload in between is applied after it.
+	r.ownersMu.Lock()
+	r.stopWatch = opts.Tenants.OnChange(r.setOwners)
+	r.setOwnersLocked(opts.Tenants.Snapshot())
+	r.ownersMu.Unlock()
 	if err := r.instrument(m); err != nil {
+		r.stopWatch()
 		return nil, err
 	}
-	r.setOwners(opts.Tenants.Snapshot())
-	r.stopWatch = opts.Tenants.OnChange(r.setOwners)
 	return r, nil
 }
 
@@ -290,6 +295,10 @@ func newOwner(id string) *Owner {
 func (r *Recorder) setOwners(s *tenant.Snapshot) {
 	r.ownersMu.Lock()
 	defer r.ownersMu.Unlock()
+	r.setOwnersLocked(s)
+}
+
+func (r *Recorder) setOwnersLocked(s *tenant.Snapshot) {
 	var old map[string]*Owner
 	if p := r.owners.Load(); p != nil {
 		old = *p
