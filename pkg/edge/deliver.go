@@ -325,8 +325,9 @@ func (c *conn) render(ctx context.Context, out wire.Output, done func(error)) {
 	default:
 		c.logger().DebugContext(ctx, "ignoring unknown output", "op", out.Op)
 	}
-	if len(frames) > 0 && (out.Op == wire.OpMessage || out.Op == wire.OpMedia || out.Op == wire.OpPrompt) {
-		c.use.Load().Add(usage.MessagesOut, 1) // a message, a file or a card
+	if len(frames) > 0 && (out.Op == wire.OpMessage && !out.Edit || out.Op == wire.OpMedia || out.Op == wire.OpPrompt) {
+		// A message (its streamed edits are the same one), a file or a card.
+		c.use.Load().Add(usage.MessagesOut, 1)
 	}
 	c.enqueueBatch(frames, avatar, done)
 }

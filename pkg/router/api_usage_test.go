@@ -193,8 +193,11 @@ func TestUsage(t *testing.T) {
 	expectText(t, beta, "beta 2")
 	wantOK(t, callURL(t, b, "POST", "/v1/deliver", deliverToken, map[string]any{"target": "tel-1", "text": "legacy cron"}, nil))
 	expectText(t, legacy, "legacy cron")
-	// The agent: acme 1 message on router b, which is one more out.
-	wantOK(t, callURL(t, b, "POST", "/v1/sessions/tel-1/messages", acmeAgent, map[string]any{"text": "acme agent"}, nil))
+	// The agent: acme 1 message on router b, which is one more out; its
+	// streamed edit is the same message.
+	wantOK(t, callURL(t, b, "POST", "/v1/sessions/tel-1/messages", acmeAgent, map[string]any{"id": "m-1", "text": "acme", "final": false}, nil))
+	expectText(t, acme, "acme")
+	wantOK(t, callURL(t, a, "POST", "/v1/sessions/tel-1/messages", acmeAgent, map[string]any{"id": "m-1", "text": "acme agent", "edit": true}, nil))
 	expectText(t, acme, "acme agent")
 
 	wantAcme := counts{in: 2, out: 2, accepted: 1, offline: 1, opened: 2}

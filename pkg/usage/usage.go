@@ -33,9 +33,9 @@ const (
 	// MessagesIn: texts, voice notes, files and card answers from the
 	// owner's phones handed to the agent (duplicates not counted).
 	MessagesIn Counter = iota
-	// MessagesOut: messages (an edit too), files and cards written to the
-	// owner's phones' sockets, from the outbox too; typing and avatar
-	// states are not messages.
+	// MessagesOut: messages, files and cards written to the owner's
+	// phones' sockets, from the outbox too; a message's streamed edits
+	// are the same message, and typing and avatar states are none.
 	MessagesOut
 	// DeliveriesAccepted: cron's deliveries (POST /v1/deliver, one of a
 	// batch, a deliver frame) the gateway took: delivered, written or
