@@ -44,7 +44,8 @@ const (
 	// DeliveriesOffline: cron's deliveries to a device that was not
 	// online, with nothing kept (404 device_offline).
 	DeliveriesOffline
-	// ConnectionsOpened: the owner's phones' hellos that got ready.
+	// ConnectionsOpened: the owner's hellos that got ready (its phones',
+	// and cron's sockets of the deliver frame).
 	ConnectionsOpened
 	// RefusedOutbox, RefusedConnections and RefusedEventReads: what the
 	// owner's quota (the file's quota: outbox_mib, connections,
@@ -229,10 +230,10 @@ func (r *Recorder) instrument(m metric.Meter) error {
 	if r.opts.Edge {
 		var e error
 		r.open, e = m.Int64ObservableUpDownCounter("hermes_owner_connections",
-			metric.WithDescription("The owner's phones' sockets open on this edge (those that got ready), by owner."))
+			metric.WithDescription("The owner's sockets open on this edge (those that got ready), by owner."))
 		in.Check(e)
 		obs = append(obs, r.open)
-		r.instruments[ConnectionsOpened] = counter("hermes_owner_connections_opened", "The owner's phones' hellos that got ready, by owner.")
+		r.instruments[ConnectionsOpened] = counter("hermes_owner_connections_opened", "The owner's hellos that got ready, by owner.")
 		r.instruments[MessagesIn] = counter("hermes_owner_messages_in", "Texts, voice notes, files and card answers from the owner's phones handed to the agent, by owner.")
 		r.instruments[MessagesOut] = counter("hermes_owner_messages_out", "Messages, files and cards written to the owner's phones, by owner.")
 	}
