@@ -17,6 +17,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/telemetry"
 	"github.com/hermes-mobile/gateway/pkg/tenant"
+	"github.com/hermes-mobile/gateway/pkg/usage"
 	"github.com/hermes-mobile/gateway/pkg/wire"
 )
 
@@ -78,6 +79,9 @@ type OutboxConfig struct {
 	// devices (its share, OwnerShare) is bounded by the owner's
 	// outbox_mib (store.OutboxLimits.MaxShareBytes). Nil: no owner's bound.
 	Tenants *tenant.Registry
+	// Usage, when set, counts the items an owner's outbox_mib dropped as
+	// the owner's refusals (usage.RefusedOutbox).
+	Usage *usage.Recorder
 }
 
 // The outbox's defaults: what is kept for a phone that sleeps.
@@ -300,6 +304,11 @@ func (o *Outbox) Put(ctx context.Context, device, share string, out wire.Output,
 	d, err := o.store.PushOutbox(ctx, device, data, lim)
 	if err != nil {
 		return err
+	}
+	if d.Share > 0 {
+		if owner, ok := strings.CutPrefix(share, ownerSharePrefix); ok {
+			o.cfg.Usage.Refused(owner, tenant.QuotaOutbox, int64(d.Share))
+		}
 	}
 	if d.Total() > 0 {
 		o.log.WarnContext(ctx, "outbox items dropped unwritten", "device", device, "share", share,

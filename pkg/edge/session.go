@@ -194,6 +194,7 @@ func (c *conn) hello(h *protocol.Hello) {
 		}
 		if !ok {
 			s.tel.process.QuotaRefused(telemetry.QuotaConnections)
+			s.cfg.Usage.Refused(owner, tenant.QuotaConnections, 1)
 			c.fatal(failConnQuota.frame(owner, limit))
 			return
 		}

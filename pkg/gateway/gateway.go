@@ -171,7 +171,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Gateway, err e
 		return nil, err
 	}
 	cfg.Edge.Usage, cfg.API.Usage = g.Usage, g.Usage
-	g.Outbox = newOutbox(cfg, g.Store, g.Bus, log)
+	g.Outbox = newOutbox(cfg, g.Store, g.Bus, g.Usage, log)
 	if cfg.Router {
 		if err := g.startRouter(ctx, cfg, log); err != nil {
 			return nil, err
@@ -276,7 +276,7 @@ func (g *Gateway) startUsage(cfg Config, log *slog.Logger) error {
 // without a router does not serve: there, what it keeps is only logged.
 // Its calls to the store and the bus take MOBILE_ROUTER_OP_TIMEOUT, as the
 // router's do, whether or not the process runs one.
-func newOutbox(cfg Config, st store.Store, b bus.Bus, log *slog.Logger) *dispatch.Outbox {
+func newOutbox(cfg Config, st store.Store, b bus.Bus, u *usage.Recorder, log *slog.Logger) *dispatch.Outbox {
 	ocfg := cfg.Outbox
 	if cfg.Router && ocfg.Telemetry == nil {
 		ocfg.Telemetry = cfg.RouterCfg.Telemetry
@@ -286,6 +286,9 @@ func newOutbox(cfg Config, st store.Store, b bus.Bus, log *slog.Logger) *dispatc
 	}
 	if ocfg.Tenants == nil {
 		ocfg.Tenants = cfg.Tenants // the owners' outbox_mib
+	}
+	if ocfg.Usage == nil {
+		ocfg.Usage = u // what outbox_mib drops, counted as the owner's refusals
 	}
 	return dispatch.NewOutbox(ocfg, st, b, log.With("component", "outbox"))
 }

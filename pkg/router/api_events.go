@@ -95,6 +95,7 @@ func (a *API) events(w http.ResponseWriter, req *http.Request) error {
 		}
 		if lease == nil {
 			a.r.tel.process.QuotaRefused(telemetry.QuotaEventReads)
+			a.cfg.Usage.Refused(owner, tenant.QuotaEventReads, 1)
 			w.Header().Set("Retry-After", "1")
 			return apiErr(http.StatusTooManyRequests, codeTooManyReads,
 				fmt.Sprintf("owner %s has %d event reads open across the gateway, its event_reads quota; close one first", owner, limit))

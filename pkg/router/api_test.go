@@ -43,6 +43,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/store/redisstore"
 	"github.com/hermes-mobile/gateway/pkg/tenant"
+	"github.com/hermes-mobile/gateway/pkg/usage"
 	"github.com/hermes-mobile/gateway/pkg/wire"
 )
 
@@ -156,8 +157,17 @@ func startClusterOf(t *testing.T, cfg router.APIConfig, reg *tenant.Registry) *e
 		t.Fatalf("natsbus: %v", err)
 	}
 	t.Cleanup(func() { b.Close() })
-	// The router's outbox bounds the owners' outboxes by their quota.
-	ob := dispatch.NewOutbox(dispatch.OutboxConfig{Tenants: reg}, st, b, log)
+	// The router counts its owners' usage, as a node does, and its outbox
+	// bounds the owners' outboxes by their quota.
+	u, err := usage.New(usage.Options{Tenants: reg, Store: st, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go u.Run(ctxFor(t, time.Hour))
+	if cfg.Usage == nil {
+		cfg.Usage = u
+	}
+	ob := dispatch.NewOutbox(dispatch.OutboxConfig{Tenants: reg, Usage: u}, st, b, log)
 	t.Cleanup(ob.Close)
 	r := router.New(router.Config{Outbox: ob}, st, b, agent.NewLink(st, 1000), log)
 	if err := r.Start(); err != nil {

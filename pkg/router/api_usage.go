@@ -29,9 +29,10 @@ type usageBody struct {
 }
 
 type usageQuota struct {
-	OutboxMiB   int `json:"outbox_mib"`
-	Connections int `json:"connections"`
-	EventReads  int `json:"event_reads"`
+	OutboxMiB           int `json:"outbox_mib"`
+	Connections         int `json:"connections"`
+	EventReads          int `json:"event_reads"`
+	DeliveriesPerSecond int `json:"deliveries_per_second"`
 }
 
 type usageCounters struct {
@@ -49,15 +50,17 @@ type usageDeliveries struct {
 
 // usageRefusals are by quota, named as the file's quota names them.
 type usageRefusals struct {
-	OutboxMiB   int64 `json:"outbox_mib"`
-	Connections int64 `json:"connections"`
-	EventReads  int64 `json:"event_reads"`
+	OutboxMiB           int64 `json:"outbox_mib"`
+	Connections         int64 `json:"connections"`
+	EventReads          int64 `json:"event_reads"`
+	DeliveriesPerSecond int64 `json:"deliveries_per_second"`
 }
 
-// usageLive is the place of the counts of what is open now: the
-// owner's sockets and event reads over every node. They are null until
-// the store counts them across the cluster (the quotas' leases); no
-// process's own count stands in for them.
+// usageLive is what the owner holds open now over every node: its
+// sockets and event reads, the live leases of its quotas in the store
+// (store.LeaseCount). The legacy owner has no quota and so no leases:
+// null for it, since no process's own count may stand in for the
+// cluster's.
 type usageLive struct {
 	Connections *int64 `json:"connections"`
 	EventReads  *int64 `json:"event_reads"`
@@ -81,7 +84,20 @@ func (a *API) usage(w http.ResponseWriter, req *http.Request) error {
 	if owner != tenant.Legacy {
 		// The snapshot of now: a quota changed by a reload is the new one.
 		if t := a.cfg.Tenants.Snapshot().Tenant(owner); t != nil {
-			body.Quota = &usageQuota{OutboxMiB: t.Quota.OutboxMiB, Connections: t.Quota.Connections, EventReads: t.Quota.EventReads}
+			q := t.Quota
+			body.Quota = &usageQuota{OutboxMiB: q.OutboxMiB, Connections: q.Connections, EventReads: q.EventReads,
+				DeliveriesPerSecond: q.DeliveriesPerSecond}
+		}
+		for _, l := range []struct {
+			quota string
+			dst   **int64
+		}{{tenant.QuotaConnections, &body.Live.Connections}, {tenant.QuotaEventReads, &body.Live.EventReads}} {
+			n, err := a.r.store.LeaseCount(req.Context(), tenant.QuotaKey(owner, l.quota))
+			if err != nil {
+				return err
+			}
+			v := int64(n)
+			*l.dst = &v
 		}
 	}
 	admin.WriteJSON(w, http.StatusOK, body)
@@ -97,6 +113,6 @@ func countersOf(c store.UsageCounts) usageCounters {
 		Deliveries:        usageDeliveries{Accepted: n(usage.DeliveriesAccepted), Offline: n(usage.DeliveriesOffline)},
 		ConnectionsOpened: n(usage.ConnectionsOpened),
 		QuotaRefusals: usageRefusals{OutboxMiB: n(usage.RefusedOutbox), Connections: n(usage.RefusedConnections),
-			EventReads: n(usage.RefusedEventReads)},
+			EventReads: n(usage.RefusedEventReads), DeliveriesPerSecond: n(usage.RefusedDeliveries)},
 	}
 }

@@ -29,9 +29,10 @@ import (
 type usageAnswer struct {
 	Owner string `json:"owner"`
 	Quota *struct {
-		OutboxMiB   int `json:"outbox_mib"`
-		Connections int `json:"connections"`
-		EventReads  int `json:"event_reads"`
+		OutboxMiB           int `json:"outbox_mib"`
+		Connections         int `json:"connections"`
+		EventReads          int `json:"event_reads"`
+		DeliveriesPerSecond int `json:"deliveries_per_second"`
 	} `json:"quota"`
 	Since    *time.Time `json:"since"`
 	Counters struct {
@@ -43,9 +44,10 @@ type usageAnswer struct {
 		} `json:"deliveries"`
 		ConnectionsOpened int64 `json:"connections_opened"`
 		QuotaRefusals     struct {
-			OutboxMiB   int64 `json:"outbox_mib"`
-			Connections int64 `json:"connections"`
-			EventReads  int64 `json:"event_reads"`
+			OutboxMiB           int64 `json:"outbox_mib"`
+			Connections         int64 `json:"connections"`
+			EventReads          int64 `json:"event_reads"`
+			DeliveriesPerSecond int64 `json:"deliveries_per_second"`
 		} `json:"quota_refusals"`
 	} `json:"counters"`
 	Live struct {
@@ -91,6 +93,14 @@ func waitUsage(t *testing.T, base, token string, want counts) usageAnswer {
 			t.Fatalf("GET /v1/usage at %s: %+v after 10 s, want %+v", base, a.counts(), want)
 		}
 		time.Sleep(50 * time.Millisecond) // poll interval: the loop waits for its condition
+	}
+}
+
+// wantLive checks a's live counts of sockets and event reads.
+func wantLive(t *testing.T, a usageAnswer, conns, reads int64) {
+	t.Helper()
+	if l := a.Live; l.Connections == nil || l.EventReads == nil || *l.Connections != conns || *l.EventReads != reads {
+		t.Errorf("%s's live counts %+v, want %d sockets and %d reads", a.Owner, l, conns, reads)
 	}
 }
 
@@ -145,7 +155,7 @@ func usageCluster(t *testing.T, reg *tenant.Registry) (edge *env, apis [2]string
 // deliveries accepted and offline, its phones' connections) and quota.
 func TestUsage(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "tenants.yaml")
-	writeTenants(t, path, tenantsFile(acmeKeysAll)+"    quota: {connections: 5}\n") // beta's
+	writeTenants(t, path, tenantsFile(acmeKeysAll)+"    quota: {connections: 5, event_reads: 1}\n") // beta's
 	reg := openTenants(t, path)
 	e, apis := usageCluster(t, reg)
 	a, b := apis[0], apis[1]
@@ -155,14 +165,15 @@ func TestUsage(t *testing.T) {
 	if fresh.Owner != "acme" || fresh.Since != nil || fresh.counts() != (counts{}) {
 		t.Fatalf("acme before anything: %+v", fresh)
 	}
-	if q := fresh.Quota; q == nil || q.OutboxMiB != 64 || q.Connections != 1000 || q.EventReads != 8 {
-		t.Fatalf("acme's quota %+v, want the defaults 64, 1000, 8", q)
+	if q := fresh.Quota; q == nil || q.OutboxMiB != 64 || q.Connections != 1000 || q.EventReads != 8 || q.DeliveriesPerSecond != 1000 {
+		t.Fatalf("acme's quota %+v, want the defaults 64, 1000, 8, 1000", q)
 	}
-	if q := usageOf(t, b, betaAgent).Quota; q == nil || q.OutboxMiB != 64 || q.Connections != 5 || q.EventReads != 8 {
-		t.Fatalf("beta's quota %+v, want 64, 5 (its file's), 8", q)
+	if q := usageOf(t, b, betaAgent).Quota; q == nil || q.OutboxMiB != 64 || q.Connections != 5 || q.EventReads != 1 {
+		t.Fatalf("beta's quota %+v, want 64, 5 and 1 (its file's)", q)
 	}
-	if fresh.Live.Connections != nil || fresh.Live.EventReads != nil {
-		t.Errorf("live counts %+v: the store counts none yet, want null", fresh.Live)
+	wantLive(t, fresh, 0, 0)
+	if l := usageOf(t, a, agentToken).Live; l.Connections != nil || l.EventReads != nil {
+		t.Errorf("the legacy owner's live counts %+v: it holds no leases, want null", l)
 	}
 
 	acme := e.phoneAs(t, acmeApp, "tel-1")
@@ -199,6 +210,43 @@ func TestUsage(t *testing.T) {
 	expectText(t, acme, "acme")
 	wantOK(t, callURL(t, a, "POST", "/v1/sessions/tel-1/messages", acmeAgent, map[string]any{"id": "m-1", "text": "acme agent", "edit": true}, nil))
 	expectText(t, acme, "acme agent")
+
+	// Live: the sockets open now, over the cluster.
+	wantLive(t, usageOf(t, b, acmeAgent), 2, 0)
+	wantLive(t, usageOf(t, a, betaAgent), 1, 0)
+	// A read held open is live; beta's second, on the other router, is
+	// past its event_reads and counted as its refusal.
+	var page struct{ Cursor string }
+	if err := json.Unmarshal(callURL(t, a, "GET", "/v1/events?format=json", betaAgent, nil, nil).body, &page); err != nil {
+		t.Fatal(err)
+	}
+	held, stop := context.WithCancel(t.Context())
+	defer stop()
+	go func() { // waits after the log's last entry: open until stopped
+		req, _ := http.NewRequestWithContext(held, "GET", a+"/v1/events?wait=30&cursor="+page.Cursor, nil)
+		req.Header.Set("Authorization", "Bearer "+betaAgent)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) { // poll: the loop waits for its condition
+		if l := usageOf(t, b, betaAgent).Live; l.EventReads != nil && *l.EventReads == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("beta's long poll never counted live")
+		}
+	}
+	wantError(t, callURL(t, b, "GET", "/v1/events?format=json", betaAgent, nil, nil), http.StatusTooManyRequests, "too_many_streams")
+	stop()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) { // poll: the nodes flush every second
+		if u := usageOf(t, a, betaAgent); u.Counters.QuotaRefusals.EventReads == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("beta's refused read is not counted: %+v", usageOf(t, a, betaAgent).Counters.QuotaRefusals)
+		}
+	}
 
 	wantAcme := counts{in: 2, out: 2, accepted: 1, offline: 1, opened: 2}
 	wantBeta := counts{in: 1, out: 2, accepted: 2, opened: 1}

@@ -97,8 +97,12 @@ func DefaultQuota() Quota {
 }
 
 // QuotaDeliveries names the deliveries-a-second quota in QuotaKey and in
-// the refusals' metric.
-const QuotaDeliveries = "deliveries_per_second"
+// the refusals' counts; QuotaOutbox the outbox's (its refusals are items
+// dropped past it).
+const (
+	QuotaDeliveries = "deliveries_per_second"
+	QuotaOutbox     = "outbox_mib"
+)
 
 // Quotas counted in the store's leases (QuotaKey).
 const (

@@ -47,32 +47,29 @@ const (
 	// ConnectionsOpened: the owner's hellos that got ready (its phones',
 	// and cron's sockets of the deliver frame).
 	ConnectionsOpened
-	// RefusedOutbox, RefusedConnections and RefusedEventReads: what the
-	// owner's quota (the file's quota: outbox_mib, connections,
-	// event_reads) refused.
+	// RefusedOutbox, RefusedConnections, RefusedEventReads and
+	// RefusedDeliveries: what the owner's quota (the file's quota:
+	// outbox_mib, connections, event_reads, deliveries_per_second)
+	// refused; for outbox_mib, the items dropped past it.
 	RefusedOutbox
 	RefusedConnections
 	RefusedEventReads
+	RefusedDeliveries
 	numCounters
 )
 
 var counterNames = [numCounters]string{
 	"messages_in", "messages_out", "deliveries_accepted", "deliveries_offline", "connections_opened",
-	"refused_outbox_mib", "refused_connections", "refused_event_reads",
+	"refused_outbox_mib", "refused_connections", "refused_event_reads", "refused_deliveries_per_second",
 }
 
 // Name is c's name in the store and in GET /v1/usage.
 func (c Counter) Name() string { return counterNames[c] }
 
-// The quotas a refusal names: the fields of the file's quota.
-const (
-	QuotaOutbox      = "outbox_mib"
-	QuotaConnections = "connections"
-	QuotaEventReads  = "event_reads"
-)
-
-// refusedBy is the counter of each quota's refusals.
-var refusedBy = map[string]Counter{QuotaOutbox: RefusedOutbox, QuotaConnections: RefusedConnections, QuotaEventReads: RefusedEventReads}
+// refusedBy is the counter of each quota's refusals, by the file's name of
+// the quota (tenant.Quota*).
+var refusedBy = map[string]Counter{tenant.QuotaOutbox: RefusedOutbox, tenant.QuotaConnections: RefusedConnections,
+	tenant.QuotaEventReads: RefusedEventReads, tenant.QuotaDeliveries: RefusedDeliveries}
 
 // LegacyLabel is the owner label of the legacy owner (tenant.Legacy, whose
 // id is empty): no owner of the file can have it, since an owner id has
@@ -276,15 +273,12 @@ func newOwner(id string) *Owner {
 			o.opts[c] = metric.WithAttributeSet(attribute.NewSet(label, attribute.String("result", "accepted")))
 		case DeliveriesOffline:
 			o.opts[c] = metric.WithAttributeSet(attribute.NewSet(label, attribute.String("result", "offline")))
-		case RefusedOutbox:
-			o.opts[c] = metric.WithAttributeSet(attribute.NewSet(label, attribute.String("quota", QuotaOutbox)))
-		case RefusedConnections:
-			o.opts[c] = metric.WithAttributeSet(attribute.NewSet(label, attribute.String("quota", QuotaConnections)))
-		case RefusedEventReads:
-			o.opts[c] = metric.WithAttributeSet(attribute.NewSet(label, attribute.String("quota", QuotaEventReads)))
 		default:
 			o.opts[c] = only
 		}
+	}
+	for quota, c := range refusedBy {
+		o.opts[c] = metric.WithAttributeSet(attribute.NewSet(label, attribute.String("quota", quota)))
 	}
 	return o
 }
@@ -348,11 +342,12 @@ func (r *Recorder) Delivery(owner string, accepted bool) {
 	r.Owner(owner).Add(c, 1)
 }
 
-// Refused counts a refusal of owner's quota (QuotaOutbox,
-// QuotaConnections, QuotaEventReads); another name counts nothing.
-func (r *Recorder) Refused(owner, quota string) {
+// Refused counts n refusals of owner's quota (tenant.QuotaOutbox,
+// QuotaConnections, QuotaEventReads, QuotaDeliveries); another name
+// counts nothing.
+func (r *Recorder) Refused(owner, quota string, n int64) {
 	if c, ok := refusedBy[quota]; ok {
-		r.Owner(owner).Add(c, 1)
+		r.Owner(owner).Add(c, n)
 	}
 }
 

@@ -137,8 +137,8 @@ func TestSeriesByOwner(t *testing.T) {
 	r.Delivery("acme", false)
 	r.Delivery("acme", false)
 	r.Delivery(tenant.Legacy, true)
-	r.Refused("beta", usage.QuotaConnections)
-	r.Refused("beta", "no-such-quota")
+	r.Refused("beta", tenant.QuotaConnections, 1)
+	r.Refused("beta", "no-such-quota", 1)
 	r.Add("nobody", usage.MessagesIn, 100) // not an owner: nothing
 	got = series(t, rd)
 	wantSeries(t, got, "hermes_owner_connections", map[string]int64{"_legacy": 0, "acme": 1, "beta": 0})
@@ -189,7 +189,7 @@ func TestCountingAllocatesNothing(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() {
 		r.Add("acme", usage.MessagesIn, 1)
 		r.Delivery("acme", true)
-		r.Refused("acme", usage.QuotaEventReads)
+		r.Refused("acme", tenant.QuotaEventReads, 1)
 		o.Add(usage.MessagesOut, 1)
 		o.Opened()
 		o.Closed()
@@ -239,7 +239,7 @@ func TestFlush(t *testing.T) {
 	}
 	r.Add("acme", usage.MessagesIn, 1)
 	other.Add("acme", usage.MessagesIn, 10)
-	other.Refused("beta", usage.QuotaOutbox)
+	other.Refused("beta", tenant.QuotaOutbox, 1)
 	for _, x := range []*usage.Recorder{r, other} {
 		if err := x.Flush(t.Context()); err != nil {
 			t.Fatal(err)
