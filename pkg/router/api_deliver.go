@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
+	"time"
 	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -12,6 +14,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/admin"
 	"github.com/hermes-mobile/gateway/pkg/dispatch"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
+	"github.com/hermes-mobile/gateway/pkg/telemetry"
 	"github.com/hermes-mobile/gateway/pkg/tenant"
 )
 
@@ -38,9 +41,12 @@ func (a *API) deliver(w http.ResponseWriter, req *http.Request) error {
 	if e != nil {
 		return protocolErr(e)
 	}
+	owner := ownerOf(req)
+	if err := a.takeDeliveries(w, req, owner, 1); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(req.Context(), dispatch.DefaultTimeout+dispatch.KeepMargin)
 	defer cancel()
-	owner := ownerOf(req)
 	d, err := a.deliverer.DeliverAs(ctx, owner, f)
 	a.countDelivery(owner, d, err)
 	status, err := deliverStatus(d, err)
@@ -69,6 +75,32 @@ func deliverStatus(d dispatch.Delivery, err error) (int, error) {
 		return 0, protocolErr(d.Refusal)
 	}
 	return 0, fmt.Errorf("delivery %s: outcome %q", d.ID, d.Outcome)
+}
+
+// codeTooManyDeliveries answers a delivery past its owner's
+// deliveries_per_second.
+const codeTooManyDeliveries protocol.Code = "too_many_deliveries"
+
+// takeDeliveries takes n deliveries (those of a request that are valid)
+// of owner's deliveries_per_second quota, counted in the store across
+// every router; nil when they fit, or for the legacy owner, which has no
+// quota. Past it the whole request is refused, 429 with the seconds
+// until the next second of the store's clock in Retry-After, and costs
+// the quota nothing.
+func (a *API) takeDeliveries(w http.ResponseWriter, req *http.Request, owner string, n int) error {
+	if owner == tenant.Legacy || n == 0 {
+		return nil
+	}
+	limit := a.cfg.Tenants.Snapshot().QuotaOf(owner).DeliveriesPerSecond
+	ok, _, left, err := a.r.store.TakeRate(req.Context(), tenant.QuotaKey(owner, tenant.QuotaDeliveries), int64(n), int64(limit), time.Second)
+	if err != nil || ok {
+		return err
+	}
+	a.r.tel.process.QuotaRefused(telemetry.QuotaDeliveries)
+	a.cfg.Usage.Refused(owner, tenant.QuotaDeliveries, int64(n))
+	w.Header().Set("Retry-After", strconv.Itoa(max(1, int((left+time.Second-1)/time.Second))))
+	return apiErr(http.StatusTooManyRequests, codeTooManyDeliveries,
+		fmt.Sprintf("owner %s may ask %d deliveries a second across the gateway (its deliveries_per_second quota), and this request's %d do not fit in this second", owner, limit, n))
 }
 
 // countDelivery counts a delivery of owner that Deliver answered d and
@@ -147,9 +179,12 @@ func (a *API) deliverBatch(w http.ResponseWriter, req *http.Request) error {
 		at = append(at, i)
 	}
 	body.Deliveries = nil // the files' bytes are in fs now
+	owner := ownerOf(req)
+	if err := a.takeDeliveries(w, req, owner, len(fs)); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(req.Context(), batchTimeout)
 	defer cancel()
-	owner := ownerOf(req)
 	for k, r := range a.deliverer.DeliverBatchAs(ctx, owner, fs) {
 		a.countDelivery(owner, r.Delivery, r.Err)
 		status, err := deliverStatus(r.Delivery, r.Err)

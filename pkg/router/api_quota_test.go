@@ -304,3 +304,59 @@ func TestOwnerConnectionsAcrossEdges(t *testing.T) {
 		t.Fatalf("acme's sockets in the store: %d, want 3", n)
 	}
 }
+
+// TestOwnerDeliveriesPerSecond: an owner's deliveries_per_second (3)
+// holds across two routers, in seconds of the store's clock: exactly 3
+// deliveries (single or of a batch, delivered or offline) are taken in a
+// second on either; one more is 429 too_many_deliveries with Retry-After
+// on each, a batch that does not fit whole is refused whole and costs
+// nothing, the other owner and the legacy tokens are served, and the next
+// second takes 3 again.
+func TestOwnerDeliveriesPerSecond(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "tenants.yaml")
+	writeTenants(t, path, strings.Replace(quotaTenants, "quota: {event_reads: 3}", "quota: {deliveries_per_second: 3}", 1))
+	reg := openTenants(t, path)
+	e := startClusterOf(t, apiConfig(func(c *router.APIConfig) { c.Tenants = reg }), reg)
+	// A quarter into a second of the routers' and their stores' clock.
+	clk := clock.NewFake(time.Unix(1_900_000_000, 250*int64(time.Millisecond)))
+	r1, _ := secondRouter(t, e, reg, clk)
+	r2, _ := secondRouter(t, e, reg, clk)
+	one := map[string]any{"target": "tel-1", "text": "standup"}
+	batch := func(n int) map[string]any {
+		var ds []map[string]any
+		for range n {
+			ds = append(ds, one)
+		}
+		return map[string]any{"deliveries": ds}
+	}
+	refused := func(r response) {
+		t.Helper()
+		wantError(t, r, http.StatusTooManyRequests, "too_many_deliveries")
+		if got := r.header.Get("Retry-After"); got != "1" {
+			t.Fatalf("Retry-After %q, want 1 (the second ends in 750 ms)", got)
+		}
+	}
+	// Nobody holds tel-1 on these routers' bus: each delivery is taken
+	// and answered offline.
+	wantError(t, r1.call(t, "POST", "/v1/deliver", acmeCron, one), http.StatusNotFound, "device_offline")
+	wantError(t, r2.call(t, "POST", "/v1/deliver", acmeCron, one), http.StatusNotFound, "device_offline")
+	refused(r1.call(t, "POST", "/v1/deliver/batch", acmeCron, batch(2))) // 2 + 2 > 3: refused whole
+	if r := r1.call(t, "POST", "/v1/deliver/batch", acmeCron, batch(1)); r.status != http.StatusOK {
+		t.Fatalf("acme's third delivery, a batch of one: %d %s", r.status, r.body)
+	}
+	refused(r2.call(t, "POST", "/v1/deliver", acmeCron, one))
+	refused(r1.call(t, "POST", "/v1/deliver", acmeCron, one))
+	// An invalid delivery is answered as such and takes nothing.
+	wantError(t, r1.call(t, "POST", "/v1/deliver", acmeCron, map[string]any{"target": "tel-1"}), http.StatusBadRequest, "bad_frame")
+	// The others are served.
+	wantError(t, r2.call(t, "POST", "/v1/deliver", betaCron, one), http.StatusNotFound, "device_offline")
+	wantError(t, r2.call(t, "POST", "/v1/deliver", deliverToken, one), http.StatusNotFound, "device_offline")
+
+	clk.Advance(750 * time.Millisecond) // the next second
+	refused2 := r2.call(t, "POST", "/v1/deliver/batch", acmeCron, batch(4))
+	wantError(t, refused2, http.StatusTooManyRequests, "too_many_deliveries")
+	if r := r2.call(t, "POST", "/v1/deliver/batch", acmeCron, batch(3)); r.status != http.StatusOK {
+		t.Fatalf("acme's 3 in the next second: %d %s", r.status, r.body)
+	}
+	refused(r1.call(t, "POST", "/v1/deliver", acmeCron, one))
+}

@@ -56,20 +56,21 @@ type Store interface {
 	Close() error
 }
 
-// Rates count what happens in fixed windows of time across every node
+// Rates bound what happens in fixed windows of time across every node
 // sharing the store (an owner's deliveries a second): a counter per key
 // and window, the windows aligned to multiples of their length on the
-// store's clock, each forgotten once it is over. A caller over its bound
-// in one window may spend it again at the next, so a burst across the
-// boundary may take up to twice the bound within one window's length.
+// store's clock, each forgotten once it is over. What a window refused
+// costs nothing; a burst across a boundary may take up to twice the bound
+// within one window's length.
 //
 // Keys must not hold '{' or '}' (redisstore puts the key in a Redis
 // Cluster hash tag).
 type Rates interface {
-	// CountRate adds n to key's count of the window that holds now and
-	// returns the count then and how long until that window ends. window
-	// must be positive; n may be 0 (a read).
-	CountRate(ctx context.Context, key string, n int64, window time.Duration) (count int64, left time.Duration, err error)
+	// TakeRate adds n to key's count of the window that holds now if the
+	// count stays at most limit, and reports whether it did, the count
+	// then and how long until that window ends. window must be positive; n
+	// may be 0 (a read).
+	TakeRate(ctx context.Context, key string, n, limit int64, window time.Duration) (ok bool, count int64, left time.Duration, err error)
 }
 
 // WindowEnd is the end of the window of Rates of length window that holds

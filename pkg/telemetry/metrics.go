@@ -38,7 +38,7 @@ type Metrics struct {
 
 	byKind   LabelSet // RedisUnavailable, RedisFull, RedisReply → {kind=…}
 	byReason LabelSet // OutboxFull, OutboxBytes, OutboxStore, OutboxShare, OutboxExpired → {reason=…}
-	byQuota  LabelSet // QuotaEventReads, QuotaConnections → {quota=…}
+	byQuota  LabelSet // QuotaEventReads, QuotaConnections, QuotaDeliveries → {quota=…}
 }
 
 // LabelSet holds the precomputed options of one attribute's values, so
@@ -164,7 +164,7 @@ func newMetrics(m metric.Meter) (*Metrics, error) {
 	}
 	x.byKind = NewLabelSet("kind", RedisUnavailable, RedisFull, RedisReply)
 	x.byReason = NewLabelSet("reason", OutboxFull, OutboxBytes, OutboxStore, OutboxShare, OutboxExpired)
-	x.byQuota = NewLabelSet("quota", QuotaEventReads, QuotaConnections)
+	x.byQuota = NewLabelSet("quota", QuotaEventReads, QuotaConnections, QuotaDeliveries)
 	for _, o := range x.byQuota.Known() {
 		x.quotaRefusals.Add(bg, 0, o...)
 	}
@@ -236,12 +236,13 @@ const (
 
 // Quotas of an owner that refuse something (the quota label).
 const (
-	QuotaEventReads  = "event_reads" // GET /v1/events past the owner's open reads
-	QuotaConnections = "connections" // a hello past the owner's open sockets
+	QuotaEventReads  = "event_reads"           // GET /v1/events past the owner's open reads
+	QuotaConnections = "connections"           // a hello past the owner's open sockets
+	QuotaDeliveries  = "deliveries_per_second" // POST /v1/deliver[/batch] past the owner's rate
 )
 
 // QuotaRefused counts one request or hello refused past its owner's
-// quota (QuotaEventReads, QuotaConnections).
+// quota (QuotaEventReads, QuotaConnections, QuotaDeliveries).
 func (m *Metrics) QuotaRefused(quota string) {
 	if m != nil {
 		m.quotaRefusals.Add(bg, 1, m.byQuota.Of(quota)...)

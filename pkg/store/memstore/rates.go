@@ -35,13 +35,14 @@ func (r *rates) expire(now time.Time) {
 
 var errBadWindow = errors.New("memstore: the window must be positive")
 
-// CountRate adds n to key's count of the window that holds now.
-func (s *Store) CountRate(ctx context.Context, key string, n int64, window time.Duration) (int64, time.Duration, error) {
+// TakeRate adds n to key's count of the window that holds now if it stays
+// at most limit.
+func (s *Store) TakeRate(ctx context.Context, key string, n, limit int64, window time.Duration) (bool, int64, time.Duration, error) {
 	if err := ctx.Err(); err != nil {
-		return 0, 0, err
+		return false, 0, 0, err
 	}
 	if window <= 0 {
-		return 0, 0, errBadWindow
+		return false, 0, 0, errBadWindow
 	}
 	now := s.clock.Now()
 	end := store.WindowEnd(now, window)
@@ -55,7 +56,10 @@ func (s *Store) CountRate(ctx context.Context, key string, n int64, window time.
 	if !w.end.Equal(end) {
 		w = rateWindow{end: end}
 	}
+	if w.count+n > limit {
+		return false, w.count, end.Sub(now), nil
+	}
 	w.count += n
 	r.keys[key] = w
-	return w.count, end.Sub(now), nil
+	return true, w.count, end.Sub(now), nil
 }

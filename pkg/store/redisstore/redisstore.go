@@ -8,7 +8,7 @@
 // atomic across nodes: Claim, Release, PutPart, DropUploads, TakePrompt,
 // TakeExpired, ClaimDevice, RefreshDevices (one script per device, pipelined),
 // ReleaseDevice, PushOutbox, PeekOutbox, AckOutbox, AppendHistory, the blob
-// accounting of PutBlob, AcquireLease, RenewLeases, CountRate and AddUsage
+// accounting of PutBlob, AcquireLease, RenewLeases, TakeRate and AddUsage
 // (one script per owner, pipelined).
 // The keys one script touches share a Redis Cluster hash tag: the device's
 // ({D}), or on a cluster client one of the Shards of the journals, the

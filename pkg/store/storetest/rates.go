@@ -36,61 +36,82 @@ func Rates(t *testing.T, newStore func(t *testing.T, c clock.Clock) store.Store)
 	})
 }
 
-func countRate(t *testing.T, s store.Store, key string, n int64, window time.Duration, want int64, wantLeft time.Duration) {
+// take calls TakeRate with a limit of 10 and checks what it answers.
+func take(t *testing.T, s store.Store, key string, n int64, window time.Duration, wantOK bool, want int64, wantLeft time.Duration) {
 	t.Helper()
-	c, left, err := s.CountRate(t.Context(), key, n, window)
-	if err != nil || c != want || left != wantLeft {
-		t.Fatalf("CountRate(%s, %d, %v) = %d, %v, %v; want %d, %v", key, n, window, c, left, err, want, wantLeft)
+	ok, c, left, err := s.TakeRate(t.Context(), key, n, 10, window)
+	if err != nil || ok != wantOK || c != want || left != wantLeft {
+		t.Fatalf("TakeRate(%s, %d of 10, %v) = %v, %d, %v, %v; want %v, %d, %v", key, n, window, ok, c, left, err, wantOK, want, wantLeft)
 	}
 }
 
 func testRatesInOneWindow(t *testing.T, s store.Store, c *clock.Fake) {
 	k := rateKey(t, "r")
-	countRate(t, s, k, 1, time.Second, 1, 750*time.Millisecond)
-	countRate(t, s, k, 4, time.Second, 5, 750*time.Millisecond)
+	take(t, s, k, 1, time.Second, true, 1, 750*time.Millisecond)
+	take(t, s, k, 4, time.Second, true, 5, 750*time.Millisecond)
 	c.Advance(700 * time.Millisecond)
-	countRate(t, s, k, 0, time.Second, 5, 50*time.Millisecond) // n 0 reads
-	countRate(t, s, k, 1, time.Second, 6, 50*time.Millisecond)
+	take(t, s, k, 0, time.Second, true, 5, 50*time.Millisecond) // n 0 reads
+	// Exactly the limit is taken; one past it is refused and costs
+	// nothing, so what still fits is taken after it.
+	take(t, s, k, 5, time.Second, true, 10, 50*time.Millisecond)
+	take(t, s, k, 1, time.Second, false, 10, 50*time.Millisecond)
+	take(t, s, k, 0, time.Second, true, 10, 50*time.Millisecond)
+	k2 := rateKey(t, "r2")
+	take(t, s, k2, 11, time.Second, false, 0, 50*time.Millisecond)
+	take(t, s, k2, 9, time.Second, true, 9, 50*time.Millisecond)
 }
 
 func testRatesNextWindow(t *testing.T, s store.Store, c *clock.Fake) {
 	k := rateKey(t, "r")
-	countRate(t, s, k, 3, time.Second, 3, 750*time.Millisecond)
+	take(t, s, k, 10, time.Second, true, 10, 750*time.Millisecond)
+	take(t, s, k, 1, time.Second, false, 10, 750*time.Millisecond)
 	c.Advance(750 * time.Millisecond) // the window's end is the next one's start
-	countRate(t, s, k, 1, time.Second, 1, time.Second)
+	take(t, s, k, 1, time.Second, true, 1, time.Second)
 	c.Advance(5 * time.Second) // windows in between counted nothing
-	countRate(t, s, k, 0, time.Second, 0, time.Second)
+	take(t, s, k, 0, time.Second, true, 0, time.Second)
 	// A window of another length counts on its own.
-	countRate(t, s, k, 2, 10*time.Second, 2, 4*time.Second)
+	take(t, s, k, 2, 10*time.Second, true, 2, 4*time.Second)
 }
 
 func testRatesKeysApart(t *testing.T, s store.Store, c *clock.Fake) {
 	a, b := rateKey(t, "a"), rateKey(t, "b")
-	countRate(t, s, a, 7, time.Second, 7, 750*time.Millisecond)
-	countRate(t, s, b, 1, time.Second, 1, 750*time.Millisecond)
-	countRate(t, s, a, 0, time.Second, 7, 750*time.Millisecond)
+	take(t, s, a, 10, time.Second, true, 10, 750*time.Millisecond)
+	take(t, s, b, 1, time.Second, true, 1, 750*time.Millisecond)
+	take(t, s, a, 1, time.Second, false, 10, 750*time.Millisecond)
 }
 
+// Twenty takers of one each, ten times, against a limit of 100: exactly
+// 100 are taken across them.
 func testRatesConcurrent(t *testing.T, s store.Store, c *clock.Fake) {
 	k := rateKey(t, "r")
 	var wg sync.WaitGroup
+	var mu sync.Mutex
+	taken := 0
 	for range 20 {
 		wg.Go(func() {
 			for range 10 {
-				if _, _, err := s.CountRate(t.Context(), k, 1, time.Second); err != nil {
-					t.Errorf("CountRate: %v", err)
+				ok, _, _, err := s.TakeRate(t.Context(), k, 1, 100, time.Second)
+				if err != nil {
+					t.Errorf("TakeRate: %v", err)
 					return
+				}
+				if ok {
+					mu.Lock()
+					taken++
+					mu.Unlock()
 				}
 			}
 		})
 	}
 	wg.Wait()
-	countRate(t, s, k, 0, time.Second, 200, 750*time.Millisecond)
+	if taken != 100 {
+		t.Fatalf("%d taken of 200 against a limit of 100", taken)
+	}
 }
 
 func testRatesBad(t *testing.T, s store.Store, c *clock.Fake) {
-	if _, _, err := s.CountRate(t.Context(), rateKey(t, "r"), 1, 0); err == nil {
-		t.Fatal("CountRate with a window of 0: no error")
+	if _, _, _, err := s.TakeRate(t.Context(), rateKey(t, "r"), 1, 10, 0); err == nil {
+		t.Fatal("TakeRate with a window of 0: no error")
 	}
 }
 
