@@ -65,6 +65,9 @@ type options struct {
 	// process's.
 	routerEnv []string
 	env       []string
+	// edgeBin and routerBin are the binaries newCluster starts; empty:
+	// this build's (bins). startEdge always starts this build's.
+	edgeBin, routerBin string
 }
 
 // newCluster starts edges A and B and the router and returns once all of
@@ -108,9 +111,9 @@ func newCluster(t *testing.T, o options) *cluster {
 		results <- started{name, p, url, err}
 	}
 	for _, name := range edges {
-		go launchOne("edge-"+name, bins.edge, "gateway listening", append(c.edgeEnv(), c.natsFor("edge-"+name)...))
+		go launchOne("edge-"+name, cmp.Or(o.edgeBin, bins.edge), "gateway listening", append(c.edgeEnv(), c.natsFor("edge-"+name)...))
 	}
-	go launchOne("router", bins.router, "router listening", append(c.routerEnv(), c.natsFor("router")...))
+	go launchOne("router", cmp.Or(o.routerBin, bins.router), "router listening", append(c.routerEnv(), c.natsFor("router")...))
 	var errs []error
 	for range len(edges) + 1 {
 		r := <-results

@@ -16,6 +16,9 @@
 //	                  router's HTTP API, and waitReachable
 //	slowbus_test.go   a TCP link that delays what a process sends to NATS,
 //	                  and the tests that need one
+//	upgrade_test.go   a cluster of the release before owners (a commit
+//	                  of the history, built with git archive and the module
+//	                  cache) upgraded node by node to this build
 //	the others        the tests, one file per property: delivery, takeover,
 //	                  dedup, cards, uploads, failover
 //
@@ -37,6 +40,10 @@
 // their Redis and NATS, each a redis-server and a nats-server of the test's
 // own on free loopback ports, started later (from PATH, /usr/bin or
 // /usr/sbin).
+//
+// The upgrade test needs git and the commit in the clone's history (not a
+// shallow clone); its binaries are built once per machine into the system's
+// temporary directory.
 //
 // Without the services the tests skip, saying how to enable them; with CI
 // set they fail instead. TestMain builds services/edge and services/router;
