@@ -163,6 +163,9 @@ class Client:
     Handlers run one after another in a task of their own, in the order of
     the events, never in the receive loop: a slow handler delays the next
     handlers, not the connection's pongs.
+
+    token is the app token, a device's token, or an owner's app or device
+    key (hmt_<owner>.<key id>.<secret>), sent as it is in hello.
     """
 
     def __init__(self, url: str, token: str, device: Dict[str, str], user: Optional[Dict[str, str]] = None, *,

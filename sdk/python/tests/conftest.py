@@ -124,6 +124,19 @@ def bound_gateway():
 
 
 @pytest.fixture
+def owners_gateway(tmp_path):
+    """A gateway with a tenants file of one owner, acme, beside its own
+    MOBILE_TOKEN; owner_key is the credential of acme's app key,
+    hmt_<owner>.<key id>.<secret> (docs/tenancy.md)."""
+    path = tmp_path / "tenants.yaml"
+    path.write_text("tenants:\n  - id: acme\n    keys:\n      - {id: app, kind: app, secret: acme-app-secret}\n")
+    gw = Gateway({"MOBILE_TENANTS_FILE": str(path)})
+    gw.owner_key = "hmt_acme.app.acme-app-secret"
+    yield gw
+    gw.stop()
+
+
+@pytest.fixture
 def busy_gateway():
     """One place in the hello phase: a socket that never says hello holds it,
     and the edge refuses every other upgrade with 503 and Retry-After."""

@@ -267,6 +267,31 @@ def test_forbidden_stops(bound_gateway):
     run(go())
 
 
+def test_owner_key(owners_gateway):
+    """An owner's app key of the tenants file is taken as the token: the
+    phone connects as a device of that owner (ready names its plain id),
+    and the demo agent answers it; the key with a wrong secret is
+    auth_failed."""
+    async def go():
+        dev = uniq("py-owner")
+        c = client(owners_gateway, dev, token=owners_gateway.owner_key)
+        ready = await c.connect()
+        try:
+            assert ready["session"] == "mobile:" + dev
+            assert ready["device"]["id"] == dev
+            final = asyncio.ensure_future(c.wait_for("message", lambda m: m["final"]))
+            await c.send_text("hello from acme")
+            assert (await final)["text"] == "You said: hello from acme"
+        finally:
+            await c.close()
+        wrong = client(owners_gateway, uniq("py-owner"), token=owners_gateway.owner_key.rsplit(".", 1)[0] + ".wrong")
+        with pytest.raises(HermesError) as e:
+            await wrong.connect()
+        assert e.value.code == "auth_failed" and e.value.permanent
+        await wrong.close()
+    run(go())
+
+
 def test_typing_and_unknown_frames(gateway):
     async def go():
         c = client(gateway, uniq("py-typing"))

@@ -40,6 +40,7 @@ export type WebSocketLike = new (url: string) => any;
 export interface ClientOptions {
   /** ws(s)://host:port/ws */
   url: string;
+  /** The app token, a device's token, or an owner's app or device key (hmt_<owner>.<key id>.<secret>): sent as it is in hello. */
   token: string;
   /** Always set device.id: it is the session address (mobile:<id>). */
   device: Device;

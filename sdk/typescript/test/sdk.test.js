@@ -3,6 +3,9 @@ import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { WebSocket, WebSocketServer } from "ws";
 import { createServer } from "node:net";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import {
   Client,
   HermesError,
@@ -617,6 +620,32 @@ test("push: the app registers its own FCM or APNs token and takes it back; refus
   plain.on("sent", (f) => f.t === "push" && (wrote = true));
   await assert.rejects(plain.registerPush("fcm", "tok"), (e) => e.code === "unsupported_frame" && e.local);
   assert.equal(wrote, false);
+});
+
+test("an owner's app key of the tenants file is taken as the token; a wrong secret is auth_failed", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "hermes-tenants-"));
+  const file = join(dir, "tenants.yaml");
+  writeFileSync(file, "tenants:\n  - id: acme\n    keys:\n      - {id: app, kind: app, secret: acme-app-secret}\n");
+  const owners = await startGateway({ MOBILE_TENANTS_FILE: file });
+  try {
+    const key = "hmt_acme.app.acme-app-secret"; // hmt_<owner>.<key id>.<secret>
+    const dev = uniq("ts-owner");
+    const c = new Client({ url: owners.ws, token: key, device: { id: dev }, WebSocket });
+    clients.push(c);
+    const ready = await c.connect();
+    // A device of its owner, named by its plain id.
+    assert.equal(ready.session, "mobile:" + dev);
+    assert.equal(ready.device.id, dev);
+    const answer = waitFor(c, "message", (m) => m.final);
+    c.sendText("hello from acme");
+    assert.equal((await answer).text, "You said: hello from acme");
+    const wrong = new Client({ url: owners.ws, token: "hmt_acme.app.wrong", device: { id: uniq("ts-owner") }, WebSocket });
+    clients.push(wrong);
+    await assert.rejects(wrong.connect(), (e) => e instanceof HermesError && e.code === "auth_failed" && e.permanent);
+  } finally {
+    await owners.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
 
 test("a device bound to another token: forbidden stops the client", async () => {
