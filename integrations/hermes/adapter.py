@@ -9,6 +9,8 @@ Settings (environment, or config.yaml gateway.platforms.mobile.extra):
 MOBILE_ROUTER_URL (router_url), MOBILE_AGENT_TOKEN (agent_token),
 MOBILE_DELIVER_TOKEN (deliver_token, for out-of-process sends),
 MOBILE_HOME_DEVICE (home device), MOBILE_CURSOR_FILE (cursor_file).
+The tokens may be an owner's keys of the gateway's tenants file
+(hmt_<owner>.<key id>.<secret>): they are sent as they are.
 """
 
 import asyncio
