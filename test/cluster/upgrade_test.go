@@ -74,6 +74,7 @@ func TestRollingUpgradeKeepsQueues(t *testing.T) {
 		c.wantQueued(t, dev, queued[dev])
 	}
 	before := c.keysNaming(t, first, second, texter)
+	wantKeys(t, before, "outbox:{"+first+"}", "outbox:{"+second+"}", dedupKey(texter, "m-1"))
 
 	// The rolling upgrade: a new edge up, an old one gone; again; then the
 	// router. Between the steps the old and the new nodes queue for mid.
@@ -107,6 +108,7 @@ func TestRollingUpgradeKeepsQueues(t *testing.T) {
 `)
 	withFile := "MOBILE_TENANTS_FILE=" + path
 	before = c.keysNaming(t, second, texter)
+	wantKeys(t, before, "outbox:{"+second+"}", dedupKey(texter, "m-1"), dedupKey(texter, "m-2"))
 	c.startEdge(t, "E", withFile)
 	c.retireEdge(t, "C")
 	c.startEdge(t, "F", withFile)
@@ -346,6 +348,21 @@ func (c *cluster) keysNaming(t *testing.T, devs ...string) map[string]string {
 	}
 	return out
 }
+
+// wantKeys requires snap (keysNaming) to hold keys, so that comparing
+// it after the upgrade compares what the test means to.
+func wantKeys(t *testing.T, snap map[string]string, keys ...string) {
+	t.Helper()
+	for _, k := range keys {
+		if _, ok := snap[k]; !ok {
+			t.Fatalf("no key %s among %v", k, slices.Sorted(maps.Keys(snap)))
+		}
+	}
+}
+
+// dedupKey is the store's key (without the prefix) of a device's text id,
+// as the release before owners and this one name it (pkg/edge).
+func dedupKey(dev, id string) string { return fmt.Sprintf("dedup:%d:%s:%s", len(dev), dev, id) }
 
 // buildRelease builds services/edge and services/router of commit, taken
 // from this repository's history with git archive, with the module cache
