@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -364,6 +365,9 @@ func wantKeys(t *testing.T, snap map[string]string, keys ...string) {
 // as the release before owners and this one name it (pkg/edge).
 func dedupKey(dev, id string) string { return fmt.Sprintf("dedup:%d:%s:%s", len(dev), dev, id) }
 
+// releaseBuild serializes buildRelease.
+var releaseBuild sync.Mutex
+
 // buildRelease builds services/edge and services/router of commit, taken
 // from this repository's history with git archive, with the module cache
 // and no network (GOPROXY=off). The binaries are kept in the system's
@@ -386,6 +390,10 @@ func buildRelease(t *testing.T, commit string) (edge, router string) {
 		testsvc.Missing(t, fmt.Sprintf("commit %s is not in this clone's history (a shallow clone? git fetch --unshallow): the upgrade test builds the release before owners from it", commit))
 	}
 	full := strings.TrimSpace(string(out))
+	// One build at a time in this process (-count runs the test in
+	// parallel with itself); the next finds the binaries built.
+	releaseBuild.Lock()
+	defer releaseBuild.Unlock()
 	dir := filepath.Join(os.TempDir(), "hermes-release-"+full[:12])
 	edge, router = filepath.Join(dir, "edge"), filepath.Join(dir, "router")
 	if isFile(edge) && isFile(router) {
@@ -409,9 +417,17 @@ func buildRelease(t *testing.T, commit string) (edge, router string) {
 	}
 	t.Logf("building the edge and the router of %s (once per machine: a minute or three)", commit)
 	for _, b := range []string{edge, router} {
-		// Written under a temporary name and renamed: a build cut short
-		// leaves no binary that the next run would take as built.
-		tmp := b + ".tmp"
+		// Written under a temporary name of its own and renamed: a build
+		// cut short leaves no binary that the next run would take as
+		// built, and another test binary building the same at once
+		// writes a file of its own.
+		f, err := os.CreateTemp(dir, filepath.Base(b)+".*.tmp")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmp := f.Name()
+		f.Close()
+		defer os.Remove(tmp) // gone once renamed
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		cmd := exec.CommandContext(ctx, goBin, "build", "-o", tmp, "./services/"+filepath.Base(b))
 		cmd.Dir = src
