@@ -49,9 +49,10 @@ func TestRollingUpgradeKeepsQueues(t *testing.T) {
 	oldEdge, oldRouter := buildRelease(t, preTenancy)
 	c := newCluster(t, options{edgeBin: oldEdge, routerBin: oldRouter, env: []string{"MOBILE_DRAIN_WINDOW=1"}})
 
-	// On the old release: three phones go to sleep with four items each
-	// queued by the agent and by cron, one with an item more queued
-	// while the nodes are replaced, and one phone's text is answered.
+	// On the old release: three phones go to sleep, two with four items
+	// each queued by the agent and by cron, the third with one, to which
+	// more is queued while the nodes are replaced; and one phone's text
+	// is answered.
 	first, second, mid := newDevice("tel-up"), newDevice("tel-file"), newDevice("tel-mid")
 	texter := newDevice("tel-text")
 	cron := c.hello(t, "B", newDevice("cron")) // loopback: may deliver
@@ -81,15 +82,15 @@ func TestRollingUpgradeKeepsQueues(t *testing.T) {
 	// router. Between the steps the old and the new nodes queue for mid.
 	c.startEdge(t, "C")
 	c.retireEdge(t, "A")
-	c.say(t, mid, c.queued(queued, mid, "mid-1", "said by the old router to new and old edges"))
+	c.say(t, mid, note(queued, mid, "mid-1", "said by the old router to new and old edges"))
 	c.startEdge(t, "D")
 	c.retireEdge(t, "B")
-	m := c.queued(queued, mid, "mid-2", "cron through the old router to new edges")
+	m := note(queued, mid, "mid-2", "cron through the old router to new edges")
 	if code, body := c.post(t, "/v1/deliver", c.deliverToken, map[string]any{"target": protocol.Session(mid), "id": m.ID, "text": m.Text, "ttl": 3600}); code != http.StatusAccepted {
 		t.Fatalf("cron's deliver through the old router: %d %v, want 202 queued", code, body)
 	}
 	c.replaceRouter(t, "router-new", bins.router)
-	c.say(t, mid, c.queued(queued, mid, "mid-3", "said by the new router"))
+	c.say(t, mid, note(queued, mid, "mid-3", "said by the new router"))
 
 	if after := c.keysNaming(t, first, second, texter); !maps.Equal(before, after) {
 		t.Fatalf("the upgrade changed the sleeping phones' keys:\nbefore %v\nafter  %v", before, after)
@@ -139,9 +140,9 @@ func TestRollingUpgradeKeepsQueues(t *testing.T) {
 	}
 }
 
-// queued appends to queued[dev] an agent message of id and text, and
+// note appends to queued[dev] a final message of id and text, and
 // returns it.
-func (c *cluster) queued(queued map[string][]agentMessage, dev, id, text string) agentMessage {
+func note(queued map[string][]agentMessage, dev, id, text string) agentMessage {
 	m := agentMessage{ID: id, Text: text, Final: true}
 	queued[dev] = append(queued[dev], m)
 	return m
