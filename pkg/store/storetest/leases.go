@@ -15,10 +15,7 @@ import (
 // moves), so expiry is tested without waiting. Every test runs in parallel
 // on a store of its own, closed when it ends.
 func Leases(t *testing.T, newStore func(t *testing.T, c clock.Clock) store.Store) {
-	tests := []struct {
-		name string
-		run  func(t *testing.T, s store.Store, c *clock.Fake)
-	}{
+	runClocked(t, "Leases", time.Now(), newStore, []clockedTest{
 		{"AtLimit", testLeasesAtLimit},
 		{"SameIDKeepsItsPlace", testLeasesSameID},
 		{"Expire", testLeasesExpire},
@@ -26,13 +23,24 @@ func Leases(t *testing.T, newStore func(t *testing.T, c clock.Clock) store.Store
 		{"KeysApart", testLeasesKeysApart},
 		{"Concurrent", testLeasesConcurrent},
 		{"Bad", testLeasesBad},
-	}
-	t.Run("Leases", func(t *testing.T) {
+	})
+}
+
+// clockedTest is a subtest on a store whose clock it moves.
+type clockedTest struct {
+	name string
+	run  func(t *testing.T, s store.Store, c *clock.Fake)
+}
+
+// runClocked runs tests as subtests of group, in parallel, each on a store
+// of its own whose clock is a clock.Fake starting at start.
+func runClocked(t *testing.T, group string, start time.Time, newStore func(t *testing.T, c clock.Clock) store.Store, tests []clockedTest) {
+	t.Run(group, func(t *testing.T) {
 		t.Parallel()
 		for _, tc := range tests {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()
-				c := clock.NewFake(time.Now())
+				c := clock.NewFake(start)
 				tc.run(t, open(t, func(t *testing.T) store.Store { return newStore(t, c) }), c)
 			})
 		}

@@ -10,29 +10,16 @@ import (
 )
 
 // Rates runs the conformance tests of store.Rates on stores that newStore
-// makes with the clock it is given (a clock.Fake each test moves). Every
-// test runs in parallel on a store of its own, closed when it ends.
+// makes with the clock it is given (a clock.Fake each test moves, a
+// quarter into a second, so a window of one ends in 750 ms). Every test
+// runs in parallel on a store of its own, closed when it ends.
 func Rates(t *testing.T, newStore func(t *testing.T, c clock.Clock) store.Store) {
-	tests := []struct {
-		name string
-		run  func(t *testing.T, s store.Store, c *clock.Fake)
-	}{
+	runClocked(t, "Rates", time.Unix(1_900_000_000, 250*int64(time.Millisecond)), newStore, []clockedTest{
 		{"InOneWindow", testRatesInOneWindow},
 		{"NextWindow", testRatesNextWindow},
 		{"KeysApart", testRatesKeysApart},
 		{"Concurrent", testRatesConcurrent},
 		{"Bad", testRatesBad},
-	}
-	t.Run("Rates", func(t *testing.T) {
-		t.Parallel()
-		for _, tc := range tests {
-			t.Run(tc.name, func(t *testing.T) {
-				t.Parallel()
-				// A quarter into a second, so a window of one ends in 750 ms.
-				c := clock.NewFake(time.Unix(1_900_000_000, 250*int64(time.Millisecond)))
-				tc.run(t, open(t, func(t *testing.T) store.Store { return newStore(t, c) }), c)
-			})
-		}
 	})
 }
 
