@@ -3,10 +3,14 @@ package router_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -98,13 +102,80 @@ func BenchmarkAPIDeliver(b *testing.B) {
 				}
 			}
 			b.ReportAllocs()
+			cpu := cpuTime()
 			for b.Loop() {
 				if code := serve(); code != http.StatusOK {
 					b.Fatalf("deliver: %d", code)
 				}
 			}
+			reportCPU(b, cpu)
 		})
 	}
+}
+
+// BenchmarkAPIDeliverConcurrent is POST /v1/deliver from many callers at
+// once, each to a phone of its own among 64 on the node's edge, as cron
+// jobs and agents that overlap send them: the deliveries that meet at the
+// edge's subject while one is in flight go together (docs/performance.md).
+func BenchmarkAPIDeliverConcurrent(b *testing.B) {
+	const phones = 64
+	g := benchNode(b, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	for i := range phones {
+		phone, err := client.Dial(ctx, g.URL(), client.Options{Timeout: 5 * time.Second})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer phone.CloseNow()
+		if _, err := phone.Hello(ctx, phoneToken, protocol.Device{ID: fmt.Sprintf("bench-%d", i)}, protocol.User{ID: "u"}); err != nil {
+			b.Fatal(err)
+		}
+		go func() { // the phone reads what it gets
+			for {
+				if _, err := phone.Next(ctx); err != nil {
+					return
+				}
+			}
+		}()
+	}
+	serve := func(body []byte) int {
+		req := httptest.NewRequest("POST", "/v1/deliver", bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+deliverToken)
+		w := httptest.NewRecorder()
+		g.API.ServeHTTP(w, req)
+		return w.Code
+	}
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(phones / runtime.GOMAXPROCS(0))
+	cpu := cpuTime()
+	b.RunParallel(func(pb *testing.PB) {
+		body := []byte(fmt.Sprintf(`{"target":"bench-%d","text":"Standup in 5"}`, next.Add(1)%phones))
+		for pb.Next() {
+			if code := serve(body); code != http.StatusOK {
+				b.Errorf("deliver: %d", code)
+				return
+			}
+		}
+	})
+	reportCPU(b, cpu)
+}
+
+// cpuTime is the CPU time this process has used so far, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPU reports the process's CPU time since since per operation
+// (cpu-ns/op): the phones', the edge's, the bus's and the router's, which
+// a benchmark of concurrent callers' ns/op (wall time) does not show.
+func reportCPU(b *testing.B, since time.Duration) {
+	b.ReportMetric(float64(cpuTime()-since)/float64(b.N), "cpu-ns/op")
 }
 
 // BenchmarkAPIHealthz is GET /healthz through the API's handler: the
