@@ -33,6 +33,10 @@ type Dispatcher struct {
 	Bus     bus.Bus
 	Timeout time.Duration // per delivery; DefaultTimeout when zero
 	Cache   *OwnerCache   // nil: every delivery reads its owner
+	// Groups, when set, gathers Send's requests by edge: those that arrive
+	// while one to their edge is in flight go together (Groups). nil: each
+	// goes alone.
+	Groups *Groups
 }
 
 // Send delivers out to out.Device and returns what became of it:
@@ -44,11 +48,20 @@ func (d *Dispatcher) Send(ctx context.Context, out wire.Output) (Outcome, error)
 	// A device that moved between reading its owner and the request is
 	// looked up again; a few rounds cover any realistic reconnect burst.
 	// Every edge it was looked for at answering that it had moved on,
-	// without writing it, is as good as offline (a ttl keeps it).
-	for range 4 {
-		if o, err := d.send(ctx, out); err != nil || o != moved {
+	// without writing it, is as good as offline (a ttl keeps it). One that
+	// its group's batch did not settle goes again alone, as without Groups;
+	// that round does not count.
+	join := d.Groups != nil
+	for n := 0; n < 4; {
+		o, joined, err := d.send(ctx, out, join)
+		if err != nil || o != moved {
 			return o, err
 		}
+		if joined {
+			join = false
+			continue
+		}
+		n++
 	}
 	return Offline, nil
 }
@@ -114,7 +127,9 @@ func (d *Dispatcher) NotifyAt(ctx context.Context, owner store.Owner, ctl wire.C
 	return errors.Join(errs...)
 }
 
-func (d *Dispatcher) send(ctx context.Context, out wire.Output) (o Outcome, err error) {
+// send is one round of Send: the owner's read and the request to its edge,
+// alone or (join) in its edge's group (joined).
+func (d *Dispatcher) send(ctx context.Context, out wire.Output, join bool) (o Outcome, joined bool, err error) {
 	owner, cached, err := d.route(ctx, out)
 	defer func() {
 		if err != nil || o != Delivered {
@@ -127,14 +142,14 @@ func (d *Dispatcher) send(ctx context.Context, out wire.Output) (o Outcome, err 
 		// which the device's edge claims again within a heartbeat and
 		// then reads the outbox, where the sender keeps what it could
 		// not deliver.
-		return Offline, nil
+		return Offline, false, nil
 	case err != nil:
-		return "", fmt.Errorf("owner of %q: %w", out.Device, err)
+		return "", false, fmt.Errorf("owner of %q: %w", out.Device, err)
 	}
 	out.Epoch, out.Cached = owner.Epoch, cached
 	data, err := wire.Marshal(out)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	timeout := d.Timeout
 	if timeout <= 0 {
@@ -149,7 +164,17 @@ func (d *Dispatcher) send(ctx context.Context, out wire.Output) (o Outcome, err 
 	}
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	release := func() {}
+	if join {
+		if joined, release, o, err = d.join(ctx, rctx, owner.Edge, out, data); joined {
+			return o, true, err
+		}
+	}
+	if d.Groups != nil {
+		d.Groups.m.alone()
+	}
 	reply, err := d.Bus.Request(rctx, outputSubject(owner), data, nil)
+	release()
 	if errors.Is(err, bus.ErrNoResponders) {
 		// shim(v0.2.0): an edge of the release before edge subjects.
 		//
@@ -162,13 +187,13 @@ func (d *Dispatcher) send(ctx context.Context, out wire.Output) (o Outcome, err 
 		noResponders = moved // the cached owner's edge is gone: read the owner again
 	}
 	if o, berr, ok := busOutcome(ctx, err, noResponders); ok {
-		return o, berr
+		return o, false, berr
 	}
 	var r wire.Reply
 	if err := wire.Unmarshal(reply, &r); err != nil {
-		return "", fmt.Errorf("bad reply from edge: %w", err)
+		return "", false, fmt.Errorf("bad reply from edge: %w", err)
 	}
-	return Outcome(r.Result(out.WaitAck)), nil
+	return Outcome(r.Result(out.WaitAck)), false, nil
 }
 
 // busOutcome is what a request's error err means for the outputs it

@@ -209,7 +209,12 @@ func NewAPI(r *Router, cfg APIConfig) *API {
 		leaseIDs:      ids.New("read") + ":",
 		endpoints:     make(map[string][]string),
 	}
-	a.deliverer = &dispatch.Deliverer{Dispatcher: r.sender, Blobs: r.store, BlobTTL: r.cfg.BlobTTL, HomeDevice: cfg.HomeDevice, Outbox: r.outbox,
+	// The API's deliveries go by groups (dispatch.Groups): callers that
+	// overlap share their edge's requests. The agent's outputs do not: its
+	// typing states, published on the edge's output subject, must come
+	// before the message that follows them.
+	grouped := &dispatch.Dispatcher{Owners: r.store, Bus: r.bus, Cache: r.sender.Cache, Groups: dispatch.NewGroups(r.cfg.Telemetry.Meter())}
+	a.deliverer = &dispatch.Deliverer{Dispatcher: grouped, Blobs: r.store, BlobTTL: r.cfg.BlobTTL, HomeDevice: cfg.HomeDevice, Outbox: r.outbox,
 		Tracer: r.tel.deliverTracer()}
 	a.ctx, a.cancel = context.WithCancel(r.ctx)
 	a.health = a.newHealth()
