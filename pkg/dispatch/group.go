@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -45,7 +46,8 @@ import (
 //
 // Safe for concurrent use; NewGroups makes one.
 type Groups struct {
-	m *groupMetrics
+	hold atomic.Int64 // a time.Duration; zero: GroupHold (SetHold)
+	m    *groupMetrics
 
 	mu    sync.Mutex
 	edges map[string]*group // the edges with a turn held; none idle
@@ -84,6 +86,22 @@ type groupAnswer struct {
 // NewGroups returns Groups counting on m (docs/metrics.md).
 func NewGroups(m metric.Meter) *Groups {
 	return &Groups{m: newGroupMetrics(m), edges: make(map[string]*group)}
+}
+
+// SetHold sets how long a request holds its edge's turn at most (zero:
+// GroupHold).
+func (g *Groups) SetHold(d time.Duration) { g.hold.Store(int64(d)) }
+
+// Waiting returns how many outputs wait for their edge's turn now, those
+// whose senders stopped waiting included.
+func (g *Groups) Waiting() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := 0
+	for _, e := range g.edges {
+		n += len(e.waiting)
+	}
+	return n
 }
 
 // batchOverhead is what a wire.Batch adds to its outputs' encodings.
@@ -140,7 +158,7 @@ func (d *Dispatcher) turn(edge string) (release func()) {
 			}
 		})
 	}
-	t := time.AfterFunc(GroupHold, end)
+	t := time.AfterFunc(cmp.Or(time.Duration(d.Groups.hold.Load()), GroupHold), end)
 	return func() {
 		t.Stop()
 		end()

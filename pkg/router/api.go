@@ -164,6 +164,7 @@ type API struct {
 	r         *Router
 	cfg       APIConfig
 	deliverer *dispatch.Deliverer // POST /v1/deliver's, with cfg.HomeDevice
+	groups    *dispatch.Groups    // its requests' groups by edge
 	log       *slog.Logger
 	mux       *http.ServeMux
 
@@ -213,7 +214,8 @@ func NewAPI(r *Router, cfg APIConfig) *API {
 	// overlap share their edge's requests. The agent's outputs do not: its
 	// typing states, published on the edge's output subject, must come
 	// before the message that follows them.
-	grouped := &dispatch.Dispatcher{Owners: r.store, Bus: r.bus, Cache: r.sender.Cache, Groups: dispatch.NewGroups(r.cfg.Telemetry.Meter())}
+	a.groups = dispatch.NewGroups(r.cfg.Telemetry.Meter())
+	grouped := &dispatch.Dispatcher{Owners: r.store, Bus: r.bus, Cache: r.sender.Cache, Groups: a.groups}
 	a.deliverer = &dispatch.Deliverer{Dispatcher: grouped, Blobs: r.store, BlobTTL: r.cfg.BlobTTL, HomeDevice: cfg.HomeDevice, Outbox: r.outbox,
 		Tracer: r.tel.deliverTracer()}
 	a.ctx, a.cancel = context.WithCancel(r.ctx)

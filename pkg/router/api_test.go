@@ -42,6 +42,7 @@ import (
 	"github.com/hermes-mobile/gateway/pkg/router"
 	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/store/redisstore"
+	"github.com/hermes-mobile/gateway/pkg/telemetry"
 	"github.com/hermes-mobile/gateway/pkg/tenant"
 	"github.com/hermes-mobile/gateway/pkg/usage"
 	"github.com/hermes-mobile/gateway/pkg/wire"
@@ -61,9 +62,10 @@ type env struct {
 	api    *router.API
 	url    string // of the API
 
-	redisURL, redisPrefix string // the cluster variant's Redis and key prefix
-	natsPrefix            string // and its NATS subject prefix
-	nodeConfig            gateway.Config
+	redisURL, redisPrefix string             // the cluster variant's Redis and key prefix
+	natsPrefix            string             // and its NATS subject prefix
+	nodeConfig            gateway.Config     // and its first node's configuration
+	nodes                 []*gateway.Gateway // the cluster variant's: node and the others
 }
 
 // apiConfig is the API configuration of the tests; mutate adjusts it.
@@ -132,20 +134,48 @@ func startCluster(t *testing.T, cfg router.APIConfig) *env {
 // none).
 func startClusterOf(t *testing.T, cfg router.APIConfig, reg *tenant.Registry) *env {
 	t.Helper()
+	return startClusterWith(t, cfg, cluster{tenants: reg, edges: 1})
+}
+
+// cluster is what startClusterWith starts: edges nodes (without routers)
+// reading the owners of tenants (nil: none), and a router whose metrics go
+// to telemetry (nil: none).
+type cluster struct {
+	tenants   *tenant.Registry
+	edges     int
+	telemetry *telemetry.Telemetry
+	ackWait   time.Duration // the edges' edge.Config.AckWait; zero: nodeConfig's
+}
+
+// startClusterWith starts the nodes and the router of c on a shared Redis
+// and a NATS server of the test's; e.node is the first node, e.nodes all.
+func startClusterWith(t *testing.T, cfg router.APIConfig, c cluster) *env {
+	t.Helper()
 	redisURL := testsvc.RedisURL(t)
 	natsURL := testsvc.NATSURL(t)
 	prefix := "hermes-routertest:" + testsvc.RandomHex(6) + ":"
 	cleanRedis(t, redisURL, prefix)
 	log := testLogger(t, "router")
 
-	natsPrefix := "rt" + testsvc.RandomHex(3) + "." // the router and the edge must agree
-	nc := nodeConfig()
-	nc.NATSURL, nc.NATSPrefix, nc.RedisURL, nc.RedisPrefix, nc.Tenants = natsURL, natsPrefix, redisURL, prefix, reg
-	g, err := gateway.Start(t.Context(), nc, testLogger(t, "node"))
-	if err != nil {
-		t.Fatalf("start node: %v", err)
+	natsPrefix := "rt" + testsvc.RandomHex(3) + "." // the router and the edges must agree
+	var nodes []*gateway.Gateway
+	var first gateway.Config
+	for i := range c.edges {
+		nc := nodeConfig()
+		nc.NATSURL, nc.NATSPrefix, nc.RedisURL, nc.RedisPrefix, nc.Tenants = natsURL, natsPrefix, redisURL, prefix, c.tenants
+		if c.ackWait > 0 {
+			nc.Edge.AckWait = c.ackWait
+		}
+		if i == 0 {
+			first = nc
+		}
+		g, err := gateway.Start(t.Context(), nc, testLogger(t, fmt.Sprintf("node%d", i)))
+		if err != nil {
+			t.Fatalf("start node: %v", err)
+		}
+		t.Cleanup(func() { g.Close() })
+		nodes = append(nodes, g)
 	}
-	t.Cleanup(func() { g.Close() })
 
 	st, err := redisstore.New(t.Context(), redisstore.Options{URL: redisURL, Prefix: prefix})
 	if err != nil {
@@ -159,7 +189,7 @@ func startClusterOf(t *testing.T, cfg router.APIConfig, reg *tenant.Registry) *e
 	t.Cleanup(func() { b.Close() })
 	// The router counts its owners' usage, as a node does, and its outbox
 	// bounds the owners' outboxes by their quota.
-	u, err := usage.New(usage.Options{Tenants: reg, Store: st, Log: log})
+	u, err := usage.New(usage.Options{Tenants: c.tenants, Store: st, Log: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,14 +197,15 @@ func startClusterOf(t *testing.T, cfg router.APIConfig, reg *tenant.Registry) *e
 	if cfg.Usage == nil {
 		cfg.Usage = u
 	}
-	ob := dispatch.NewOutbox(dispatch.OutboxConfig{Tenants: reg, Usage: u}, st, b, log)
+	ob := dispatch.NewOutbox(dispatch.OutboxConfig{Tenants: c.tenants, Usage: u}, st, b, log)
 	t.Cleanup(ob.Close)
-	r := router.New(router.Config{Outbox: ob}, st, b, agent.NewLink(st, 1000), log)
+	r := router.New(router.Config{Outbox: ob, Telemetry: c.telemetry}, st, b, agent.NewLink(st, 1000), log)
 	if err := r.Start(); err != nil {
 		t.Fatalf("router: %v", err)
 	}
 	t.Cleanup(func() { r.Close() })
-	return serve(t, &env{node: g, router: r, store: st, redisURL: redisURL, redisPrefix: prefix, natsPrefix: natsPrefix, nodeConfig: nc}, cfg)
+	return serve(t, &env{node: nodes[0], nodes: nodes, router: r, store: st, redisURL: redisURL, redisPrefix: prefix,
+		natsPrefix: natsPrefix, nodeConfig: first}, cfg)
 }
 
 // serve serves the API of e.router on a loopback port until t ends.
@@ -232,7 +263,13 @@ func (e *env) phone(t *testing.T, dev string) *client.Conn {
 // phoneWith is phone with the client's options.
 func (e *env) phoneWith(t *testing.T, dev string, opts client.Options) *client.Conn {
 	t.Helper()
-	c, err := client.Dial(ctxFor(t, 10*time.Second), e.node.URL(), opts)
+	return phoneOn(t, e.node, dev, opts)
+}
+
+// phoneOn connects a phone to node g as dev.
+func phoneOn(t *testing.T, g *gateway.Gateway, dev string, opts client.Options) *client.Conn {
+	t.Helper()
+	c, err := client.Dial(ctxFor(t, 10*time.Second), g.URL(), opts)
 	if err != nil {
 		t.Fatalf("dial: %v", err)
 	}
