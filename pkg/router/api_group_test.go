@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
 	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/client"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
@@ -46,6 +48,11 @@ func startGroups(t *testing.T) (*env, string) {
 // postAsync POSTs a delivery of body from a goroutine of its own; an
 // answer of status 0 is a failed request, its error in body.
 func postAsync(t *testing.T, e *env, body map[string]any) <-chan response {
+	return postAsyncWith(t, e, body, nil)
+}
+
+// postAsyncWith is postAsync with header's fields in the request.
+func postAsyncWith(t *testing.T, e *env, body map[string]any, header http.Header) <-chan response {
 	data, err := json.Marshal(body)
 	if err != nil {
 		t.Fatal(err)
@@ -54,6 +61,9 @@ func postAsync(t *testing.T, e *env, body map[string]any) <-chan response {
 	res := make(chan response, 1)
 	go func() {
 		req, _ := http.NewRequestWithContext(ctx, "POST", e.url+"/v1/deliver", bytes.NewReader(data))
+		for k, v := range header {
+			req.Header[k] = v
+		}
 		req.Header.Set("Authorization", "Bearer "+deliverToken)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -282,5 +292,43 @@ func TestDeliverSequentialCallersInOrder(t *testing.T) {
 	after := testsvc.Scrape(t, metrics)
 	if a, g := after[aloneRequests]-before[aloneRequests], after[groupRequests]-before[groupRequests]; a != 20 || g != 0 {
 		t.Fatalf("20 deliveries one after another: %v requests alone, %v groups; want 20, 0", a, g)
+	}
+}
+
+// TestTraceDeliverInGroup: a POST /v1/deliver whose output goes in its
+// edge's group has the spans it has alone: its server span in the caller's
+// trace, its router.deliver, and the edge's edge.deliver the child of that
+// (the output names it in the group's message).
+func TestTraceDeliverInGroup(t *testing.T) {
+	for _, cluster := range []bool{false, true} {
+		t.Run(fmt.Sprintf("cluster=%v", cluster), func(t *testing.T) {
+			e := startTracedWith(t, cluster, 10*time.Second)
+			e.api.Groups().SetHold(time.Minute) // a turn ends with its request's answer
+			holder, dev := device("holder"), device("tel")
+			holderPhone, phone := e.phone(t, holder), e.phone(t, dev)
+			lead := postAsync(t, e.env, map[string]any{"target": holder, "id": "lead", "text": "first", "wait": "ack"})
+			messageIDs(t, holderPhone, 1)
+			callers := make([]callerTrace, 3)
+			var res []<-chan response
+			for i := range callers {
+				callers[i] = newCallerTrace(t)
+				res = append(res, postAsyncWith(t, e.env, map[string]any{"target": dev, "text": "grouped"},
+					http.Header{"Traceparent": {callers[i].traceparent}}))
+			}
+			waitFor(t, "3 deliveries waiting for the edge's turn", func() bool { return e.api.Groups().Waiting() == len(callers) })
+			if err := holderPhone.Ack("lead"); err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range append(res, lead) {
+				wantOK(t, <-r)
+			}
+			messageIDs(t, phone, len(callers))
+			for _, c := range callers {
+				e.waitSpans(t, c.trace, "POST /v1/deliver server span with router.deliver and edge.deliver", func(spans []sdktrace.ReadOnlySpan) bool {
+					srv := serverSpan(spans, c.span, "POST /v1/deliver")
+					return srv != nil && deliveredUnder(spans, srv.SpanContext().SpanID(), "message")
+				})
+			}
+		})
 	}
 }

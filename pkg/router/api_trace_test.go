@@ -59,6 +59,13 @@ func eachTracedEnv(t *testing.T, test func(t *testing.T, e *tracedEnv)) {
 // with a Telemetry that records every span.
 func startTraced(t *testing.T, cluster bool) *tracedEnv {
 	t.Helper()
+	return startTracedWith(t, cluster, 0)
+}
+
+// startTracedWith is startTraced whose edge waits ackWait (zero:
+// nodeConfig's) for a phone's ack.
+func startTracedWith(t *testing.T, cluster bool, ackWait time.Duration) *tracedEnv {
+	t.Helper()
 	rec := tracetest.NewSpanRecorder()
 	tel, err := telemetry.New(context.Background(), telemetry.Config{ServiceName: "hermes-test", SpanProcessor: rec})
 	if err != nil {
@@ -71,6 +78,9 @@ func startTraced(t *testing.T, cluster bool) *tracedEnv {
 
 	nc := nodeConfig()
 	nc.Telemetry = tel
+	if ackWait > 0 {
+		nc.Edge.AckWait = ackWait
+	}
 	if !cluster {
 		nc.Router, nc.NewAgent, nc.APIListen, nc.API = true, agent.Named("link", agent.OpenAIConfig{}, 0), "127.0.0.1:0", apiConfig(nil)
 		g, err := gateway.Start(t.Context(), nc, log)
