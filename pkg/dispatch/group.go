@@ -109,7 +109,9 @@ const batchOverhead = len(`{"outputs":[]}`)
 
 // enter takes edge's turn for m (lead: m goes alone, now, and its sender
 // calls the turn's release once answered), or puts m in the group waiting
-// for it. A group that fills goes at once, outside the turn.
+// for it. A group that fills goes at once, outside the turn. With m nil it
+// only takes an idle edge's turn: a sender learns whether it leads before
+// it makes its member.
 func (d *Dispatcher) enter(edge string, m *member) (lead bool) {
 	g := d.Groups
 	g.mu.Lock()
@@ -118,6 +120,10 @@ func (d *Dispatcher) enter(edge string, m *member) (lead bool) {
 		g.edges[edge] = &group{}
 		g.mu.Unlock()
 		return true
+	}
+	if m == nil {
+		g.mu.Unlock()
+		return false
 	}
 	var full []*member
 	if e.size+len(m.data)+1 > wire.MaxBatchBytes-batchOverhead {
@@ -298,6 +304,9 @@ func (d *Dispatcher) join(ctx, rctx context.Context, edge string, out wire.Outpu
 	if out.Epoch == 0 || len(data)+tracedOutputSize+1 > wire.MaxBatchBytes-batchOverhead {
 		return false, func() {}, "", nil
 	}
+	if d.enter(edge, nil) {
+		return false, d.turn(edge), "", nil
+	}
 	m := &member{out: out, data: data, answer: make(chan groupAnswer, 1)}
 	if tp := telemetry.TraceParent(ctx); tp != "" {
 		// Alone, the bus's headers carry the span; in a batch, the output
@@ -308,7 +317,7 @@ func (d *Dispatcher) join(ctx, rctx context.Context, edge string, out wire.Outpu
 		}
 	}
 	m.deadline, _ = rctx.Deadline()
-	if d.enter(edge, m) {
+	if d.enter(edge, m) { // the edge went idle meanwhile
 		return false, d.turn(edge), "", nil
 	}
 	o, err = await(ctx, rctx, m)
