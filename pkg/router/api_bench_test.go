@@ -17,6 +17,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/client"
 	"github.com/hermes-mobile/gateway/pkg/gateway"
 	"github.com/hermes-mobile/gateway/pkg/protocol"
@@ -41,17 +42,25 @@ var benchTraces = []struct {
 // benchNode starts a single node with a router and its API, traced or not.
 func benchNode(b *testing.B, traced bool) *gateway.Gateway {
 	b.Helper()
-	nc := nodeConfig()
-	nc.Router, nc.APIListen, nc.API = true, "127.0.0.1:0", apiConfig(nil)
+	var tel *telemetry.Telemetry
 	if traced {
-		tel, err := telemetry.New(context.Background(), telemetry.Config{ServiceName: "bench",
+		var err error
+		tel, err = telemetry.New(context.Background(), telemetry.Config{ServiceName: "bench",
 			SpanProcessor: sdktrace.NewBatchSpanProcessor(tracetest.NewNoopExporter())})
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { tel.Shutdown(context.Background()) })
-		nc.Telemetry = tel
 	}
+	return benchNodeWith(b, tel)
+}
+
+// benchNodeWith starts a single node with a router and its API, recording
+// to tel (nil: nothing).
+func benchNodeWith(b *testing.B, tel *telemetry.Telemetry) *gateway.Gateway {
+	b.Helper()
+	nc := nodeConfig()
+	nc.Router, nc.APIListen, nc.API, nc.Telemetry = true, "127.0.0.1:0", apiConfig(nil), tel
 	g, err := gateway.Start(context.Background(), nc, nil)
 	if err != nil {
 		b.Fatal(err)
@@ -117,9 +126,23 @@ func BenchmarkAPIDeliver(b *testing.B) {
 // once, each to a phone of its own among 64 on the node's edge, as cron
 // jobs and agents that overlap send them: the deliveries that meet at the
 // edge's subject while one is in flight go together (docs/performance.md).
+//
+// It reports the deliveries each bus request to the edge carried
+// (deliveries/request): 1 when none overlap.
 func BenchmarkAPIDeliverConcurrent(b *testing.B) {
 	const phones = 64
-	g := benchNode(b, false)
+	tel, err := telemetry.New(context.Background(), telemetry.Config{ServiceName: "bench"}) // metrics only
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { tel.Shutdown(context.Background()) })
+	metrics := httptest.NewServer(tel.Handler())
+	b.Cleanup(metrics.Close)
+	requests := func() float64 {
+		m := testsvc.Scrape(b, metrics.URL+"/metrics")
+		return m[aloneRequests] + m[groupRequests]
+	}
+	g := benchNodeWith(b, tel)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	for i := range phones {
@@ -149,6 +172,7 @@ func BenchmarkAPIDeliverConcurrent(b *testing.B) {
 	var next atomic.Int64
 	b.ReportAllocs()
 	b.SetParallelism(phones / runtime.GOMAXPROCS(0))
+	sent := requests()
 	cpu := cpuTime()
 	b.RunParallel(func(pb *testing.PB) {
 		body := []byte(fmt.Sprintf(`{"target":"bench-%d","text":"Standup in 5"}`, next.Add(1)%phones))
@@ -160,6 +184,7 @@ func BenchmarkAPIDeliverConcurrent(b *testing.B) {
 		}
 	})
 	reportCPU(b, cpu)
+	b.ReportMetric(float64(b.N)/(requests()-sent), "deliveries/request")
 }
 
 // cpuTime is the CPU time this process has used so far, user and system.
