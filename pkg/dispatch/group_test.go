@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -244,4 +245,125 @@ func TestGroupAnswersEachAsAlone(t *testing.T) {
 	if got := onB(); len(got) != 1 || got[0].Device != "cached" || got[0].Epoch != epoch || got[0].Cached {
 		t.Fatalf("edge-b got %+v; want cached at epoch %d, read fresh", got, epoch)
 	}
+}
+
+// gatedEdge subscribes edge's output subject as an edge that answers every
+// output delivered, the one for device "lead" only once open is closed;
+// arrived is closed when that one came.
+func gatedEdge(t *testing.T, b bus.Bus, edge string) (arrived <-chan struct{}, open func()) {
+	t.Helper()
+	gate, came := make(chan struct{}), make(chan struct{})
+	sub, err := b.Subscribe(bus.EdgeOutputSubject(edge), func(m *bus.Msg) {
+		var out wire.Output
+		if err := json.Unmarshal(m.Data, &out); err != nil {
+			t.Error(err)
+			return
+		}
+		ok, _ := json.Marshal(wire.OutputReply(wire.OutcomeDelivered, ""))
+		if out.Device != "lead" {
+			_ = m.Respond(ok)
+			return
+		}
+		close(came)
+		go func() {
+			<-gate
+			_ = m.Respond(ok)
+		}()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sub.Unsubscribe() })
+	return came, sync.OnceFunc(func() { close(gate) })
+}
+
+// TestGroupBounds: a group is at most MaxGroupOutputs outputs and
+// wire.MaxBatchBytes of them; the output that would pass either makes the
+// group go at once, without waiting for the turn, and starts the next.
+func TestGroupBounds(t *testing.T) {
+	b, st := embedded(t)
+	epoch, err := st.ClaimDevice(t.Context(), "lead", "edge-n", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.ClaimDevice(t.Context(), "many", "edge-n", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	d := &dispatch.Dispatcher{Owners: st, Bus: b, Groups: newGroups()}
+	d.Groups.SetHold(time.Minute) // the turn ends with the lead's answer
+	send := func(dev, text string) <-chan error {
+		res := make(chan error, 1)
+		go func() {
+			o, err := d.Send(t.Context(), wire.Output{Op: wire.OpMessage, Device: dev, ID: "m", Text: text, Final: true})
+			if err == nil && o != dispatch.Delivered {
+				err = errors.New("outcome " + string(o))
+			}
+			res <- err
+		}()
+		return res
+	}
+	// run holds edge-n's turn with the lead, sends texts for "many" while
+	// it is held, waits until they are in groups gone and one waiting,
+	// then lets the lead's answer go and returns the sizes of the batches.
+	run := func(t *testing.T, texts []string, gone int) []int {
+		t.Helper()
+		arrived, open := gatedEdge(t, b, "edge-n")
+		defer open()
+		batches := answerBatches(t, b, "edge-n", delivered)
+		lead := send("lead", "first")
+		<-arrived
+		var res []<-chan error
+		for _, text := range texts {
+			res = append(res, send("many", text))
+		}
+		waitUntil(t, "the full groups gone and one output waiting", func() bool {
+			return len(batches()) == gone && d.Groups.Waiting() == 1
+		})
+		open()
+		for _, r := range append(res, lead) {
+			if err := <-r; err != nil {
+				t.Fatal(err)
+			}
+		}
+		var sizes []int
+		for _, bt := range batches() {
+			sizes = append(sizes, len(bt))
+		}
+		return sizes
+	}
+
+	t.Run("outputs", func(t *testing.T) {
+		texts := make([]string, dispatch.MaxGroupOutputs+1)
+		for i := range texts {
+			texts[i] = "hi"
+		}
+		if got := run(t, texts, 1); !slices.Equal(got, []int{dispatch.MaxGroupOutputs, 1}) {
+			t.Fatalf("%d outputs while the turn was held went in groups of %v; want %d, then 1", len(texts), got, dispatch.MaxGroupOutputs)
+		}
+	})
+	// text returns a text whose output, as Send encodes it, is n bytes.
+	text := func(n int) string {
+		data, err := json.Marshal(wire.Output{Op: wire.OpMessage, Device: "many", ID: "m", Final: true, Epoch: epoch})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Repeat("x", n-len(data)-len(`"text":"",`))
+	}
+	// Two outputs (each with its comma) fill a batch to the byte.
+	exact := (wire.MaxBatchBytes-len(`{"outputs":[]}`))/2 - 1
+	if (wire.MaxBatchBytes-len(`{"outputs":[]}`))%2 != 0 {
+		t.Fatal("the bound is not two whole outputs")
+	}
+	t.Run("bytes", func(t *testing.T) {
+		at := text(exact)
+		if got := run(t, []string{at, at, at}, 1); !slices.Equal(got, []int{2, 1}) {
+			t.Fatalf("3 outputs of %d bytes went in groups of %v; want 2 (exactly %d bytes), then 1", exact, got, wire.MaxBatchBytes)
+		}
+	})
+	t.Run("one byte past", func(t *testing.T) {
+		past := text(exact + 1)
+		if got := run(t, []string{past, past}, 1); !slices.Equal(got, []int{1, 1}) {
+			t.Fatalf("2 outputs of %d bytes went in groups of %v; want 1, then 1", exact+1, got)
+		}
+	})
 }
