@@ -117,11 +117,12 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // TestDeliverGroupsOverlappingCallers: single deliveries for an edge that
 // arrive while a request to it is in flight wait and go together in one
 // request, and each caller gets the answer it would have got alone: 200
-// for the phones of two edges, 404 device_offline for devices with no
-// owner record and for one whose edge is gone. The first delivery for
-// each edge (a "wait":"ack" its phone acks when the test says) goes
-// alone and holds the edge's turn; the 36 that come meanwhile go in one
-// request per edge once it is answered.
+// for the phones of two edges; 404 device_offline for devices with no
+// owner record, for one whose edge is gone and for one whose edge holds
+// no socket of it, and 202 queued for that one with a ttl. The first
+// delivery for each edge (a "wait":"ack" its phone acks when the test
+// says) goes alone and holds the edge's turn; the 40 that come meanwhile
+// go in one request per edge once it is answered.
 func TestDeliverGroupsOverlappingCallers(t *testing.T) {
 	e, metrics := startGroups(t)
 	groups := e.api.Groups()
@@ -146,6 +147,17 @@ func TestDeliverGroupsOverlappingCallers(t *testing.T) {
 		}
 	}
 	offline := []string{device("off-1"), device("off-2")}
+	// A ghost's owner record names a live edge that holds no socket of it
+	// (the socket closed a moment ago): its group's edge answers "moved",
+	// and alone it is not connected: offline, or kept with a ttl.
+	var ghosts []string
+	for k, node := range e.nodes {
+		ghost := device(fmt.Sprintf("ghost%d", k))
+		ghosts = append(ghosts, ghost)
+		if _, err := e.store.ClaimDevice(t.Context(), tenant.DeviceKey(tenant.Legacy, ghost), node.Edge.ID(), time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
 	dead := device("dead") // held by an edge that is gone
 	if _, err := e.store.ClaimDevice(t.Context(), tenant.DeviceKey(tenant.Legacy, dead), "edge-gone-"+testsvc.RandomHex(3), time.Minute); err != nil {
 		t.Fatal(err)
@@ -168,24 +180,32 @@ func TestDeliverGroupsOverlappingCallers(t *testing.T) {
 	var calls []call
 	start := make(chan struct{})
 	var wg sync.WaitGroup
-	add := func(dev, id string) {
+	add := func(dev, id string, ttl int) {
 		res := make(chan response, 1)
 		calls = append(calls, call{id, dev, res})
+		body := map[string]any{"target": dev, "id": id, "text": "text " + id}
+		if ttl > 0 {
+			body["ttl"] = ttl
+		}
 		wg.Go(func() {
 			<-start
-			res <- <-postAsync(t, e, map[string]any{"target": dev, "id": id, "text": "text " + id})
+			res <- <-postAsync(t, e, body)
 		})
 	}
 	for _, o := range online {
 		for i := range perDevice {
-			add(o.dev, fmt.Sprintf("%s-%d", o.dev, i))
+			add(o.dev, fmt.Sprintf("%s-%d", o.dev, i), 0)
 		}
 	}
 	for _, dev := range append(offline, dead) {
-		add(dev, dev+"-0")
+		add(dev, dev+"-0", 0)
+	}
+	for _, ghost := range ghosts {
+		add(ghost, ghost+"-0", 0)
+		add(ghost, ghost+"-kept", 60)
 	}
 	close(start)
-	grouped := len(online) * perDevice
+	grouped := len(online)*perDevice + 2*len(ghosts)
 	waitFor(t, fmt.Sprintf("%d deliveries waiting for their edges' turns", grouped), func() bool { return groups.Waiting() == grouped })
 
 	for k, h := range holders {
@@ -202,7 +222,11 @@ func TestDeliverGroupsOverlappingCallers(t *testing.T) {
 	for _, c := range calls {
 		r := <-c.res
 		switch {
-		case slices.Contains(offline, c.dev), c.dev == dead:
+		case slices.Contains(ghosts, c.dev) && c.id == c.dev+"-kept":
+			if m := r.json(t); r.status != http.StatusAccepted || m["queued"] != true || m["id"] != c.id {
+				t.Fatalf("a delivery with a ttl to a device not connected: %d %s, want 202 queued", r.status, r.body)
+			}
+		case slices.Contains(offline, c.dev), c.dev == dead, slices.Contains(ghosts, c.dev):
 			wantError(t, r, http.StatusNotFound, "device_offline")
 		default:
 			if m := wantOK(t, r); m["id"] != c.id {
@@ -220,10 +244,11 @@ func TestDeliverGroupsOverlappingCallers(t *testing.T) {
 
 	after := testsvc.Scrape(t, metrics)
 	delta := func(s string) float64 { return after[s] - before[s] }
-	// Alone: the two that held the turns, and the one to the gone edge
-	// (nobody else waited for that edge). One group per edge.
-	if a, g, n := delta(aloneRequests), delta(groupRequests), delta(groupedTotal); a != 3 || g != 2 || n != float64(grouped) {
-		t.Fatalf("requests alone %v, in groups %v carrying %v; want 3, 2 carrying %d (for %d deliveries)", a, g, n, grouped, len(calls)+len(lead))
+	// Alone: the two that held the turns, the one to the gone edge (nobody
+	// else waited for that edge), and the ghosts' again after their groups.
+	// One group per edge.
+	if a, g, n := delta(aloneRequests), delta(groupRequests), delta(groupedTotal); a != float64(3+2*len(ghosts)) || g != 2 || n != float64(grouped) {
+		t.Fatalf("requests alone %v, in groups %v carrying %v; want %d, 2 carrying %d (for %d deliveries)", a, g, n, 3+2*len(ghosts), grouped, len(calls)+len(lead))
 	}
 }
 
