@@ -269,6 +269,12 @@ func (d *Dispatcher) recheck(ctx context.Context, edge string, ms []*member) []*
 		return ms
 	}
 	owners, err := d.owners(ctx, devices)
+	if err != nil {
+		// The store is away: the edge's own read of the owner fails as
+		// well, and it answers what it would alone (written, but the
+		// owner could not be checked).
+		return ms
+	}
 	kept := ms[:0:0]
 	k := 0
 	for _, m := range ms {
@@ -276,7 +282,7 @@ func (d *Dispatcher) recheck(ctx context.Context, edge string, ms []*member) []*
 			kept = append(kept, m)
 			continue
 		}
-		same := err == nil && owners[k].Edge == edge && owners[k].Epoch == m.out.Epoch
+		same := owners[k].Edge == edge && owners[k].Epoch == m.out.Epoch
 		k++
 		if same {
 			kept = append(kept, m)
