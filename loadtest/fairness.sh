@@ -2,10 +2,11 @@
 # Fairness between owners: what one owner's flood does to another owner's
 # phones on the same edge and router. One edge and one router in cluster
 # mode (a NATS of its own, the local Redis with a prefix of its own) read
-# a tenants file of two owners, alpha (the flood) and bravo (the phones
-# measured). It runs bravo's phones twice, the same way: alone, then
-# while alpha floods, and prints bravo's hello → ready and answer
-# latencies of both runs and their ratio.
+# a tenants file of two owners, alpha (the flood, with the default quotas)
+# and bravo (the phones measured, its connections quota above its
+# phones). It runs bravo's phones twice, the same way: alone, then while
+# alpha floods, and prints bravo's hello → ready and answer latencies of
+# both runs and their ratio.
 #
 #   bravo: FAIR_PHONES (2,000) phones connect, hold 2 s, send 200 texts a
 #          second for 10 s, a quarter reconnect at once; before the runs,
@@ -53,6 +54,9 @@ declare -A KEY
     echo "      - {id: app, kind: app, secret: \"${KEY[$o.app]}\"}"
     echo "      - {id: cron, kind: deliver, secret: \"${KEY[$o.cron]}\"}"
   done
+  # bravo's quota holds all its phones; alpha keeps the defaults (1,000
+  # sockets, 1,000 deliveries a second, 64 MiB of outbox).
+  echo "    quota: {connections: $((PHONES * 2))}"
 } >"$WORK/tenants.yaml"
 key() { echo "hmt_$1.$2.${KEY[$1.$2]}"; }
 export MOBILE_TENANTS_FILE="$WORK/tenants.yaml"
