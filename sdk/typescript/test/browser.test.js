@@ -337,6 +337,7 @@ test("two tabs: each its own device, both stay connected, no reconnect storm", {
   assert.notEqual(ids[0], ids[1], "each tab is its own device: " + ids);
   const reconnects = await Promise.all([a, b].map(countReconnects));
   for (const [p, t] of [[a, "from tab A"], [b, "from tab B"]]) {
+    await p.bringToFront(); // input to a tab behind another may wait for it to come to the front
     await p.type("#text", t);
     await p.keyboard.press("Enter");
   }
