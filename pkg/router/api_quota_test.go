@@ -217,16 +217,16 @@ func TestOwnerOutboxQuota(t *testing.T) {
 			b := e.phoneAs(t, betaApp, "tel-1")
 			expectText(t, b, "beta's standup")
 			// Each item the quota dropped is one of acme's refusals.
-			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) { // poll: the nodes flush every second
+			var got int64
+			if !testsvc.Eventually(10*time.Second, func() bool { // the nodes flush every second
 				var u usageAnswer
 				if err := json.Unmarshal(e.call(t, "GET", "/v1/usage", acmeAgent, nil).body, &u); err != nil {
 					t.Fatal(err)
 				}
-				if got := u.Counters.QuotaRefusals.OutboxMiB; got == int64(devices*each-items) {
-					break
-				} else if time.Now().After(deadline) {
-					t.Fatalf("acme's usage counts %d refusals of outbox_mib, want the %d items dropped", got, devices*each-items)
-				}
+				got = u.Counters.QuotaRefusals.OutboxMiB
+				return got == int64(devices*each-items)
+			}) {
+				t.Fatalf("acme's usage counts %d refusals of outbox_mib, want the %d items dropped", got, devices*each-items)
 			}
 		})
 	}

@@ -83,17 +83,11 @@ func usageOf(t *testing.T, base, token string) usageAnswer {
 // are want (the nodes flush every second), and returns the answer.
 func waitUsage(t *testing.T, base, token string, want counts) usageAnswer {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		a := usageOf(t, base, token)
-		if a.counts() == want {
-			return a
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("GET /v1/usage at %s: %+v after 10 s, want %+v", base, a.counts(), want)
-		}
-		time.Sleep(50 * time.Millisecond) // poll interval: the loop waits for its condition
+	var a usageAnswer
+	if !testsvc.Eventually(10*time.Second, func() bool { a = usageOf(t, base, token); return a.counts() == want }) {
+		t.Fatalf("GET /v1/usage at %s: %+v after 10 s, want %+v", base, a.counts(), want)
 	}
+	return a
 }
 
 // wantLive checks a's live counts of sockets and event reads.
@@ -229,23 +223,14 @@ func TestUsage(t *testing.T) {
 			resp.Body.Close()
 		}
 	}()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) { // poll: the loop waits for its condition
-		if l := usageOf(t, b, betaAgent).Live; l.EventReads != nil && *l.EventReads == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("beta's long poll never counted live")
-		}
-	}
+	testsvc.WaitFor(t, 10*time.Second, "beta's long poll counted live", func() bool {
+		l := usageOf(t, b, betaAgent).Live
+		return l.EventReads != nil && *l.EventReads == 1
+	})
 	wantError(t, callURL(t, b, "GET", "/v1/events?format=json", betaAgent, nil, nil), http.StatusTooManyRequests, "too_many_streams")
 	stop()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) { // poll: the nodes flush every second
-		if u := usageOf(t, a, betaAgent); u.Counters.QuotaRefusals.EventReads == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("beta's refused read is not counted: %+v", usageOf(t, a, betaAgent).Counters.QuotaRefusals)
-		}
+	if !testsvc.Eventually(10*time.Second, func() bool { return usageOf(t, a, betaAgent).Counters.QuotaRefusals.EventReads == 1 }) {
+		t.Fatalf("beta's refused read is not counted: %+v", usageOf(t, a, betaAgent).Counters.QuotaRefusals)
 	}
 
 	wantAcme := counts{in: 2, out: 2, accepted: 1, offline: 1, opened: 2}
@@ -315,24 +300,20 @@ func TestOwnerMetrics(t *testing.T) {
 	// waitLines polls /metrics until it has every line of want.
 	waitLines := func(want ...string) string {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			body := scrape()
-			missing := ""
+		var body, missing string
+		if !testsvc.Eventually(10*time.Second, func() bool {
+			body, missing = scrape(), ""
 			for _, w := range want {
 				if !strings.Contains(body, w+"\n") {
 					missing = w
 					break
 				}
 			}
-			if missing == "" {
-				return body
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("/metrics lacks %q after 10 s:\n%s", missing, grepOwner(body))
-			}
-			time.Sleep(20 * time.Millisecond) // poll interval: the loop waits for its condition
+			return missing == ""
+		}) {
+			t.Fatalf("/metrics lacks %q after 10 s:\n%s", missing, grepOwner(body))
 		}
+		return body
 	}
 	waitLines(`hermes_owner_connections{owner="acme"} 0`, `hermes_owner_connections{owner="beta"} 0`,
 		`hermes_owner_connections{owner="_legacy"} 0`, `hermes_owner_messages_in_total{owner="beta"} 0`,

@@ -14,6 +14,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/hermes-mobile/gateway/internal/testsvc"
 	"github.com/hermes-mobile/gateway/pkg/store"
 	"github.com/hermes-mobile/gateway/pkg/store/memstore"
 	"github.com/hermes-mobile/gateway/pkg/tenant"
@@ -310,19 +311,15 @@ func TestRunFlushes(t *testing.T) {
 	go func() { defer close(done); r.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	r.Add(tenant.Legacy, usage.MessagesOut, 7)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		got, _, err := st.Usage(t.Context(), tenant.Legacy)
-		if err != nil {
+	var got store.UsageCounts
+	if !testsvc.Eventually(5*time.Second, func() bool {
+		var err error
+		if got, _, err = st.Usage(t.Context(), tenant.Legacy); err != nil {
 			t.Fatal(err)
 		}
-		if got["messages_out"] == 7 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the store has %v 5 s after the count, want messages_out 7", got)
-		}
-		time.Sleep(10 * time.Millisecond) // poll interval: the loop waits for its condition
+		return got["messages_out"] == 7
+	}) {
+		t.Fatalf("the store has %v 5 s after the count, want messages_out 7", got)
 	}
 }
 
