@@ -29,6 +29,10 @@
 # RT_MODES (step,central,phone) chooses and orders the runs; stepN is step
 # mode with N phones (step500).
 # EDGE_BIN=<file> ROUTER_BIN=<file> run those binaries instead of building.
+# RT_PROFILE=<seconds> takes a CPU profile of the edges and the router
+# (their admin ports' /debug/pprof/profile) over that many seconds from the
+# start of each run, kept in RT_DIR as <run>.<process>.pprof (read with
+# `go tool pprof -top <binary> <file>`; the binaries are kept beside them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$PATH:/usr/sbin"
@@ -115,12 +119,33 @@ measure() {
   shift
   times >"$WORK/times0" # in this shell: its children's times so far
   before="$(cpu_times; children_ticks "$WORK/times0")" t0="$(date +%s.%N)"
+  profile "$tag"
   "$@" >"$DIR/$tag.out" 2>"$DIR/$tag.err" || st=$?
+  wait_profiles
   t1="$(date +%s.%N)"
   times >"$WORK/times1"
   echo "$tag: cores $(cores "$before" "$(cpu_times; children_ticks "$WORK/times1")" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')") of $(nproc); load average $(cut -d' ' -f1 /proc/loadavg); exit $st" |
     tee "$DIR/$tag.cores" >&2
 }
+
+# profile TAG: with RT_PROFILE, a CPU profile of each edge and the router
+# in the background (PROFILERS), over RT_PROFILE seconds.
+PROFILERS=()
+profile() {
+  [ -n "${RT_PROFILE:-}" ] || return 0
+  local name admin
+  for name in edge1 edge2 router; do
+    admin="$(url_of "$name" "admin listening")"
+    curl -sf -o "$DIR/$1.$name.pprof" "$admin/debug/pprof/profile?seconds=$RT_PROFILE" &
+    PROFILERS+=("$!")
+  done
+}
+wait_profiles() {
+  local pid
+  for pid in "${PROFILERS[@]}"; do wait "$pid" || echo "a profile failed" >&2; done
+  PROFILERS=()
+}
+if [ -n "${RT_PROFILE:-}" ]; then cp "$WORK/edge" "$WORK/router" "$DIR"/; fi
 
 for round in $(seq 1 "$ROUNDS"); do
   for mode in ${MODES//,/ }; do

@@ -59,13 +59,33 @@ func (c *OwnerCache) put(device string, o store.Owner) {
 	if c == nil {
 		return
 	}
-	until := clock.Or(c.Clock).Now().Add(OwnerCacheTTL)
+	c.keep(device, o, false)
+}
+
+// Seed remembers o as device's owner, as a read would, unless a fresher
+// entry names a later epoch: for an owner known without reading it (the
+// edge and socket epoch an event came through, whose answer follows).
+// Like any cached owner it may be stale; the edges fence it.
+func (c *OwnerCache) Seed(device string, o store.Owner) {
+	if c == nil || o.Edge == "" || o.Epoch == 0 {
+		return
+	}
+	c.keep(device, o, true)
+}
+
+// keep remembers o as device's owner for OwnerCacheTTL; with unlessNewer,
+// not over a fresh entry of a later (or the same) epoch.
+func (c *OwnerCache) keep(device string, o store.Owner, unlessNewer bool) {
+	now := clock.Or(c.Clock).Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if e, ok := c.m[device]; unlessNewer && ok && now.Before(e.until) && e.owner.Epoch >= o.Epoch {
+		return
+	}
 	if c.m == nil || len(c.m) >= OwnerCacheSize {
 		c.m = make(map[string]cachedOwner)
 	}
-	c.m[device] = cachedOwner{owner: o, until: until}
+	c.m[device] = cachedOwner{owner: o, until: now.Add(OwnerCacheTTL)}
 }
 
 func (c *OwnerCache) drop(device string) {

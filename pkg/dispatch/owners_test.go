@@ -152,3 +152,104 @@ func TestOwnerCache(t *testing.T) {
 		t.Fatalf("owner read %d times at the TTL, want 3", n)
 	}
 }
+
+// TestOwnerCacheSeed: an owner seeded from an event's socket (its edge and
+// epoch) serves the answer's outputs without a read, marked cached for the
+// edge to fence; a seed older than the device's socket is fenced ("moved")
+// and the owner read again; a seed never replaces a fresher entry of a
+// later epoch, and one of epoch 0 (an edge that did not say) is no seed.
+func TestOwnerCacheSeed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st := memstore.New(memstore.Options{})
+	defer st.Close()
+	b, err := natsbus.Embedded(natsbus.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	owners := &countingOwners{Owners: st}
+	cache := &dispatch.OwnerCache{Clock: clock.NewFake(time.Unix(1_000_000, 0))}
+	d := &dispatch.Dispatcher{Owners: owners, Bus: b, Cache: cache}
+
+	e1, err := st.ClaimDevice(ctx, "tel-1", "edge-a", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrote, sub := edgeAt(t, b, "tel-1", e1)
+	cached := make(chan bool, 4)
+	spy, err := b.Subscribe(bus.DeviceSubject("tel-1"), func(m *bus.Msg) {
+		var out wire.Output
+		if err := json.Unmarshal(m.Data, &out); err != nil {
+			t.Error(err)
+		}
+		cached <- out.Cached
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer spy.Unsubscribe()
+
+	cache.Seed("tel-1", store.Owner{Edge: "edge-a", Epoch: 0}) // no epoch: no seed
+	if o, err := d.Send(ctx, wire.Output{Op: wire.OpMessage, Device: "tel-1", ID: "m0", Text: "read"}); err != nil || o != dispatch.Delivered {
+		t.Fatalf("send: %s, %v", o, err)
+	}
+	if n := owners.reads.Load(); n != 1 {
+		t.Fatalf("a seed of epoch 0 served the output: %d reads, want 1", n)
+	}
+	if c := <-cached; c {
+		t.Error("the output after a seed of epoch 0 is marked cached")
+	}
+
+	// Seeded at the socket's epoch (a cache emptied first): no read.
+	cache2 := &dispatch.OwnerCache{Clock: clock.NewFake(time.Unix(1_000_000, 0))}
+	d.Cache = cache2
+	cache2.Seed("tel-1", store.Owner{Edge: "edge-a", Epoch: e1})
+	if o, err := d.Send(ctx, wire.Output{Op: wire.OpMessage, Device: "tel-1", ID: "m1", Text: "seeded"}); err != nil || o != dispatch.Delivered {
+		t.Fatalf("send after the seed: %s, %v", o, err)
+	}
+	if n := owners.reads.Load(); n != 1 {
+		t.Fatalf("the seeded output read the owner: %d reads, want 1", n)
+	}
+	if c := <-cached; !c {
+		t.Error("the seeded output is not marked cached: the edge would not fence it")
+	}
+	if got := wrote.Load(); got != e1 {
+		t.Fatalf("written at epoch %d, want %d", got, e1)
+	}
+
+	// The device moved on: an event of the old socket seeds a stale owner,
+	// which must not replace the fresher entry a read put there.
+	e2, err := st.ClaimDevice(ctx, "tel-1", "edge-b", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, _ := edgeAt(t, b, "tel-1", e2)
+	if err := sub.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	if err := spy.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	d.Cache = &dispatch.OwnerCache{Clock: clock.NewFake(time.Unix(1_000_000, 0))}
+	d.Cache.Seed("tel-1", store.Owner{Edge: "edge-a", Epoch: e1}) // stale
+	if o, err := d.Send(ctx, wire.Output{Op: wire.OpMessage, Device: "tel-1", ID: "m2", Text: "after the move"}); err != nil || o != dispatch.Delivered {
+		t.Fatalf("send with a stale seed: %s, %v", o, err)
+	}
+	if got := second.Load(); got != e2 {
+		t.Fatalf("a stale seed delivered at epoch %d, want the new socket's %d", got, e2)
+	}
+	if n := owners.reads.Load(); n != 2 {
+		t.Fatalf("a stale seed: %d reads, want 2 (read again once after moved)", n)
+	}
+	d.Cache.Seed("tel-1", store.Owner{Edge: "edge-a", Epoch: e1}) // older than the entry the read left
+	if o, err := d.Send(ctx, wire.Output{Op: wire.OpMessage, Device: "tel-1", ID: "m3", Text: "again"}); err != nil || o != dispatch.Delivered {
+		t.Fatalf("send: %s, %v", o, err)
+	}
+	if n := owners.reads.Load(); n != 2 {
+		t.Fatalf("an older seed replaced the fresher entry: %d reads, want 2", n)
+	}
+	if got := second.Load(); got != e2 {
+		t.Fatalf("delivered at epoch %d, want %d", got, e2)
+	}
+}

@@ -399,7 +399,7 @@ func (c *conn) submit(ev wire.Event, blob []byte) {
 // publishEvent sends ev to a router and waits for it to take it.
 func (s *Server) publishEvent(ctx context.Context, c *conn, ev wire.Event) error {
 	ev.Session, ev.Device, ev.UserID, ev.User = c.sessionName, c.device, c.user.id, c.user.name
-	ev.Auth = c.auth
+	ev.Auth, ev.Epoch = c.auth, c.epoch.Load()
 	ev.TraceParent = telemetry.TraceParent(ctx)
 	data, err := wire.Marshal(ev)
 	if err != nil {

@@ -313,6 +313,9 @@ func (r *Router) handle(ctx context.Context, qe queuedEvent) {
 	defer cancel()
 	ctx, span := r.tel.start(withParent(ctx, qe.trace), "agent.handle", ev.Kind)
 	defer span.End()
+	// The answer starts from the socket the event came through: no owner
+	// read for its typing state and first message (the edge fences it).
+	r.sender.Cache.Seed(ev.Device, store.Owner{Edge: ev.Edge, Epoch: ev.Epoch})
 	out := &output{r: r, device: ev.Device, via: ev.Edge, hold: true, share: shareFor(ev)}
 	defer func() {
 		if p := recover(); p != nil {

@@ -37,6 +37,11 @@ type Event struct {
 	// Edge is the edge that took the event from the phone: where the
 	// answer goes if the store lost the device's owner record (Output.Via).
 	Edge string `json:"edge,omitempty"`
+	// Epoch is the owner epoch of the socket the event came through on
+	// Edge (0: unknown, an edge of an earlier release). The answer's
+	// outputs start from that owner instead of reading it (an owner that
+	// may be stale, as a cached one: the edge fences it).
+	Epoch int64 `json:"epoch,omitzero"`
 }
 
 // MediaRef points at a file kept in the store.
