@@ -41,6 +41,12 @@
 #                      and reused
 # EDGE_BIN=<file> ROUTER_BIN=<file>  run those binaries (an earlier commit's)
 # CF_DIR=<dir>         keeps the logs, Centrifugo's configs and the JSON report
+# CF_PROFILE=<phase>   takes a CPU profile of the edge and the router over the
+#                      gateway's hello, single or batch phase (hello: its
+#                      first CF_PROFILE_SECONDS, 2; the others: their every
+#                      step), into CF_DIR as <process>.pprof beside the
+#                      binaries (`go tool pprof -top $CF_DIR/router
+#                      $CF_DIR/router.pprof`)
 # CF_SERVER_CPUS=<list> CF_DRIVER_CPUS=<list>  pin (taskset -c) every server
 #                      (the edge, the router, NATS, Centrifugo, the floor
 #                      and the local redis-server, unpinned again at the
@@ -97,6 +103,7 @@ CF_SECRET="$(random)"
 export REDIS_URL=redis://127.0.0.1:6379
 export REDIS_PREFIX="$ID:" NATS_PREFIX="$ID."
 export MOBILE_ADMIN_LISTEN=127.0.0.1:0
+[ -z "${CF_PROFILE:-}" ] || export MOBILE_PPROF=on
 start_nats
 start edge MOBILE_TOKEN="$TOKEN" MOBILE_ROUTER=off MOBILE_LISTEN=127.0.0.1:0 "$WORK/edge"
 start router MOBILE_ROUTER_LISTEN=127.0.0.1:0 MOBILE_DELIVER_TOKENS="$DELIVER_TOKEN" AGENT=demo "$WORK/router"
@@ -173,10 +180,39 @@ if [ -n "${CF_SERVER_CPUS:-}" ]; then
 fi
 [ -z "${CF_DRIVER_CPUS:-}" ] || DRIVER=(taskset -c "$CF_DRIVER_CPUS")
 
+# profile_phase: with CF_PROFILE, waits in the background for the driver's
+# line that starts the gateway's phase, then profiles the edge and the
+# router over it.
+steps() { tr ',' '\n' <<<"$1" | grep -c .; }
+profile_phase() {
+  local start secs step="${CF_STEP:-10s}" n name admin
+  step="${step%s}"
+  case "$CF_PROFILE" in
+    hello) start='gateway: hello,' secs="${CF_PROFILE_SECONDS:-2}" ;;
+    single) start='gateway: [0-9]* of [0-9]* ready' secs=$((step * $(steps "${CF_RATES:-2k,5k,10k}"))) ;;
+    batch)
+      n="$(steps "${CF_RATES:-2k,5k,10k}")"
+      start="gateway: single at" secs=$((step * $(steps "${CF_BATCH_RATES:-50k,100k}"))) ;;
+    *) echo "CF_PROFILE: hello, single or batch, not $CF_PROFILE" >&2; return 1 ;;
+  esac
+  until [ "$(grep -c "$start" "$WORK/driver.log" 2>/dev/null)" -ge "${n:-1}" ]; do sleep 0.1; done
+  for name in edge router; do
+    admin="$(url_of "$name" "admin listening")"
+    curl -sf -o "$WORK/$name.pprof" "$admin/debug/pprof/profile?seconds=$secs" &
+  done
+  wait
+  echo "profiled the gateway's $CF_PROFILE phase for ${secs}s" >&2
+}
+if [ -n "${CF_PROFILE:-}" ]; then
+  profile_phase &
+  PROFILER=$!
+fi
+
 status=0
 MOBILE_TOKEN="$TOKEN" LOADTEST_DELIVER_TOKEN="$DELIVER_TOKEN" CENTRIFUGO_API_KEY="$CF_KEY" CENTRIFUGO_SECRET="$CF_SECRET" \
   "${DRIVER[@]}" "$WORK/loadtest" sidebyside "${TARGETS[@]}" -conns "${CF_CONNS:-10000}" -held "${CF_HELD:-1000}" \
   -rates "${CF_RATES:-2k,5k,10k}" -batch-rates "${CF_BATCH_RATES:-50k,100k}" -batch "${CF_BATCH:-500}" \
-  -step "${CF_STEP:-10s}" -json "$WORK/sidebyside.json" "$@" || status=$?
+  -step "${CF_STEP:-10s}" -json "$WORK/sidebyside.json" "$@" 2> >(tee "$WORK/driver.log" >&2) || status=$?
+[ -z "${PROFILER:-}" ] || wait "$PROFILER" || status=1
 all_alive "${SERVERS[@]}" || status=1
 exit "$status"
