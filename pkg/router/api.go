@@ -105,6 +105,13 @@ type APIConfig struct {
 	// is never closed for a new one; with only such open, the new one
 	// waits until one closes.
 	MaxConns int
+	// StrangerGrace is how long a stranger is safe from that eviction
+	// after it connected, went idle or began a request (250 ms): a
+	// client's own new connections in a burst (Go's transport dials more
+	// than it keeps) are not closed before the router reads the request
+	// already waiting on them. A new connection waits for the oldest
+	// stranger to pass it (or for any connection to close).
+	StrangerGrace time.Duration
 	// AnonIdleTimeout is how long a keep-alive connection that has never
 	// presented a valid token stays open between requests (5 s; one that
 	// did keeps the server's 2 minutes): health checks and strangers
@@ -154,6 +161,9 @@ func (c *APIConfig) setDefaults() {
 	}
 	if c.AnonIdleTimeout <= 0 {
 		c.AnonIdleTimeout = 5 * time.Second
+	}
+	if c.StrangerGrace <= 0 {
+		c.StrangerGrace = 250 * time.Millisecond
 	}
 }
 
@@ -721,12 +731,14 @@ type connKey struct{}
 // Listener wraps ln so that at most MaxConns of its connections are open
 // at once. When all are, Accept takes a new connection and closes a
 // stranger (one that never presented a valid token) to make room for it
-// (evict); with none such, it waits for one to close. A stranger also has
-// FirstByteTimeout for the first byte of its first request and
-// AnonIdleTimeout between requests.
+// (evict), once one has been in its state for StrangerGrace; with none
+// such, it waits for one to close. A stranger also has FirstByteTimeout
+// for the first byte of its first request and AnonIdleTimeout between
+// requests.
 func (a *API) Listener(ln net.Listener) net.Listener {
 	return &limitListener{Listener: ln, sem: make(chan struct{}, a.cfg.MaxConns), done: make(chan struct{}),
-		firstByte: a.cfg.FirstByteTimeout, anonIdle: a.cfg.AnonIdleTimeout, conns: make(map[*limitConn]struct{})}
+		firstByte: a.cfg.FirstByteTimeout, anonIdle: a.cfg.AnonIdleTimeout, grace: a.cfg.StrangerGrace,
+		conns: make(map[*limitConn]struct{})}
 }
 
 type limitListener struct {
@@ -736,6 +748,7 @@ type limitListener struct {
 	closeOnce sync.Once
 	firstByte time.Duration
 	anonIdle  time.Duration
+	grace     time.Duration
 	order     atomic.Int64 // counts the connections' changes of state
 
 	mu    sync.Mutex
@@ -750,20 +763,33 @@ func (l *limitListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	select {
-	case l.sem <- struct{}{}:
-	default:
-		l.evict()
+	for taken := false; !taken; {
 		select {
 		case l.sem <- struct{}{}:
+			taken = true
+			continue
+		default:
+		}
+		var ready <-chan time.Time
+		t := time.NewTimer(time.Hour)
+		if wait := l.evict(time.Now()); wait > 0 {
+			t.Reset(wait) // then a stranger has passed its grace
+			ready = t.C
+		}
+		select {
+		case l.sem <- struct{}{}:
+			taken = true
+		case <-ready:
 		case <-l.done:
+			t.Stop()
 			c.Close()
 			return nil, net.ErrClosed
 		}
+		t.Stop()
 	}
 	now := time.Now()
 	lc := &limitConn{Conn: c, l: l, src: clientHost(c.RemoteAddr())}
-	lc.since.Store(l.order.Add(1))
+	lc.mark(now)
 	lc.firstByte.Store(now.Add(l.firstByte).UnixNano())
 	_ = c.SetReadDeadline(now.Add(l.firstByte))
 	l.mu.Lock()
@@ -775,8 +801,10 @@ func (l *limitListener) Accept() (net.Conn, error) {
 // evict closes a stranger, if there is one, and its slot frees at once:
 // of the client address holding the most strangers (a flood from one
 // address does not push out the others), the one that has waited longest
-// for a request, else the one whose request has run longest.
-func (l *limitListener) evict() {
+// for a request, else the one whose request has run longest. When that
+// one has not been in its state for the grace yet, it closes nothing and
+// returns how long until it has (0: closed one, or there is none).
+func (l *limitListener) evict(now time.Time) time.Duration {
 	for {
 		type source struct {
 			strangers int
@@ -806,12 +834,15 @@ func (l *limitListener) evict() {
 			}
 		}
 		if pick == nil {
-			return
+			return 0
+		}
+		if left := l.grace - now.Sub(time.Unix(0, pick.first.at.Load())); left > 0 {
+			return left
 		}
 		// Unless a valid token marked it in the meantime: then pick again.
 		if pick.first.trust.CompareAndSwap(stranger, evicted) {
 			pick.first.Close()
-			return
+			return 0
 		}
 	}
 }
@@ -844,9 +875,10 @@ type limitConn struct {
 	once  sync.Once
 	trust atomic.Int32
 	// since orders when it was accepted, went idle or began a request
-	// (the listener's order); serving says it is serving a request
-	// (http.StateActive).
+	// (the listener's order), and at is when (UnixNano); serving says it
+	// is serving a request (http.StateActive).
 	since   atomic.Int64
+	at      atomic.Int64
 	serving atomic.Bool
 	// firstByte is the deadline of its first byte (UnixNano), 0 once it
 	// came; header is the read deadline the server set meanwhile, which
@@ -868,7 +900,7 @@ func (c *limitConn) setState(st http.ConnState) {
 	switch st {
 	case http.StateActive:
 		c.serving.Store(true)
-		c.since.Store(c.l.order.Add(1))
+		c.mark(time.Now())
 	case http.StateIdle:
 		c.served()
 	}
@@ -880,8 +912,14 @@ func (c *limitConn) setState(st http.ConnState) {
 // client has read the response and made other requests.
 func (c *limitConn) served() {
 	if c.serving.Swap(false) {
-		c.since.Store(c.l.order.Add(1))
+		c.mark(time.Now())
 	}
+}
+
+// mark records that c changed state at now.
+func (c *limitConn) mark(now time.Time) {
+	c.since.Store(c.l.order.Add(1))
+	c.at.Store(now.UnixNano())
 }
 
 // SetReadDeadline shortens the server's waits for a stranger's request:
