@@ -56,33 +56,25 @@ func edgeAt(t *testing.T, b bus.Bus, device string, epoch int64) (*atomic.Int64,
 	return &wrote, sub
 }
 
-// TestOwnerCache: the outputs of one answer read the owner once, and the
-// requests stamped from the cache say so (for the edge to confirm); a cached
-// owner that is stale is fenced by the edge ("moved") and read again, so
-// the output reaches the new socket at its epoch; past the TTL the owner
-// is read again.
-func TestOwnerCache(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+// cacheDeps is an in-memory store and an embedded bus, closed with t.
+func cacheDeps(t *testing.T) (*memstore.Store, bus.Bus) {
+	t.Helper()
 	st := memstore.New(memstore.Options{})
-	defer st.Close()
+	t.Cleanup(func() { st.Close() })
 	b, err := natsbus.Embedded(natsbus.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Close()
-	owners := &countingOwners{Owners: st}
-	clk := clock.NewFake(time.Unix(1_000_000, 0))
-	d := &dispatch.Dispatcher{Owners: owners, Bus: b, Cache: &dispatch.OwnerCache{Clock: clk}}
+	t.Cleanup(func() { b.Close() })
+	return st, b
+}
 
-	e1, err := st.ClaimDevice(ctx, "tel-1", "edge-a", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	first, firstSub := edgeAt(t, b, "tel-1", e1)
-	// Each request says whether its epoch came from the cache.
-	cached := make(chan bool, 5)
-	spy, err := b.Subscribe(bus.DeviceSubject("tel-1"), func(m *bus.Msg) {
+// spyCached says, for each request to device's subject, whether its epoch
+// came from the sender's owner cache, until its subscription ends.
+func spyCached(t *testing.T, b bus.Bus, device string) (<-chan bool, bus.Subscription) {
+	t.Helper()
+	cached := make(chan bool, 16)
+	spy, err := b.Subscribe(bus.DeviceSubject(device), func(m *bus.Msg) {
 		var out wire.Output
 		if err := json.Unmarshal(m.Data, &out); err != nil {
 			t.Error(err)
@@ -92,6 +84,29 @@ func TestOwnerCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { spy.Unsubscribe() })
+	return cached, spy
+}
+
+// TestOwnerCache: the outputs of one answer read the owner once, and the
+// requests stamped from the cache say so (for the edge to confirm); a cached
+// owner that is stale is fenced by the edge ("moved") and read again, so
+// the output reaches the new socket at its epoch; past the TTL the owner
+// is read again.
+func TestOwnerCache(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, b := cacheDeps(t)
+	owners := &countingOwners{Owners: st}
+	clk := clock.NewFake(time.Unix(1_000_000, 0))
+	d := &dispatch.Dispatcher{Owners: owners, Bus: b, Cache: &dispatch.OwnerCache{Clock: clk}}
+
+	e1, err := st.ClaimDevice(ctx, "tel-1", "edge-a", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, firstSub := edgeAt(t, b, "tel-1", e1)
+	cached, spy := spyCached(t, b, "tel-1")
 	for i := range 5 {
 		if o, err := d.Send(ctx, wire.Output{Op: wire.OpMessage, Device: "tel-1", ID: "m", Text: "part"}); err != nil || o != dispatch.Delivered {
 			t.Fatalf("send %d: %s, %v", i, o, err)
@@ -161,13 +176,7 @@ func TestOwnerCache(t *testing.T) {
 func TestOwnerCacheSeed(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	st := memstore.New(memstore.Options{})
-	defer st.Close()
-	b, err := natsbus.Embedded(natsbus.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	st, b := cacheDeps(t)
 	owners := &countingOwners{Owners: st}
 	cache := &dispatch.OwnerCache{Clock: clock.NewFake(time.Unix(1_000_000, 0))}
 	d := &dispatch.Dispatcher{Owners: owners, Bus: b, Cache: cache}
@@ -177,18 +186,7 @@ func TestOwnerCacheSeed(t *testing.T) {
 		t.Fatal(err)
 	}
 	wrote, sub := edgeAt(t, b, "tel-1", e1)
-	cached := make(chan bool, 4)
-	spy, err := b.Subscribe(bus.DeviceSubject("tel-1"), func(m *bus.Msg) {
-		var out wire.Output
-		if err := json.Unmarshal(m.Data, &out); err != nil {
-			t.Error(err)
-		}
-		cached <- out.Cached
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer spy.Unsubscribe()
+	cached, spy := spyCached(t, b, "tel-1")
 
 	cache.Seed("tel-1", store.Owner{Edge: "edge-a", Epoch: 0}) // no epoch: no seed
 	if o, err := d.Send(ctx, wire.Output{Op: wire.OpMessage, Device: "tel-1", ID: "m0", Text: "read"}); err != nil || o != dispatch.Delivered {
