@@ -106,11 +106,12 @@ type APIConfig struct {
 	// waits until one closes.
 	MaxConns int
 	// StrangerGrace is how long a stranger is safe from that eviction
-	// after it connected, went idle or began a request (250 ms): a
-	// client's own new connections in a burst (Go's transport dials more
-	// than it keeps) are not closed before the router reads the request
-	// already waiting on them. A new connection waits for the oldest
-	// stranger to pass it (or for any connection to close).
+	// after it connected (250 ms): a client's own new connections in a
+	// burst (Go's transport dials more than it keeps) are not closed
+	// before the router reads the request already waiting on them. When
+	// the address holding the most strangers has only such new ones, a
+	// new connection waits for its first to pass the grace (or for any
+	// connection to close): never longer than the grace.
 	StrangerGrace time.Duration
 	// AnonIdleTimeout is how long a keep-alive connection that has never
 	// presented a valid token stays open between requests (5 s; one that
@@ -731,8 +732,8 @@ type connKey struct{}
 // Listener wraps ln so that at most MaxConns of its connections are open
 // at once. When all are, Accept takes a new connection and closes a
 // stranger (one that never presented a valid token) to make room for it
-// (evict), once one has been in its state for StrangerGrace; with none
-// such, it waits for one to close. A stranger also has FirstByteTimeout
+// (evict), one accepted at least StrangerGrace ago; with none such, it
+// waits for one to close. A stranger also has FirstByteTimeout
 // for the first byte of its first request and AnonIdleTimeout between
 // requests.
 func (a *API) Listener(ln net.Listener) net.Listener {
@@ -789,7 +790,8 @@ func (l *limitListener) Accept() (net.Conn, error) {
 	}
 	now := time.Now()
 	lc := &limitConn{Conn: c, l: l, src: clientHost(c.RemoteAddr())}
-	lc.mark(now)
+	lc.since.Store(l.order.Add(1))
+	lc.accepted.Store(now.UnixNano())
 	lc.firstByte.Store(now.Add(l.firstByte).UnixNano())
 	_ = c.SetReadDeadline(now.Add(l.firstByte))
 	l.mu.Lock()
@@ -801,14 +803,16 @@ func (l *limitListener) Accept() (net.Conn, error) {
 // evict closes a stranger, if there is one, and its slot frees at once:
 // of the client address holding the most strangers (a flood from one
 // address does not push out the others), the one that has waited longest
-// for a request, else the one whose request has run longest. When that
-// one has not been in its state for the grace yet, it closes nothing and
-// returns how long until it has (0: closed one, or there is none).
+// for a request, else the one whose request has run longest, among those
+// accepted at least the grace ago. When that address has none such yet,
+// it closes nothing and returns how long until its first has (0: closed
+// one, or there is none).
 func (l *limitListener) evict(now time.Time) time.Duration {
 	for {
 		type source struct {
 			strangers int
-			first     *limitConn
+			first     *limitConn // of those past their grace
+			youngest  int64      // of the others, the first to pass it (UnixNano)
 		}
 		sources := make(map[string]*source)
 		var pick *source
@@ -823,21 +827,26 @@ func (l *limitListener) evict(now time.Time) time.Duration {
 				sources[c.src] = s
 			}
 			s.strangers++
-			if s.first == nil || c.before(s.first) {
+			if at := c.accepted.Load(); now.Sub(time.Unix(0, at)) < l.grace {
+				if s.youngest == 0 || at < s.youngest {
+					s.youngest = at
+				}
+			} else if s.first == nil || c.before(s.first) {
 				s.first = c
 			}
 		}
 		l.mu.Unlock()
 		for _, s := range sources {
-			if pick == nil || s.strangers > pick.strangers || s.strangers == pick.strangers && s.first.before(pick.first) {
+			if pick == nil || s.strangers > pick.strangers ||
+				s.strangers == pick.strangers && s.first != nil && (pick.first == nil || s.first.before(pick.first)) {
 				pick = s
 			}
 		}
 		if pick == nil {
 			return 0
 		}
-		if left := l.grace - now.Sub(time.Unix(0, pick.first.at.Load())); left > 0 {
-			return left
+		if pick.first == nil { // the source's strangers are all new: the first passes its grace then
+			return l.grace - now.Sub(time.Unix(0, pick.youngest))
 		}
 		// Unless a valid token marked it in the meantime: then pick again.
 		if pick.first.trust.CompareAndSwap(stranger, evicted) {
@@ -875,11 +884,11 @@ type limitConn struct {
 	once  sync.Once
 	trust atomic.Int32
 	// since orders when it was accepted, went idle or began a request
-	// (the listener's order), and at is when (UnixNano); serving says it
-	// is serving a request (http.StateActive).
-	since   atomic.Int64
-	at      atomic.Int64
-	serving atomic.Bool
+	// (the listener's order); accepted is when it was accepted
+	// (UnixNano); serving says it is serving a request (http.StateActive).
+	since    atomic.Int64
+	accepted atomic.Int64
+	serving  atomic.Bool
 	// firstByte is the deadline of its first byte (UnixNano), 0 once it
 	// came; header is the read deadline the server set meanwhile, which
 	// holds from the first byte on.
@@ -900,7 +909,7 @@ func (c *limitConn) setState(st http.ConnState) {
 	switch st {
 	case http.StateActive:
 		c.serving.Store(true)
-		c.mark(time.Now())
+		c.since.Store(c.l.order.Add(1))
 	case http.StateIdle:
 		c.served()
 	}
@@ -912,14 +921,8 @@ func (c *limitConn) setState(st http.ConnState) {
 // client has read the response and made other requests.
 func (c *limitConn) served() {
 	if c.serving.Swap(false) {
-		c.mark(time.Now())
+		c.since.Store(c.l.order.Add(1))
 	}
-}
-
-// mark records that c changed state at now.
-func (c *limitConn) mark(now time.Time) {
-	c.since.Store(c.l.order.Add(1))
-	c.at.Store(now.UnixNano())
 }
 
 // SetReadDeadline shortens the server's waits for a stranger's request:

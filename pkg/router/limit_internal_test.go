@@ -2,6 +2,7 @@ package router
 
 import (
 	"net"
+	"net/http"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -27,11 +28,12 @@ func (p *pipeListener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0
 
 // TestStrangerGrace: with the connection limit held by an authenticated
 // connection and three strangers, a new connection closes no stranger
-// until the oldest has been in its state for StrangerGrace: one
-// nanosecond before, it still waits and every stranger is open; at the
-// grace, the oldest stranger is closed and the new connection is served.
-// A client's own new connections in a burst are not closed before their
-// request is read.
+// until the oldest was accepted StrangerGrace ago: one nanosecond before,
+// it still waits and every stranger is open; at the grace, the oldest
+// stranger is closed and the new connection is served. A client's own
+// new connections in a burst are not closed before their request is read.
+// The grace runs from the accept only: strangers that keep beginning
+// requests are closed as before.
 func TestStrangerGrace(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const grace = 250 * time.Millisecond
@@ -77,7 +79,7 @@ func TestStrangerGrace(t *testing.T) {
 		}
 		for i, s := range strangers {
 			if s.trust.Load() == evicted {
-				t.Fatalf("stranger %d closed %v after it came, before its grace %v", i, time.Since(time.Unix(0, s.at.Load())), grace)
+				t.Fatalf("stranger %d closed %v after it came, before its grace %v", i, time.Since(time.Unix(0, s.accepted.Load())), grace)
 			}
 		}
 		time.Sleep(time.Nanosecond)
@@ -87,6 +89,7 @@ func TestStrangerGrace(t *testing.T) {
 			if c == nil {
 				t.Fatal("no connection")
 			}
+			c.(*limitConn).trust.Store(authed) // an agent's: its request had a valid token
 		default:
 			t.Fatal("the new connection still waits with a stranger past its grace")
 		}
@@ -100,6 +103,37 @@ func TestStrangerGrace(t *testing.T) {
 		}
 		if held[0].trust.Load() != authed {
 			t.Fatal("the authenticated connection was closed")
+		}
+
+		// Past their grace, strangers that keep beginning requests (a
+		// stranger's requests need no token: /healthz) are no newer for
+		// it: the next connection closes one at once.
+		time.Sleep(grace)
+		for _, s := range strangers[1:] {
+			s.setState(http.StateActive)
+		}
+		dial()
+		go func() {
+			c, err := l.Accept()
+			if err != nil {
+				t.Error(err)
+			}
+			got <- c
+		}()
+		synctest.Wait()
+		select {
+		case <-got:
+		default:
+			t.Fatal("a connection waits for strangers that began a request just now, though they came long ago")
+		}
+		closed := 0
+		for _, s := range strangers[1:] {
+			if s.trust.Load() == evicted {
+				closed++
+			}
+		}
+		if closed != 1 {
+			t.Fatalf("%d of the busy strangers closed for one new connection, want 1", closed)
 		}
 	})
 }
