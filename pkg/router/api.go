@@ -764,29 +764,9 @@ func (l *limitListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	for taken := false; !taken; {
-		select {
-		case l.sem <- struct{}{}:
-			taken = true
-			continue
-		default:
-		}
-		var ready <-chan time.Time
-		t := time.NewTimer(time.Hour)
-		if wait := l.evict(time.Now()); wait > 0 {
-			t.Reset(wait) // then a stranger has passed its grace
-			ready = t.C
-		}
-		select {
-		case l.sem <- struct{}{}:
-			taken = true
-		case <-ready:
-		case <-l.done:
-			t.Stop()
-			c.Close()
-			return nil, net.ErrClosed
-		}
-		t.Stop()
+	if err := l.take(); err != nil {
+		c.Close()
+		return nil, err
 	}
 	now := time.Now()
 	lc := &limitConn{Conn: c, l: l, src: clientHost(c.RemoteAddr())}
@@ -798,6 +778,30 @@ func (l *limitListener) Accept() (net.Conn, error) {
 	l.conns[lc] = struct{}{}
 	l.mu.Unlock()
 	return lc, nil
+}
+
+// take waits for a slot, making one by evict when a stranger may go, and
+// else for one to close or, when the strangers are all new, for the first
+// to pass its grace.
+func (l *limitListener) take() error {
+	for {
+		select {
+		case l.sem <- struct{}{}:
+			return nil
+		default:
+		}
+		var graced <-chan time.Time // nil: no stranger to wait for
+		if wait := l.evict(time.Now()); wait > 0 {
+			graced = time.After(wait)
+		}
+		select {
+		case l.sem <- struct{}{}:
+			return nil
+		case <-graced:
+		case <-l.done:
+			return net.ErrClosed
+		}
+	}
 }
 
 // evict closes a stranger, if there is one, and its slot frees at once:
@@ -812,7 +816,7 @@ func (l *limitListener) evict(now time.Time) time.Duration {
 		type source struct {
 			strangers int
 			first     *limitConn // of those past their grace
-			youngest  int64      // of the others, the first to pass it (UnixNano)
+			firstDue  int64      // of the others, the first to pass it: accepted then (UnixNano)
 		}
 		sources := make(map[string]*source)
 		var pick *source
@@ -828,8 +832,8 @@ func (l *limitListener) evict(now time.Time) time.Duration {
 			}
 			s.strangers++
 			if at := c.accepted.Load(); now.Sub(time.Unix(0, at)) < l.grace {
-				if s.youngest == 0 || at < s.youngest {
-					s.youngest = at
+				if s.firstDue == 0 || at < s.firstDue {
+					s.firstDue = at
 				}
 			} else if s.first == nil || c.before(s.first) {
 				s.first = c
@@ -846,7 +850,7 @@ func (l *limitListener) evict(now time.Time) time.Duration {
 			return 0
 		}
 		if pick.first == nil { // the source's strangers are all new: the first passes its grace then
-			return l.grace - now.Sub(time.Unix(0, pick.youngest))
+			return l.grace - now.Sub(time.Unix(0, pick.firstDue))
 		}
 		// Unless a valid token marked it in the meantime: then pick again.
 		if pick.first.trust.CompareAndSwap(stranger, evicted) {

@@ -73,18 +73,27 @@ func (m *Metrics) HTTPServer(routes map[string][]string) *HTTPServer {
 
 // countOpts returns the counter's options for k, building them once.
 func (h *HTTPServer) countOpts(k httpKey) []metric.AddOption {
-	h.mu.RLock()
-	o, ok := h.count[k]
-	h.mu.RUnlock()
+	return memo(&h.mu, h.count, k, func() []metric.AddOption {
+		return []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(
+			attribute.String("route", k.route), attribute.String("method", k.method), attribute.String("status_class", k.class)))}
+	})
+}
+
+// memo returns m[k], built by build and kept under mu the first time k
+// is asked for: the attributes of a request are built once per
+// combination, not per request.
+func memo[K comparable, V any](mu *sync.RWMutex, m map[K]V, k K, build func() V) V {
+	mu.RLock()
+	v, ok := m[k]
+	mu.RUnlock()
 	if ok {
-		return o
+		return v
 	}
-	o = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(
-		attribute.String("route", k.route), attribute.String("method", k.method), attribute.String("status_class", k.class)))}
-	h.mu.Lock()
-	h.count[k] = o
-	h.mu.Unlock()
-	return o
+	v = build()
+	mu.Lock()
+	m[k] = v
+	mu.Unlock()
+	return v
 }
 
 // Request records one request to route (its pattern; a route the server
@@ -115,22 +124,14 @@ func (h *HTTPServer) Request(route, method string, status int, d time.Duration) 
 // deliveries a second). The statuses are the handlers' own, so the sets
 // are few.
 func (h *HTTPServer) durSet(k durKey) attribute.Set {
-	h.mu.RLock()
-	set, ok := h.durs[k]
-	h.mu.RUnlock()
-	if ok {
-		return set
-	}
-	attrs := []attribute.KeyValue{semconv.HTTPResponseStatusCode(k.status),
-		attribute.String("http.request.method", string(k.method)), attribute.String("url.scheme", "http")}
-	if k.route != "" {
-		attrs = append(attrs, semconv.HTTPRoute(k.route))
-	}
-	set = attribute.NewSet(attrs...)
-	h.mu.Lock()
-	h.durs[k] = set
-	h.mu.Unlock()
-	return set
+	return memo(&h.mu, h.durs, k, func() attribute.Set {
+		attrs := []attribute.KeyValue{semconv.HTTPResponseStatusCode(k.status),
+			semconv.HTTPRequestMethodKey.String(string(k.method)), semconv.URLScheme("http")}
+		if k.route != "" {
+			attrs = append(attrs, semconv.HTTPRoute(k.route))
+		}
+		return attribute.NewSet(attrs...)
+	})
 }
 
 // normalMethod is method if it is one HTTP defines, else "_OTHER" (as the
